@@ -1,0 +1,75 @@
+# SPDX-License-Identifier: MIT
+# Front door.  `make demo` and `make test` install what is missing (Debian
+# packages), configure, build and run.  Build trees:
+#   build/          tests (testpoints compiled in), demo
+#   build-release/  benchmarks (no test hooks)
+#   build-asan/ build-tsan/  sanitizer runs
+MESON ?= meson
+NINJA ?= ninja
+PY ?= python3
+JOBS ?= 2
+
+.PHONY: all deps deps-bench build demo test test-unit test-asan test-tsan \
+	stress bench bench-full format clean
+
+all: build
+
+deps:
+	@bash scripts/deps.sh core
+
+deps-bench:
+	@bash scripts/deps.sh bench
+
+build/build.ninja: | deps
+	$(MESON) setup build -Dtestpoints=true -Dbench=disabled
+
+build: build/build.ninja
+	$(NINJA) -C build
+
+demo: build
+	@bash tests/e2e/demo.sh build
+
+# Every test: unit, e2e (through real perf where permitted) and the short
+# stress runs.  The last line is the summary.
+test: build
+	@rm -f build/meson-logs/testlog.json
+	-@$(MESON) test -C build --no-rebuild --num-processes $(JOBS) \
+		--print-errorlogs --suite unit --suite e2e --suite stress \
+		> build/test-output.txt 2>&1; tail -n 40 build/test-output.txt
+	@$(PY) scripts/test-summary.py build/meson-logs/testlog.json
+
+test-unit: build
+	$(MESON) test -C build --no-rebuild --suite unit --print-errorlogs
+
+build-asan/build.ninja: | deps
+	CC=clang CXX=clang++ $(MESON) setup build-asan -Dtestpoints=true \
+		-Dbench=disabled -Db_sanitize=address,undefined -Db_lundef=false
+
+test-asan: build-asan/build.ninja
+	$(NINJA) -C build-asan
+	@rm -f build-asan/meson-logs/testlog.json
+	-@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+	 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+	 $(MESON) test -C build-asan --no-rebuild --num-processes $(JOBS) \
+		--print-errorlogs --suite unit --suite stress \
+		> build-asan/test-output.txt 2>&1; tail -n 40 build-asan/test-output.txt
+	@$(PY) scripts/test-summary.py build-asan/meson-logs/testlog.json
+
+build-tsan/build.ninja: | deps
+	CC=clang CXX=clang++ $(MESON) setup build-tsan -Dtestpoints=true \
+		-Dbench=disabled -Db_sanitize=thread -Db_lundef=false
+
+test-tsan: build-tsan/build.ninja
+	$(NINJA) -C build-tsan
+	@rm -f build-tsan/meson-logs/testlog.json
+	-@TSAN_OPTIONS="suppressions=$(CURDIR)/tsan.supp halt_on_error=1 second_deadlock_stack=1 die_after_fork=0" \
+	 $(MESON) test -C build-tsan --no-rebuild --num-processes 1 \
+		--print-errorlogs --suite unit --suite stress \
+		> build-tsan/test-output.txt 2>&1; tail -n 40 build-tsan/test-output.txt
+	@$(PY) scripts/test-summary.py build-tsan/meson-logs/testlog.json
+
+format:
+	clang-format -i include/*.h include/jitring/*.h src/*.c src/*.h
+
+clean:
+	rm -rf build build-release build-asan build-tsan

@@ -1,0 +1,532 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jitring: tell Linux perf about JIT code from many threads without a
+ * process-wide lock.
+ *
+ * A writer (struct jitring) owns one perf jitdump file, <dir>/jit-<pid>.dump.
+ * Each jitring_write() describes one function: an optional UNWINDING_INFO
+ * record (DWARF .eh_frame), an optional DEBUG_INFO record (a line table) and
+ * a CODE_LOAD record with a code_index unique in the process.  The records of
+ * one call are always contiguous in the file, because perf attaches
+ * UNWINDING_INFO and DEBUG_INFO to the next CODE_LOAD in file order.
+ *
+ * Two engines sit behind the same API:
+ *  - JITRING_ENGINE_RINGS (the default): each thread encodes into its own
+ *    lock-free ring; one background thread per writer merges all rings in
+ *    timestamp order into the file.  No lock, no system call and no
+ *    allocation on the calling thread in steady state.
+ *  - JITRING_ENGINE_MUTEX: the design every runtime uses today (one lock
+ *    around the whole group, fwrite into a 2 MiB FILE buffer).  Kept as the
+ *    yardstick for benchmarks.
+ *
+ * Conventions: functions that return int return 0 (or a count >= 0) on
+ * success and a negative errno value on failure; errno is never the error
+ * channel.  Nothing is printed; diagnostics go to the optional log hook.
+ *
+ * Concurrency table ("-" = may overlap freely, "X" = caller must serialise).
+ * Rows and columns: open, write/move, flush, stats, thread_detach, close.
+ *
+ *                  open  write  flush  stats  detach  close
+ *   open            -     -      -      -      -       -
+ *   write/move      -     -      -      -      -       -  (1)
+ *   flush           -     -      -      -      -       -  (1)
+ *   stats           -     -      -      -      -       -
+ *   thread_detach   -     -      -      -      -       -
+ *   close           -     -(1)   -(1)   -      -       -  (2)
+ *
+ * (1) A call that overlaps jitring_close() either completes normally (and
+ *     what it wrote is in the file) or returns -ESHUTDOWN and writes nothing.
+ * (2) A second close of the same writer returns -EBADF.  The handle stays
+ *     valid after close: every later call on it returns -ESHUTDOWN (stats
+ *     still report the final counters), so a racing thread never touches
+ *     freed memory.  A closed handle's ~200 bytes are kept until exit.
+ *
+ * Fork: the child gets its own jit-<childpid>.dump and a working writer for
+ * every writer that was open in the parent; entries the parent had not yet
+ * written stay the parent's.  Not async-signal-safe: see jitring_write().
+ */
+#ifndef JITRING_H
+#define JITRING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__) && !defined(JITRING_STATIC)
+#define JITRING_API __attribute__((visibility("default")))
+#else
+#define JITRING_API
+#endif
+
+#define JITRING_VERSION_MAJOR 0
+#define JITRING_VERSION_MINOR 1
+
+/** Longest function or file name, in bytes, without the NUL. */
+#define JITRING_NAME_MAX 4095u
+/** Largest code_size perf accepts (perf rejects 2 GiB and more). */
+#define JITRING_CODE_MAX 0x7fffffffu
+/** Largest .eh_frame accepted in one entry. */
+#define JITRING_EH_FRAME_MAX 4096u
+/** Most line-table rows in one entry. */
+#define JITRING_LINES_MAX 65536u
+
+struct jitring;
+
+/**
+ * enum jitring_engine - Which implementation backs a writer.
+ * @JITRING_ENGINE_DEFAULT: the recommended engine (currently RINGS).
+ * @JITRING_ENGINE_RINGS: per-thread lock-free rings and a background flusher.
+ * @JITRING_ENGINE_MUTEX: one process-wide mutex, fwrite into a 2 MiB FILE
+ *	buffer on the calling thread (CPython's perf_jit_trampoline.c design).
+ */
+enum jitring_engine {
+	JITRING_ENGINE_DEFAULT = 0,
+	JITRING_ENGINE_RINGS = 1,
+	JITRING_ENGINE_MUTEX = 2,
+};
+
+/* Flags for jitring_config.flags. */
+/** Write a JIT_CODE_CLOSE record at close (ends perf's parsing; samply
+ *  drops all mappings on it).  Off by default. */
+#define JITRING_F_WRITE_CLOSE (1u << 0)
+/** Rings engine: when the calling thread's ring is full, return -EAGAIN at
+ *  once and count the entry instead of waiting for the flusher. */
+#define JITRING_F_DROP (1u << 1)
+/** Rings engine: also write /tmp/perf-<pid>.map lines from the flusher. */
+#define JITRING_F_PERF_MAP (1u << 2)
+#define JITRING_F_ALL (JITRING_F_WRITE_CLOSE | JITRING_F_DROP | JITRING_F_PERF_MAP)
+
+/* Levels passed to the log hook. */
+#define JITRING_LOG_ERR 3
+#define JITRING_LOG_WARNING 4
+#define JITRING_LOG_INFO 6
+#define JITRING_LOG_DEBUG 7
+
+/**
+ * typedef jitring_log_fn - Diagnostics hook.
+ * @arg: jitring_config.log_arg.
+ * @level: one of JITRING_LOG_*.
+ * @msg: NUL-terminated message without a trailing newline.
+ *
+ * Called from any thread, including the background flusher; must not call
+ * back into jitring.
+ */
+typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
+
+/**
+ * struct jitring_config - Options for jitring_open().
+ * @struct_size: sizeof(struct jitring_config) as the caller compiled it.
+ *	The library reads min(struct_size, its own size) bytes; fields added
+ *	later default to zero.  Use jitring_config_init().
+ * @engine: enum jitring_engine.
+ * @flags: JITRING_F_* bits.
+ * @dir: directory for jit-<pid>.dump; NULL means $JITRING_DIR, else /tmp.
+ * @ring_size: rings engine, bytes per thread ring (power of two, 4 KiB to
+ *	64 MiB); 0 means 64 KiB.
+ * @max_delay_ms: rings engine, longest time an entry waits in a ring before
+ *	the flusher writes it, unless a stalled thread holds it back; 0 means
+ *	20 ms.
+ * @holdback_ms: rings engine, how long the flusher holds later entries back
+ *	for a thread that took its timestamp but has not committed; after that
+ *	the thread's entry is re-stamped when it commits (see docs/design.md);
+ *	0 means 10 ms.
+ * @mem_budget: rings engine, most bytes of ring memory in use at once; a
+ *	thread that would need a ring beyond it gets -ENOMEM; 0 means 512 MiB
+ *	(8192 rings of 64 KiB).
+ * @log: optional diagnostics hook, NULL for none.
+ * @log_arg: passed to @log.
+ * @elf_mach: e_machine written to the header; 0 means the host's.
+ * @reserved: must be zero.
+ */
+struct jitring_config {
+	uint32_t struct_size;
+	uint32_t engine;
+	uint32_t flags;
+	uint32_t ring_size;
+	const char *dir;
+	uint32_t max_delay_ms;
+	uint32_t holdback_ms;
+	uint64_t mem_budget;
+	jitring_log_fn log;
+	void *log_arg;
+	uint32_t elf_mach;
+	uint32_t reserved;
+};
+
+/** Static initializer for C; C++ callers use jitring_config_init(). */
+#define JITRING_CONFIG_INIT { sizeof(struct jitring_config), 0, 0, 0, NULL, \
+			      0, 0, 0, NULL, NULL, 0, 0 }
+
+/**
+ * struct jitring_line - One row of a DEBUG_INFO line table.
+ * @addr: code address the row starts at; rows in non-decreasing order.
+ * @line: source line number.
+ * @discrim: DWARF discriminator, usually 0.
+ * @file: NUL-terminated source file name, at most JITRING_NAME_MAX bytes.
+ */
+struct jitring_line {
+	uint64_t addr;
+	int32_t line;
+	int32_t discrim;
+	const char *file;
+};
+
+/**
+ * struct jitring_entry - One function to describe to perf.
+ * @name: NUL-terminated symbol name, 1 to JITRING_NAME_MAX bytes.
+ * @code_addr: run-time address of the code (non-NULL).
+ * @code_size: bytes of code, 1 to JITRING_CODE_MAX.
+ * @code_bytes: bytes written to the dump as the code; NULL means the
+ *	@code_size bytes at @code_addr (they must be readable).  A runtime
+ *	passes a patched copy here, e.g. to salt build-ids.
+ * @eh_frame: optional .eh_frame bytes (one CIE, then one FDE whose
+ *	pc_begin uses the pcrel|sdata4 encoding), or NULL.  The library
+ *	rewrites pc_begin for the address perf maps the data at
+ *	(code_addr + ALIGN_8(code_size)), appends the 20-byte .eh_frame_hdr
+ *	and sets mapped_size; see jitring_eh_frame_build().
+ * @eh_frame_size: bytes at @eh_frame, a multiple of 4, at most
+ *	JITRING_EH_FRAME_MAX; 0 when @eh_frame is NULL.
+ * @nr_lines: rows at @lines, at most JITRING_LINES_MAX; 0 for no DEBUG_INFO.
+ * @lines: the line table, or NULL when @nr_lines is 0.
+ */
+struct jitring_entry {
+	const char *name;
+	const void *code_addr;
+	uint64_t code_size;
+	const void *code_bytes;
+	const void *eh_frame;
+	uint32_t eh_frame_size;
+	uint32_t nr_lines;
+	const struct jitring_line *lines;
+};
+
+/**
+ * struct jitring_stats - Counters of one writer.
+ * @struct_size: sizeof(struct jitring_stats) as the caller compiled it; the
+ *	library fills min(struct_size, its own size) bytes.
+ * @engine: the engine in use (enum jitring_engine, never DEFAULT).
+ * @entries_written: groups (one per successful jitring_write() or
+ *	jitring_move()) that are in the file.
+ * @records_written: jitdump records in the file, header excluded.
+ * @bytes_written: bytes in the file, header included.
+ * @refused_invalid: calls refused with -EINVAL or -E2BIG.
+ * @refused_nomem: calls refused with -ENOMEM.
+ * @refused_dropped: calls refused with -EAGAIN (JITRING_F_DROP).
+ * @refused_shutdown: calls refused with -ESHUTDOWN (writer closing/closed).
+ * @refused_io: calls refused because the file had failed (@io_error).
+ * @lost_io: entries that returned a code_index but could not be written
+ *	because the file failed; they are not in the file.
+ * @flushes: jitring_flush() calls that completed.
+ * @ring_full_waits: times a thread waited for ring space (lossless mode).
+ * @refills_ahead: rings made ready by the background thread before any
+ *	thread asked for one.
+ * @refills_waited: times a thread registering found no ready ring and had
+ *	to wait for one (~0 in steady state).
+ * @batches: write(2)/writev(2) calls that put entries in the file.
+ * @late_entries: entries re-stamped because their thread stalled between
+ *	taking its timestamp and committing for longer than holdback_ms.
+ * @holdback_max_ns: longest time the flusher held entries back waiting for
+ *	a stalled thread.
+ * @threads_attached: threads that currently own a ring.
+ * @threads_total: threads that ever owned a ring of this writer.
+ * @io_error: first error of the file (a negative errno), or 0.
+ * @reserved0: zero.
+ */
+struct jitring_stats {
+	uint32_t struct_size;
+	uint32_t engine;
+	uint64_t entries_written;
+	uint64_t records_written;
+	uint64_t bytes_written;
+	uint64_t refused_invalid;
+	uint64_t refused_nomem;
+	uint64_t refused_dropped;
+	uint64_t refused_shutdown;
+	uint64_t refused_io;
+	uint64_t lost_io;
+	uint64_t flushes;
+	uint64_t ring_full_waits;
+	uint64_t refills_ahead;
+	uint64_t refills_waited;
+	uint64_t batches;
+	uint64_t late_entries;
+	uint64_t holdback_max_ns;
+	uint64_t threads_attached;
+	uint64_t threads_total;
+	int32_t io_error;
+	uint32_t reserved0;
+};
+
+/**
+ * jitring_version() - Version of the library at run time.
+ *
+ * Context: any thread; async-signal-safe.
+ * Return: (JITRING_VERSION_MAJOR << 16) | JITRING_VERSION_MINOR of the
+ * library actually loaded.
+ */
+JITRING_API unsigned int jitring_version(void);
+
+/**
+ * jitring_config_init() - Fill a config with defaults.
+ * @cfg: config to fill; struct_size is set to sizeof(*cfg).
+ *
+ * Context: any thread; async-signal-safe.
+ */
+JITRING_API void jitring_config_init(struct jitring_config *cfg);
+
+/**
+ * jitring_open() - Create a writer and its dump file.
+ * @cfg: options, or NULL for defaults.
+ * @out: receives the writer; untouched on failure.
+ *
+ * Creates <dir>/jit-<pid>.dump with O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC
+ * (a file or symlink already at that path is never followed or reused),
+ * writes the 40-byte header and maps the first page PROT_READ|PROT_EXEC,
+ * which is how perf finds the dump.  Call it before any JIT code becomes
+ * executable.  The rings engine also starts its background thread.
+ *
+ * Context: any thread; not async-signal-safe.  May be called concurrently
+ * with every other function.
+ * Return: 0; -EINVAL for a NULL @out, a @cfg with struct_size smaller than
+ * version 1, unknown engine or flags, a bad ring_size or non-zero reserved;
+ * -ENAMETOOLONG if the path does not fit PATH_MAX; -ENOMEM; -EEXIST if the
+ * dump already exists (also when a symlink is planted there); or the
+ * negative errno of open(2), write(2), mmap(2) or pthread_create(3).
+ */
+JITRING_API int jitring_open(const struct jitring_config *cfg,
+			     struct jitring **out);
+
+/**
+ * jitring_write() - Describe one piece of JIT code to perf.
+ * @jr: the writer.
+ * @e: the function; see struct jitring_entry for each field's limits.
+ *
+ * Appends [UNWINDING_INFO][DEBUG_INFO]CODE_LOAD for @e as one contiguous
+ * group, stamped with CLOCK_MONOTONIC read inside this call, so code that
+ * runs after the call returns is attributed by perf.  The code bytes, name,
+ * eh_frame and line table are copied before the call returns; the caller may
+ * reuse them at once.
+ *
+ * Rings engine: takes no lock, makes no system call and allocates nothing in
+ * steady state (the first call on a thread takes a ready ring; an entry
+ * larger than half a ring is copied into a one-off heap buffer).  In the
+ * default lossless mode, a full ring makes the call wait for the flusher;
+ * with JITRING_F_DROP it returns -EAGAIN instead.  The entry reaches the
+ * file within max_delay_ms, or at the next jitring_flush().
+ *
+ * Context: any thread, concurrently with every call on the same writer.
+ * Not async-signal-safe: a call from a signal handler that interrupted
+ * jitring_write() or jitring_move() on the same thread returns -EDEADLK and
+ * writes nothing; calls from handlers that interrupted other code work but
+ * may wait on a full ring.
+ * Return: the code_index (> 0, unique in the process) given to the
+ * CODE_LOAD; -EINVAL for a NULL argument, empty name, code_size 0, an
+ * eh_frame that is malformed or not a multiple of 4, a line table with a
+ * NULL file or addresses out of order; -E2BIG for a name, file name,
+ * eh_frame, line count or code_size over its limit or a group that does not
+ * fit a u32 record; -ENOMEM if no ring could be had within mem_budget (or
+ * malloc failed for a large entry); -EAGAIN (JITRING_F_DROP only); -EDEADLK
+ * (nested call, see above); -ESHUTDOWN once jitring_close() has started; or
+ * the negative errno with which the file failed.  Every refusal is counted
+ * in struct jitring_stats and writes nothing.
+ */
+JITRING_API int64_t jitring_write(struct jitring *jr,
+				  const struct jitring_entry *e);
+
+/**
+ * jitring_move() - Tell perf that code described earlier has moved.
+ * @jr: the writer.
+ * @code_index: a value returned by jitring_write() on this writer.
+ * @new_addr: the code's new address (non-NULL).
+ * @old_addr: its previous address (perf ignores it; recorded for tools).
+ * @code_size: bytes of code at @new_addr, 1 to JITRING_CODE_MAX.
+ *
+ * Appends a CODE_MOVE record, ordered and committed like jitring_write().
+ *
+ * Context: as jitring_write().
+ * Return: 0; -EINVAL for a NULL @new_addr or bad @code_size; -ENOENT for a
+ * code_index this writer never handed out; otherwise as jitring_write().
+ */
+JITRING_API int jitring_move(struct jitring *jr, uint64_t code_index,
+			     const void *new_addr, const void *old_addr,
+			     uint64_t code_size);
+
+/**
+ * jitring_flush() - Wait until earlier entries are in the file.
+ * @jr: the writer.
+ *
+ * Returns once every entry whose jitring_write() or jitring_move() returned
+ * before this call began is in the file (written with write(2); no fsync).
+ * Rings engine: wakes the flusher and sleeps; if another thread is stalled
+ * inside jitring_write(), this waits at most about holdback_ms for it.
+ *
+ * Context: any thread, concurrently with every call; blocks; not
+ * async-signal-safe.
+ * Return: 0; -EINVAL for a NULL @jr; -ESHUTDOWN once jitring_close() has
+ * started; or the negative errno with which the file failed (-ENOSPC, -EIO,
+ * -EFBIG, ...), in which case struct jitring_stats counts what was lost.
+ */
+JITRING_API int jitring_flush(struct jitring *jr);
+
+/**
+ * jitring_close() - Flush, stop and release a writer.
+ * @jr: the writer.
+ *
+ * Refuses new calls (-ESHUTDOWN), waits for calls already inside
+ * jitring_write()/jitring_move() to commit, writes every committed entry,
+ * optionally a CLOSE record (JITRING_F_WRITE_CLOSE), unmaps the marker page
+ * and closes the file.  The dump is never unlinked: perf inject needs it.
+ * Rings of threads still alive are released when those threads exit or call
+ * jitring_thread_detach().
+ *
+ * Context: any thread but the writer's own log hook; blocks; not
+ * async-signal-safe.
+ * Return: 0; -EINVAL for a NULL @jr; -EBADF if the writer was already
+ * closed (or is being closed by another thread); or the negative errno with
+ * which the file failed.
+ */
+JITRING_API int jitring_close(struct jitring *jr);
+
+/**
+ * jitring_stats() - Read a writer's counters.
+ * @jr: the writer (open or closed).
+ * @st: filled up to min(st->struct_size, sizeof(*st)) bytes; left
+ *	untouched if @jr or @st is NULL or st->struct_size is smaller than
+ *	version 1.
+ *
+ * Each counter is read atomically; counters are exact once the writer is
+ * quiescent (after jitring_flush() with no concurrent writes, or close).
+ *
+ * Context: any thread, concurrently with every call; async-signal-safe.
+ */
+JITRING_API void jitring_stats(const struct jitring *jr,
+			       struct jitring_stats *st);
+
+/**
+ * jitring_thread_detach() - Give up the calling thread's ring(s).
+ * @jr: the writer, or NULL for every writer the thread uses.
+ *
+ * What the thread wrote is still written; its ring is recycled after the
+ * flusher drains it.  A later write from the thread takes a new ring.
+ * Threads that exit are detached automatically.
+ *
+ * Context: any thread, concurrently with every call; not async-signal-safe.
+ * Return: the number of rings released (0 or more).
+ */
+JITRING_API int jitring_thread_detach(struct jitring *jr);
+
+/* ------------------------------------------------------------------ */
+/* .eh_frame helpers: DWARF call frame information without DWARF.      */
+
+/**
+ * enum jitring_cfi_kind - One call-frame rule change.
+ * @JITRING_CFI_DEF_CFA: CFA = @reg + @offset.
+ * @JITRING_CFI_DEF_CFA_OFFSET: CFA = (current CFA register) + @offset.
+ * @JITRING_CFI_DEF_CFA_REGISTER: CFA = @reg + (current offset).
+ * @JITRING_CFI_OFFSET: register @reg saved at CFA + @offset (@offset is a
+ *	negative multiple of the data alignment, e.g. -16).
+ * @JITRING_CFI_RESTORE: register @reg has its entry rule again.
+ * @JITRING_CFI_REMEMBER_STATE: push the current rules.
+ * @JITRING_CFI_RESTORE_STATE: pop them.
+ */
+enum jitring_cfi_kind {
+	JITRING_CFI_DEF_CFA = 1,
+	JITRING_CFI_DEF_CFA_OFFSET,
+	JITRING_CFI_DEF_CFA_REGISTER,
+	JITRING_CFI_OFFSET,
+	JITRING_CFI_RESTORE,
+	JITRING_CFI_REMEMBER_STATE,
+	JITRING_CFI_RESTORE_STATE,
+};
+
+/**
+ * struct jitring_cfi_op - A rule change that takes effect at a code offset.
+ * @pc: byte offset from the start of the code; non-decreasing along the
+ *	list, and a multiple of the code alignment.
+ * @kind: enum jitring_cfi_kind.
+ * @reg: DWARF register number.
+ * @offset: byte offset (see enum jitring_cfi_kind).
+ */
+struct jitring_cfi_op {
+	uint32_t pc;
+	uint16_t kind;
+	uint16_t reg;
+	int32_t offset;
+};
+
+/**
+ * struct jitring_cfi - Call frame description of a piece of code.
+ * @code_align: DWARF code alignment factor (1 on x86_64, 4 on aarch64).
+ * @data_align: DWARF data alignment factor (-8 on both).
+ * @ra_reg: return-address column (16 on x86_64, 30 on aarch64).
+ * @nr_init: how many of @ops (all with @pc 0) are the rules at entry and go
+ *	into the CIE.
+ * @nr_ops: entries at @ops.
+ * @ops: the rules, entry rules first.
+ */
+struct jitring_cfi {
+	uint32_t code_align;
+	int32_t data_align;
+	uint32_t ra_reg;
+	uint32_t nr_init;
+	uint32_t nr_ops;
+	const struct jitring_cfi_op *ops;
+};
+
+/**
+ * enum jitring_cfi_preset - Ready-made descriptions.
+ * @JITRING_CFI_X86_64_FP_TRAMPOLINE: x86_64 "push %rbp; mov %rsp,%rbp;
+ *	call *%rcx; pop %rbp; ret" (the frame-pointer trampoline shape).
+ * @JITRING_CFI_AARCH64_FP_TRAMPOLINE: aarch64 "stp x29, x30, [sp, #-16]!;
+ *	mov x29, sp; blr x3; ldp x29, x30, [sp], #16; ret" (CPython's).
+ * @JITRING_CFI_HOST_FP_TRAMPOLINE: whichever of the two matches the host.
+ */
+enum jitring_cfi_preset {
+	JITRING_CFI_X86_64_FP_TRAMPOLINE = 1,
+	JITRING_CFI_AARCH64_FP_TRAMPOLINE = 2,
+	JITRING_CFI_HOST_FP_TRAMPOLINE = 3,
+};
+
+/**
+ * jitring_cfi_preset() - Look up a ready-made call frame description.
+ * @preset: enum jitring_cfi_preset.
+ *
+ * Context: any thread; async-signal-safe.
+ * Return: a static description, or NULL for an unknown @preset (or HOST on
+ * an architecture without a preset).
+ */
+JITRING_API const struct jitring_cfi *
+jitring_cfi_preset(enum jitring_cfi_preset preset);
+
+/**
+ * jitring_eh_frame_build() - Encode a CIE and one FDE for a piece of code.
+ * @cfi: the call frame description.
+ * @code_size: bytes of code the FDE covers (1 to JITRING_CODE_MAX).
+ * @buf: output buffer, or NULL to only compute the size.
+ * @buf_size: bytes at @buf.
+ *
+ * The result is ready for jitring_entry.eh_frame: a multiple of 4 (8 in
+ * practice), CIE augmentation "zR" with pcrel|sdata4 FDE pointers, and
+ * pc_begin already computed for perf's placement of the data at
+ * code_addr + ALIGN_8(code_size).  It depends only on @cfi and @code_size,
+ * so one buffer serves every copy of a trampoline.
+ *
+ * Context: any thread; async-signal-safe.
+ * Return: bytes needed (> 0), written to @buf if it was large enough;
+ * -EINVAL for a NULL @cfi, a bad @code_size, an unknown kind, a @pc out of
+ * order, beyond @code_size or not aligned, or an offset that is not a
+ * multiple of the data alignment; -E2BIG if it would exceed
+ * JITRING_EH_FRAME_MAX; -ENOSPC if @buf is non-NULL and too small.
+ */
+JITRING_API int jitring_eh_frame_build(const struct jitring_cfi *cfi,
+				       uint64_t code_size, void *buf,
+				       size_t buf_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* JITRING_H */

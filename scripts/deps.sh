@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Install the Debian 12 packages jitring needs, only those missing.
+# Usage: scripts/deps.sh [core|bench|fuzz|all]   (default: core)
+set -euo pipefail
+
+core=(gcc g++ make pkg-config meson ninja-build python3 binutils
+      liburcu-dev libck-dev linux-perf)
+bench=(libbenchmark-dev valgrind gnuplot-nox)
+fuzz=(clang libclang-rt-14-dev)
+
+want=("${core[@]}")
+case "${1:-core}" in
+core) ;;
+bench) want+=("${bench[@]}") ;;
+fuzz) want+=("${fuzz[@]}") ;;
+all) want+=("${bench[@]}" "${fuzz[@]}") ;;
+*) echo "usage: $0 [core|bench|fuzz|all]" >&2; exit 2 ;;
+esac
+
+missing=()
+for p in "${want[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null |
+		grep -q 'install ok installed'; then
+		missing+=("$p")
+	fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "jitring: installing missing Debian packages: ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then
+	run=()
+elif command -v sudo >/dev/null && sudo -n true 2>/dev/null; then
+	run=(sudo -n)
+else
+	echo "jitring: not root and no passwordless sudo; please run:" >&2
+	echo "  sudo apt-get install -y ${missing[*]}" >&2
+	exit 1
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${run[@]}" apt-get update -qq
+"${run[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"

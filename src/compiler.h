@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: MIT */
+#ifndef JITRING_SRC_COMPILER_H
+#define JITRING_SRC_COMPILER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+
+/* Producer and consumer indices live on separate lines of this size. */
+#define JITRING_CACHELINE 64
+
+#define JR_ALIGN(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define JR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define jr_container_of(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+
+#define JR_NOINLINE __attribute__((noinline))
+#define JR_COLD __attribute__((cold, noinline))
+#define JR_UNUSED __attribute__((unused))
+
+/* A spin-wait hint for busy loops. */
+static inline void jr_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#elif defined(__aarch64__)
+	__asm__ __volatile__("yield" ::: "memory");
+#else
+	__asm__ __volatile__("" ::: "memory");
+#endif
+}
+
+#endif /* JITRING_SRC_COMPILER_H */

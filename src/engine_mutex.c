@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The mutex engine: the design every JIT runtime uses today, kept as the
+ * yardstick the rings engine is measured against.  It follows CPython's
+ * Python/perf_jit_trampoline.c: one process-wide lock held across the whole
+ * group; inside it a CLOCK_MONOTONIC read per record, getpid() and
+ * syscall(SYS_gettid) per entry, the code_index increment, and fwrite() of
+ * each piece into a FILE with a 2 MiB buffer, on the calling thread.  It is
+ * deliberately not tuned.
+ *
+ * Where it goes beyond CPython it is for correctness only:
+ *  - A group is never split by a buffer flush: before a group that would
+ *    not fit in the buffer the buffer is flushed, so the file only ever
+ *    receives whole groups.  On a write error the file is truncated back to
+ *    the end of the last fully flushed buffer (a group boundary), the
+ *    buffered groups are counted lost and the writer fails (sticky error).
+ *  - The engine state is never freed (like the handle): a thread that takes
+ *    the lock after close sees the state and returns -ESHUTDOWN, instead of
+ *    writing to a closed FILE as CPython's free_state race did.
+ *
+ * Invariants: every field below is protected by lock; flushed_off is the
+ * file size the kernel has and always a group boundary.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdio_ext.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "internal.h"
+#include "record.h"
+
+#define MUTEX_BUF_SIZE (2u << 20)
+
+struct mutex_eng {
+	pthread_mutex_t lock;
+	FILE *f;
+	char *buf;             /* the FILE's 2 MiB buffer */
+	uint64_t off;          /* logical end of file, buffer included */
+	uint64_t flushed_off;  /* what the kernel has: a group boundary */
+	uint64_t pend_entries; /* groups in the buffer */
+	uint64_t pend_records;
+};
+
+/* Nested call from a signal handler on a thread holding the lock. */
+static __thread int in_write;
+
+static int open_stream(struct jitring *jr, struct mutex_eng *m)
+{
+	int fd = dup(jr->file.fd);
+
+	if (fd < 0)
+		return -errno;
+	m->f = fdopen(fd, "w");
+	if (!m->f) {
+		int ret = -errno;
+
+		close(fd);
+		return ret;
+	}
+	/*
+	 * A real 2 MiB buffer.  (CPython passes NULL here, and glibc then
+	 * ignores the size and uses st_blksize, 4 KiB: the yardstick follows
+	 * the stated design, which is also the kinder one to the mutex.)
+	 */
+	if (!m->buf)
+		m->buf = malloc(MUTEX_BUF_SIZE);
+	if (!m->buf) {
+		fclose(m->f);
+		m->f = NULL;
+		return -ENOMEM;
+	}
+	setvbuf(m->f, m->buf, _IOFBF, MUTEX_BUF_SIZE);
+	/* The header went in with pwrite(); append after it. */
+	if (fseeko(m->f, (off_t)sizeof(struct jitdump_header), SEEK_SET)) {
+		int ret = -errno;
+
+		fclose(m->f);
+		m->f = NULL;
+		return ret;
+	}
+	m->off = m->flushed_off = sizeof(struct jitdump_header);
+	m->pend_entries = m->pend_records = 0;
+	return 0;
+}
+
+int jitring_mutex_start(struct jitring *jr)
+{
+	struct mutex_eng *m = calloc(1, sizeof(*m));
+	int ret;
+
+	if (!m)
+		return -ENOMEM;
+	pthread_mutex_init(&m->lock, NULL);
+	ret = open_stream(jr, m);
+	if (ret) {
+		free(m->buf);
+		free(m);
+		return ret;
+	}
+	jr->eng = m;
+	return 0;
+}
+
+/* Drop the buffer's groups after a failed write; caller holds the lock. */
+static int fail_locked(struct jitring *jr, struct mutex_eng *m, int err)
+{
+	int fd = fileno(m->f);
+
+	/* Whatever part of the buffer reached the file is cut off again. */
+	if (ftruncate(fd, (off_t)m->flushed_off))
+		jitring_log(jr, JITRING_LOG_ERR, "ftruncate: %s",
+			    strerror(errno));
+	__fpurge(m->f);
+	clearerr(m->f);
+	jitring_count(&jr->c.lost_io, m->pend_entries);
+	m->pend_entries = m->pend_records = 0;
+	m->off = m->flushed_off;
+	jitring_set_io_error(jr, err);
+	return err;
+}
+
+static int flush_locked(struct jitring *jr, struct mutex_eng *m)
+{
+	if (!m->f)
+		return 0;
+	if (fflush(m->f) == EOF || ferror(m->f))
+		return fail_locked(jr, m, errno ? -errno : -EIO);
+	jitring_count(&jr->c.entries_written, m->pend_entries);
+	jitring_count(&jr->c.records_written, m->pend_records);
+	jitring_count(&jr->c.bytes_written, m->off - m->flushed_off);
+	if (m->pend_entries)
+		jitring_count(&jr->c.batches, 1);
+	m->pend_entries = m->pend_records = 0;
+	m->flushed_off = m->off;
+	return 0;
+}
+
+/* Make room so that @bytes go into the buffer without a flush mid-group. */
+static int reserve_locked(struct jitring *jr, struct mutex_eng *m,
+			  uint64_t bytes)
+{
+	if (__fpending(m->f) + bytes > MUTEX_BUF_SIZE)
+		return flush_locked(jr, m);
+	return 0;
+}
+
+static int lock_open(struct jitring *jr, struct mutex_eng *m)
+{
+	uint32_t s;
+
+	if (in_write)
+		return -EDEADLK;
+	pthread_mutex_lock(&m->lock);
+	s = atomic_load_explicit(&jr->state, memory_order_acquire);
+	if (unlikely(s != JR_OPEN && s != JR_FORKED)) {
+		pthread_mutex_unlock(&m->lock);
+		return jitring_refuse_state(jr, s);
+	}
+	in_write = 1;
+	return 0;
+}
+
+static void unlock(struct mutex_eng *m)
+{
+	in_write = 0;
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* After a group went into the FILE: account it, or fail the writer. */
+static int commit_locked(struct jitring *jr, struct mutex_eng *m,
+			 uint64_t bytes, uint32_t records)
+{
+	if (ferror(m->f))
+		return fail_locked(jr, m, -EIO);
+	m->off += bytes;
+	m->pend_entries++;
+	m->pend_records += records;
+	return 0;
+}
+
+int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
+{
+	struct mutex_eng *m = jr->eng;
+	const struct jitring_entry *e = g->e;
+	uint64_t code_index;
+	int ret;
+
+	ret = lock_open(jr, m);
+	if (ret) {
+		if (ret == -EDEADLK)
+			jitring_count(&jr->c.refused_invalid, 1);
+		return ret;
+	}
+	ret = reserve_locked(jr, m, g->total);
+	if (ret)
+		goto out;
+
+	if (g->unw_size) {
+		struct jitdump_code_unwinding_info u;
+		struct jitdump_eh_frame_hdr h;
+		int32_t pc_begin = jitring_record_pc_begin(g);
+		const char *eh = e->eh_frame;
+		static const char zeros[8];
+
+		jitring_record_unw_fixed(g, jitring_clock_ns(), &u);
+		fwrite(&u, sizeof(u), 1, m->f);
+		fwrite(eh, g->eh.pc_begin_off, 1, m->f);
+		fwrite(&pc_begin, sizeof(pc_begin), 1, m->f);
+		fwrite(eh + g->eh.pc_begin_off + 4,
+		       e->eh_frame_size - g->eh.pc_begin_off - 4, 1, m->f);
+		jitring_record_eh_hdr(g, &h);
+		fwrite(&h, sizeof(h), 1, m->f);
+		if (g->eh_pad)
+			fwrite(zeros, g->eh_pad, 1, m->f);
+	}
+	if (g->dbg_size) {
+		struct jitdump_code_debug_info d;
+
+		jitring_record_dbg_fixed(g, jitring_clock_ns(), &d);
+		fwrite(&d, sizeof(d), 1, m->f);
+		for (uint32_t i = 0; i < e->nr_lines; i++) {
+			const struct jitring_line *l = &e->lines[i];
+			struct jitdump_debug_entry de = {
+				.addr = l->addr,
+				.lineno = l->line,
+				.discrim = l->discrim,
+			};
+
+			fwrite(&de, sizeof(de), 1, m->f);
+			fwrite(l->file, strlen(l->file) + 1, 1, m->f);
+		}
+	}
+	{
+		struct jitdump_code_load l;
+		uint64_t ts = jitring_clock_ns();
+		uint32_t pid = (uint32_t)getpid();
+		uint32_t tid = (uint32_t)syscall(SYS_gettid);
+
+		code_index = atomic_fetch_add_explicit(&jr->next_id, 1,
+						       memory_order_relaxed);
+		jitring_record_load_fixed(g, ts, pid, tid, code_index, &l);
+		fwrite(&l, sizeof(l), 1, m->f);
+		fwrite(e->name, g->name_len, 1, m->f);
+		fwrite(jitring_record_code(e), e->code_size, 1, m->f);
+	}
+	ret = commit_locked(jr, m, g->total, g->nr_records);
+out:
+	unlock(m);
+	return ret ? ret : (int64_t)code_index;
+}
+
+int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
+		       const void *new_addr, const void *old_addr,
+		       uint64_t code_size)
+{
+	struct mutex_eng *m = jr->eng;
+	uint8_t rec[JR_MOVE_SIZE];
+	int ret;
+
+	ret = lock_open(jr, m);
+	if (ret)
+		return ret;
+	ret = reserve_locked(jr, m, sizeof(rec));
+	if (!ret) {
+		jitring_record_encode_move(rec, jitring_clock_ns(),
+					   (uint32_t)getpid(),
+					   (uint32_t)syscall(SYS_gettid),
+					   code_index, old_addr, new_addr,
+					   code_size);
+		fwrite(rec, sizeof(rec), 1, m->f);
+		ret = commit_locked(jr, m, sizeof(rec), 1);
+	}
+	unlock(m);
+	return ret;
+}
+
+int jitring_mutex_flush(struct jitring *jr)
+{
+	struct mutex_eng *m = jr->eng;
+	int ret;
+
+	pthread_mutex_lock(&m->lock);
+	ret = flush_locked(jr, m);
+	pthread_mutex_unlock(&m->lock);
+	return ret;
+}
+
+int jitring_mutex_stop(struct jitring *jr)
+{
+	struct mutex_eng *m = jr->eng;
+	int ret = 0;
+
+	pthread_mutex_lock(&m->lock);
+	if (m->f && (jr->flags & JITRING_F_WRITE_CLOSE) &&
+	    !atomic_load_explicit(&jr->io_error, memory_order_relaxed)) {
+		struct jitdump_prefix p = {
+			.id = JIT_CODE_CLOSE,
+			.total_size = sizeof(p),
+			.timestamp = jitring_clock_ns(),
+		};
+
+		fwrite(&p, sizeof(p), 1, m->f);
+		m->off += sizeof(p);
+		m->pend_records++;
+	}
+	ret = flush_locked(jr, m);
+	if (m->f) {
+		if (fclose(m->f) == EOF && !ret)
+			ret = -errno;
+		m->f = NULL;
+	}
+	free(m->buf);
+	m->buf = NULL;
+	pthread_mutex_unlock(&m->lock);
+	/* The engine state stays: a late caller must find the lock. */
+	return ret;
+}
+
+void jitring_mutex_fork_prepare(struct jitring *jr)
+{
+	struct mutex_eng *m = jr->eng;
+
+	pthread_mutex_lock(&m->lock);
+}
+
+void jitring_mutex_fork_parent(struct jitring *jr)
+{
+	struct mutex_eng *m = jr->eng;
+
+	pthread_mutex_unlock(&m->lock);
+}
+
+void jitring_mutex_fork_child(struct jitring *jr)
+{
+	struct mutex_eng *m = jr->eng;
+
+	pthread_mutex_init(&m->lock, NULL);
+	in_write = 0;
+	if (m->f) {
+		/* The buffer holds the parent's groups: never write them. */
+		__fpurge(m->f);
+		fclose(m->f);
+		m->f = NULL;
+	}
+	if (jr->file.fd >= 0 && open_stream(jr, m) == 0)
+		return;
+	m->f = NULL;
+}

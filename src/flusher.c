@@ -1,0 +1,816 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Rings engine, consumer side: one background thread per writer drains all
+ * rings into the file in timestamp order, and keeps the pool of ready rings
+ * filled ahead of demand.
+ *
+ * A round:
+ *   1. T = CLOCK_MONOTONIC, then a seq_cst fence                      (F)
+ *   2. scan every ring's pub (acquire): its visible tail, and BUSY/LATE.
+ *      A ring seen idle cannot later commit anything stamped before T:
+ *      its next BUSY RMW follows (F) in the total order, and its clock
+ *      read follows that RMW.  So its bound lb becomes T.  A ring seen
+ *      BUSY (not LATE) keeps its last bound: the timestamp it is about to
+ *      commit is at least its last idle T and at least every timestamp it
+ *      committed before.  The watermark W is the least bound, and at most T.
+ *   3. peek each ring's oldest uncommitted-to-file group and heap them by
+ *      timestamp.  If the oldest pending group is newer than a BUSY ring's
+ *      bound, that ring is holding entries back; once it has been BUSY for
+ *      holdback_ms, mark it LATE with a CAS (it must then re-stamp its
+ *      entry at commit, after this mark, see rings.c) and stop counting it
+ *      in W.  This bounds both the delay and the memory a stalled thread
+ *      can cause.
+ *   4. merge: pop groups with timestamp <= W in order, gathering iovecs that
+ *      point straight into ring memory (or a jumbo buffer), and pwritev
+ *      them at our own file offset in batches.  Only after a batch is in
+ *      the file are the rings' heads published (seq_cst, paired with a
+ *      producer waiting for space).
+ *   5. complete flush tickets, recycle rings of threads that left, refill
+ *      and trim the pool, trim idle rings' pages, then sleep.
+ *
+ * Invariants: groups leave each ring in ring order; every group written
+ * has a timestamp >= every group written before it; head only moves past
+ * bytes that are in the file (or dropped after a failure); the file ends
+ * on a group boundary after every batch, and after a failed write it is
+ * truncated back to one and no longer written.
+ *
+ * Sleeping costs nothing: the flusher stores a sleep mode seq_cst, re-scans
+ * for news, and waits on a futex.  NAP (timed, max_delay_ms or a hold-back
+ * deadline) is used while data flows, so producers wake it only when a ring
+ * is more than half full; DEEP (no timeout) when all is idle, so the first
+ * commit wakes it.  Flush and close use DEEP with a short timeout.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "futex.h"
+#include "record.h"
+#include "rings.h"
+#include "testpoint.h"
+
+#define JR_IOV_MAX 1024u
+#define JR_BATCH_GROUPS 4096u
+#define JR_BATCH_BYTES (8u << 20)
+#define JR_TRIM_NS (1000u * 1000000ull)  /* idle this long: drop pages */
+#define JR_CLOSE_POLL_NS (1000000u)
+/* A round that wrote this many groups is followed at once by another. */
+#define JR_BUSY_ROUND_GROUPS 32u
+
+struct jr_grp {
+	uint8_t *jumbo;
+	uint64_t file_end; /* batch bytes up to the end of this group */
+	uint32_t records;
+};
+
+struct jr_merge {
+	struct jr_ring **heap;
+	struct jr_ring **busy;
+	uint32_t nheap;
+	uint32_t nbusy;
+	uint32_t cap;
+	uint32_t niov;
+	uint32_t ngrp;
+	uint64_t bytes;
+	struct jr_ring *last;
+	uint64_t round_groups;
+	struct iovec iov[JR_IOV_MAX];
+	struct jr_grp grp[JR_BATCH_GROUPS];
+};
+
+int jitring_flusher_init(struct jr_rings *e)
+{
+	struct jr_merge *m = calloc(1, sizeof(*m));
+
+	if (!m)
+		return -ENOMEM;
+	e->m = m;
+	return 0;
+}
+
+void jitring_flusher_fini(struct jr_rings *e)
+{
+	if (!e->m)
+		return;
+	free(e->m->heap);
+	free(e->m->busy);
+	free(e->m);
+	e->m = NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Rings and the registry.                                              */
+
+void jitring_ring_free(struct jr_ring *r)
+{
+	if (r->buf)
+		munmap(r->buf, r->size);
+	free(r);
+}
+
+static int reg_reserve(struct jr_rings *e, uint32_t n)
+{
+	struct jr_merge *m = e->m;
+
+	if (n > e->reg_cap) {
+		uint32_t cap = e->reg_cap ? e->reg_cap * 2 : 64;
+		struct jr_ring **reg;
+
+		while (cap < n)
+			cap *= 2;
+		reg = realloc(e->reg, sizeof(*reg) * cap);
+		if (!reg)
+			return -ENOMEM;
+		e->reg = reg;
+		e->reg_cap = cap;
+	}
+	if (n > m->cap) {
+		struct jr_ring **h = realloc(m->heap, sizeof(*h) * e->reg_cap);
+		struct jr_ring **b;
+
+		if (!h)
+			return -ENOMEM;
+		m->heap = h;
+		b = realloc(m->busy, sizeof(*b) * e->reg_cap);
+		if (!b)
+			return -ENOMEM;
+		m->busy = b;
+		m->cap = e->reg_cap;
+	}
+	return 0;
+}
+
+static void reg_remove(struct jr_rings *e, struct jr_ring *r)
+{
+	struct jr_ring *last = e->reg[--e->nreg];
+
+	e->reg[r->reg_idx] = last;
+	last->reg_idx = r->reg_idx;
+	e->ring_bytes -= r->size;
+}
+
+static struct jr_ring *ring_new(struct jr_rings *e, uint64_t now)
+{
+	struct jitring *jr = e->jr;
+	struct jr_ring *r;
+
+	if (e->ring_bytes + jr->ring_size > jr->mem_budget ||
+	    reg_reserve(e, e->nreg + 1))
+		return NULL;
+	r = aligned_alloc(JITRING_CACHELINE, sizeof(*r));
+	if (!r)
+		return NULL;
+	memset(r, 0, sizeof(*r));
+	r->buf = mmap(NULL, jr->ring_size, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->buf == MAP_FAILED) {
+		free(r);
+		return NULL;
+	}
+	/* Fault in the first page now, not on a JIT thread. */
+	r->buf[0] = 0;
+	r->size = jr->ring_size;
+	r->mask = jr->ring_size - 1;
+	r->jr = jr;
+	r->lb = now;
+	atomic_init(&r->pub, 0);
+	atomic_init(&r->head, 0);
+	atomic_init(&r->space_waiter, 0);
+	atomic_init(&r->own, JR_OWN_POOLED);
+	r->reg_idx = e->nreg;
+	e->reg[e->nreg++] = r;
+	e->ring_bytes += r->size;
+	return r;
+}
+
+/* Hand a drained ring we own to the pool (or free it if the pool is full). */
+static void pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
+{
+	/* Producer fields are ours while the ring is not ACTIVE. */
+	r->tail = r->head_local;
+	r->head_cache = r->head_local;
+	r->busy_since = 0;
+	r->lb = now;
+	r->tls_next = NULL;
+	/* Pairs with the acquire load of own in pool_take() (rings.c). */
+	atomic_store_explicit(&r->own, JR_OWN_POOLED, memory_order_release);
+	if (!ck_ring_enqueue_spmc(&e->pool, e->pool_buf, r)) {
+		reg_remove(e, r);
+		jitring_ring_free(r);
+	}
+}
+
+static void pool_maintain(struct jr_rings *e, uint64_t now)
+{
+	struct jitring *jr = e->jr;
+	uint32_t want = atomic_exchange_explicit(&e->pool_want, 0,
+						 memory_order_relaxed);
+	uint32_t waiters = atomic_load_explicit(&e->pool_waiters,
+						memory_order_relaxed);
+	uint32_t low = atomic_load_explicit(&e->pool_low, memory_order_relaxed);
+	uint32_t n = ck_ring_size(&e->pool), added = 0, target;
+	bool full = false;
+	struct jr_ring *r;
+
+	if (waiters) {
+		/* Threads had to wait: keep more ready from now on. */
+		uint32_t nl = low * 2 > waiters ? low * 2 : waiters;
+
+		low = nl < e->pool_cap / 2 ? nl : e->pool_cap / 2;
+		atomic_store_explicit(&e->pool_low, low, memory_order_relaxed);
+	}
+	target = low + waiters;
+	if (target > e->pool_cap - 1)
+		target = e->pool_cap - 1;
+	while (n < target) {
+		r = ring_new(e, now);
+		if (!r) {
+			full = true;
+			break;
+		}
+		pool_put(e, r, now);
+		n++;
+		added++;
+	}
+	atomic_store_explicit(&e->pool_full, full && n == 0,
+			      memory_order_relaxed);
+	if (added && !want && !waiters)
+		jitring_count(&jr->c.refills_ahead, added);
+	if (added || want || full) {
+		/* Pairs with the acquire load of pool_gen in pool_take(). */
+		atomic_fetch_add_explicit(&e->pool_gen, 1,
+					  memory_order_release);
+		/* As many sleepers as there are new rings; all if none left. */
+		jr_futex_wake(&e->pool_gen, full || !added ? INT_MAX :
+				(int)(added < (uint32_t)INT_MAX ? added : 1));
+	}
+	/* Give back what a past burst left beyond four times the mark. */
+	while (n > 4 * low && ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
+		(void)atomic_load_explicit(&r->own, memory_order_acquire);
+		reg_remove(e, r);
+		jitring_ring_free(r);
+		n--;
+	}
+}
+
+void jitring_flusher_release_rings(struct jr_rings *e, bool child)
+{
+	for (uint32_t i = 0; i < e->nreg; i++) {
+		struct jr_ring *r = e->reg[i];
+		uint32_t own = JR_OWN_ACTIVE;
+
+		if (!child && atomic_compare_exchange_strong_explicit(
+				      &r->own, &own, JR_OWN_ORPHAN,
+				      memory_order_acq_rel,
+				      memory_order_acquire)) {
+			/*
+			 * A live thread still lists it: free the buffer (the
+			 * thread backs out before touching it, see rings.c)
+			 * and leave the control block to the thread.  Pairs
+			 * with the CAS to DETACHED in ring_release().
+			 */
+			munmap(r->buf, r->size);
+			r->buf = NULL;
+			continue;
+		}
+		jitring_ring_free(r);
+	}
+	free(e->reg);
+	e->reg = NULL;
+	e->nreg = e->reg_cap = 0;
+	e->ring_bytes = 0;
+	if (e->m)
+		e->m->cap = 0;
+	if (e->m) {
+		free(e->m->heap);
+		free(e->m->busy);
+		e->m->heap = e->m->busy = NULL;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Reading groups out of a ring.                                        */
+
+static void group_size(const uint8_t *p, uint32_t *len, uint32_t *records)
+{
+	struct jitdump_prefix pre;
+	uint32_t off = 0, n = 0;
+
+	do {
+		memcpy(&pre, p + off, sizeof(pre));
+		off += pre.total_size;
+		n++;
+	} while (pre.id != JIT_CODE_LOAD && pre.id != JIT_CODE_MOVE);
+	*len = off;
+	*records = n;
+}
+
+/* Find the next group between r->rd and r->seen_tail; skip padding. */
+static bool ring_peek(struct jr_ring *r)
+{
+	uint32_t rd = r->rd;
+
+	while (rd != r->seen_tail) {
+		uint32_t pos = rd & r->mask, to_end = r->size - pos;
+		struct jitdump_prefix pre;
+
+		if (to_end < JR_MIN_RECORD) {
+			rd += to_end;
+			continue;
+		}
+		memcpy(&pre, r->buf + pos, sizeof(pre));
+		if (pre.id == JR_ID_PAD) {
+			rd += pre.total_size;
+			continue;
+		}
+		r->rd = rd;
+		r->pk_pos = pos;
+		r->pk_ts = pre.timestamp;
+		if (pre.id == JR_ID_JUMBO) {
+			struct jr_jumbo j;
+			uint32_t len;
+
+			memcpy(&j, r->buf + pos, sizeof(j));
+			r->pk_len = sizeof(j);
+			r->pk_jumbo = (uint8_t *)(uintptr_t)j.ptr;
+			r->pk_jlen = j.len;
+			group_size(r->pk_jumbo, &len, &r->pk_records);
+		} else {
+			r->pk_jumbo = NULL;
+			group_size(r->buf + pos, &r->pk_len, &r->pk_records);
+		}
+		return true;
+	}
+	r->rd = rd;
+	return false;
+}
+
+static inline bool ts_less(const struct jr_ring *a, const struct jr_ring *b)
+{
+	return a->pk_ts < b->pk_ts ||
+	       (a->pk_ts == b->pk_ts && a->reg_idx < b->reg_idx);
+}
+
+static void heap_push(struct jr_merge *m, struct jr_ring *r)
+{
+	uint32_t i = m->nheap++;
+
+	while (i) {
+		uint32_t p = (i - 1) / 2;
+
+		if (!ts_less(r, m->heap[p]))
+			break;
+		m->heap[i] = m->heap[p];
+		i = p;
+	}
+	m->heap[i] = r;
+}
+
+static struct jr_ring *heap_pop(struct jr_merge *m)
+{
+	struct jr_ring *top = m->heap[0], *last = m->heap[--m->nheap];
+	uint32_t i = 0, n = m->nheap;
+
+	for (;;) {
+		uint32_t c = 2 * i + 1;
+
+		if (c >= n)
+			break;
+		if (c + 1 < n && ts_less(m->heap[c + 1], m->heap[c]))
+			c++;
+		if (!ts_less(m->heap[c], last))
+			break;
+		m->heap[i] = m->heap[c];
+		i = c;
+	}
+	if (n)
+		m->heap[i] = last;
+	return top;
+}
+
+/* ------------------------------------------------------------------ */
+/* Writing.                                                             */
+
+/* Move published heads up to what is in the file; wake space waiters. */
+static void publish_heads(struct jr_rings *e)
+{
+	for (uint32_t i = 0; i < e->nreg; i++) {
+		struct jr_ring *r = e->reg[i];
+
+		if (r->rd == r->head_local)
+			continue;
+		r->head_local = r->rd;
+		/*
+		 * Pairs with the acquire loads of head in produce() and
+		 * wait_space(); seq_cst against the space_waiter Dekker.
+		 */
+		atomic_store_explicit(&r->head, r->rd, memory_order_seq_cst);
+		if (atomic_load_explicit(&r->space_waiter,
+					 memory_order_seq_cst))
+			jr_futex_wake(&r->head, 1);
+	}
+}
+
+static void write_batch(struct jr_rings *e)
+{
+	struct jitring *jr = e->jr;
+	struct jr_merge *m = e->m;
+	uint64_t done = 0, good = m->bytes;
+	uint32_t ok = m->ngrp, records = 0;
+
+	if (!m->ngrp)
+		return;
+	if (!e->failed) {
+		int ret = jitring_file_pwritev_all(jr->file.fd, m->iov,
+						   (int)m->niov, e->file_off,
+						   &done);
+		if (ret) {
+			/* Keep whole groups only; cut a torn tail off. */
+			ok = 0;
+			while (ok < m->ngrp && m->grp[ok].file_end <= done)
+				ok++;
+			good = ok ? m->grp[ok - 1].file_end : 0;
+			if (done != good &&
+			    ftruncate(jr->file.fd, (off_t)(e->file_off + good)))
+				jitring_log(jr, JITRING_LOG_ERR,
+					    "ftruncate after failed write: %s",
+					    strerror(errno));
+			e->failed = true;
+			jitring_set_io_error(jr, ret);
+		}
+		e->file_off += good;
+	} else {
+		ok = 0;
+		good = 0;
+	}
+	for (uint32_t i = 0; i < m->ngrp; i++) {
+		if (i < ok)
+			records += m->grp[i].records;
+		free(m->grp[i].jumbo);
+	}
+	if (ok) {
+		jitring_count(&jr->c.entries_written, ok);
+		jitring_count(&jr->c.records_written, records);
+		jitring_count(&jr->c.bytes_written, good);
+		jitring_count(&jr->c.batches, 1);
+	}
+	if (m->ngrp > ok)
+		jitring_count(&jr->c.lost_io, m->ngrp - ok);
+	m->round_groups += m->ngrp;
+	m->niov = m->ngrp = 0;
+	m->bytes = 0;
+	m->last = NULL;
+	publish_heads(e);
+}
+
+static void emit(struct jr_rings *e, struct jr_ring *r)
+{
+	struct jr_merge *m = e->m;
+	uint8_t *base = r->pk_jumbo ? r->pk_jumbo : r->buf + r->pk_pos;
+	size_t len = r->pk_jumbo ? r->pk_jlen : r->pk_len;
+	struct iovec *last = m->niov ? &m->iov[m->niov - 1] : NULL;
+
+	if (last && !r->pk_jumbo && m->last == r &&
+	    (uint8_t *)last->iov_base + last->iov_len == base) {
+		last->iov_len += len;
+	} else {
+		m->iov[m->niov].iov_base = base;
+		m->iov[m->niov].iov_len = len;
+		m->niov++;
+	}
+	m->last = r->pk_jumbo ? NULL : r;
+	m->bytes += len;
+	m->grp[m->ngrp].jumbo = r->pk_jumbo;
+	m->grp[m->ngrp].file_end = m->bytes;
+	m->grp[m->ngrp].records = r->pk_records;
+	m->ngrp++;
+	r->rd += r->pk_len;
+	if (m->niov == JR_IOV_MAX || m->ngrp == JR_BATCH_GROUPS ||
+	    m->bytes >= JR_BATCH_BYTES)
+		write_batch(e);
+}
+
+void jitring_flusher_write_close(struct jr_rings *e)
+{
+	struct jitring *jr = e->jr;
+	struct jitdump_prefix p = {
+		.id = JIT_CODE_CLOSE,
+		.total_size = sizeof(p),
+		.timestamp = jitring_clock_ns(),
+	};
+	struct iovec iov = { &p, sizeof(p) };
+	uint64_t done;
+	int ret;
+
+	if (!(jr->flags & JITRING_F_WRITE_CLOSE) || e->failed ||
+	    atomic_load_explicit(&jr->io_error, memory_order_relaxed))
+		return;
+	ret = jitring_file_pwritev_all(jr->file.fd, &iov, 1, e->file_off,
+				       &done);
+	if (ret) {
+		if (done && ftruncate(jr->file.fd, (off_t)e->file_off))
+			jitring_log(jr, JITRING_LOG_ERR, "ftruncate: %s",
+				    strerror(errno));
+		jitring_set_io_error(jr, ret);
+		return;
+	}
+	e->file_off += sizeof(p);
+	jitring_count(&jr->c.records_written, 1);
+	jitring_count(&jr->c.bytes_written, sizeof(p));
+}
+
+/* ------------------------------------------------------------------ */
+/* A round.                                                             */
+
+struct round_out {
+	uint32_t mode;      /* enum jr_sleep */
+	uint64_t timeout;   /* ns, 0 for none */
+	bool done;          /* stop: everything is written */
+};
+
+/* Mark LATE the BUSY rings that held the oldest pending group too long. */
+static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t W,
+			  uint64_t *deadline)
+{
+	struct jitring *jr = e->jr;
+	struct jr_merge *m = e->m;
+	uint64_t hold_ns = (uint64_t)jr->holdback_ms * 1000000u;
+	uint64_t oldest = m->heap[0]->pk_ts, nw = T;
+
+	for (uint32_t i = 0; i < m->nbusy; i++) {
+		struct jr_ring *b = m->busy[i];
+		uint64_t held = T - b->busy_since;
+		uint64_t v = JR_PUB(b->busy_tail) | JR_PUB_BUSY;
+
+		if (b->lb >= oldest) {
+			nw = nw < b->lb ? nw : b->lb;
+			continue;
+		}
+		if (held > atomic_load_explicit(&jr->c.holdback_max_ns,
+						memory_order_relaxed))
+			atomic_store_explicit(&jr->c.holdback_max_ns, held,
+					      memory_order_relaxed);
+		/*
+		 * Pairs with the failing commit CAS (C) in produce(): the
+		 * producer then re-stamps after this point.  If our CAS
+		 * fails, the ring committed meanwhile with its own stamp and
+		 * still bounds W.
+		 */
+		if (held >= hold_ns &&
+		    atomic_compare_exchange_strong_explicit(
+			    &b->pub, &v, v | JR_PUB_LATE, memory_order_seq_cst,
+			    memory_order_relaxed))
+			continue;
+		if (held < hold_ns && b->busy_since + hold_ns < *deadline)
+			*deadline = b->busy_since + hold_ns;
+		nw = nw < b->lb ? nw : b->lb;
+	}
+	(void)W;
+	return nw;
+}
+
+static void complete_flush(struct jr_rings *e, uint64_t ticket)
+{
+	/* Pairs with the acquire loads in jitring_rings_flush(). */
+	atomic_store_explicit(&e->flush_done, ticket, memory_order_release);
+	atomic_fetch_add_explicit(&e->flush_seq, 1, memory_order_release);
+	jr_futex_wake(&e->flush_seq, INT_MAX);
+	e->flush_ticket = 0;
+}
+
+/* Drop the pages of rings idle for JR_TRIM_NS; see rings.c TRIM. */
+static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
+{
+	uint64_t next = UINT64_MAX;
+
+	for (uint32_t i = 0; i < e->nreg; i++) {
+		struct jr_ring *r = e->reg[i];
+		uint64_t v = JR_PUB(r->seen_tail);
+
+		if (r->trimmed || r->head_local != r->seen_tail ||
+		    atomic_load_explicit(&r->own, memory_order_relaxed) !=
+			    JR_OWN_ACTIVE)
+			continue;
+		if (T - r->idle_since < JR_TRIM_NS) {
+			if (r->idle_since + JR_TRIM_NS < next)
+				next = r->idle_since + JR_TRIM_NS;
+			continue;
+		}
+		/* Pairs with the fetch_or of BUSY (A) in produce(), which
+		 * then waits for TRIM to clear before using the buffer. */
+		if (!atomic_compare_exchange_strong_explicit(
+			    &r->pub, &v, v | JR_PUB_TRIM, memory_order_acquire,
+			    memory_order_relaxed))
+			continue;
+		madvise(r->buf, r->size, MADV_DONTNEED);
+		r->trimmed = true;
+		/* Pairs with the acquire load in busy_conflict(). */
+		atomic_fetch_and_explicit(&r->pub, ~(uint64_t)JR_PUB_TRIM,
+					  memory_order_release);
+	}
+	return next;
+}
+
+static void round_run(struct jr_rings *e, struct round_out *out)
+{
+	struct jitring *jr = e->jr;
+	struct jr_merge *m = e->m;
+	uint64_t T, W, req, deadline = UINT64_MAX, trim_at;
+	bool stopping, snap, any_busy = false;
+
+	T = jitring_clock_ns();
+	/* (F): pairs with the seq_cst fetch_or of BUSY (A) in produce(). */
+	atomic_thread_fence(memory_order_seq_cst);
+	/* Pairs with the seq_cst store of stop in jitring_rings_stop(). */
+	stopping = atomic_load_explicit(&e->stop, memory_order_acquire);
+	/* Pairs with the seq_cst fetch_add in jitring_rings_flush(). */
+	req = atomic_load_explicit(&e->flush_req, memory_order_acquire);
+	snap = !e->flush_ticket &&
+	       req > atomic_load_explicit(&e->flush_done, memory_order_relaxed);
+	if (snap)
+		e->flush_ticket = req;
+
+	W = T;
+	m->nbusy = 0;
+	m->nheap = 0;
+	m->round_groups = 0;
+	for (uint32_t i = 0; i < e->nreg; i++) {
+		struct jr_ring *r = e->reg[i];
+		/* Pairs with the seq_cst commit (C) in produce(). */
+		uint64_t v = atomic_load_explicit(&r->pub,
+						  memory_order_acquire);
+		uint32_t tail = JR_PUB_TAIL(v);
+
+		if (tail != r->seen_tail) {
+			r->idle_since = T;
+			r->trimmed = false;
+		}
+		r->seen_tail = tail;
+		if (snap)
+			r->flush_target = tail;
+		if (!(v & JR_PUB_BUSY)) {
+			r->busy_since = 0;
+			r->lb = T;
+		} else {
+			any_busy = true;
+			if (!(v & JR_PUB_LATE)) {
+				uint64_t st = atomic_load_explicit(
+					&r->stamp, memory_order_relaxed);
+
+				if (!r->busy_since || r->busy_tail != tail) {
+					r->busy_since = T;
+					r->busy_tail = tail;
+				}
+				/* Its entry in flight is stamped >= both. */
+				if (st > r->lb)
+					r->lb = st;
+				m->busy[m->nbusy++] = r;
+				if (r->lb < W)
+					W = r->lb;
+			}
+		}
+		if (r->rd != tail && ring_peek(r))
+			heap_push(m, r);
+	}
+	if (e->failed || (stopping && !any_busy))
+		W = UINT64_MAX;
+	else if (m->nheap && m->heap[0]->pk_ts > W)
+		W = mark_late(e, T, W, &deadline);
+
+	while (m->nheap && m->heap[0]->pk_ts <= W) {
+		struct jr_ring *r = heap_pop(m);
+
+		if (r->pk_ts > r->lb)
+			r->lb = r->pk_ts;
+		emit(e, r);
+		if (ring_peek(r))
+			heap_push(m, r);
+	}
+	write_batch(e);
+	publish_heads(e);
+
+	if (e->flush_ticket) {
+		bool all = true;
+
+		for (uint32_t i = 0; i < e->nreg && all; i++) {
+			struct jr_ring *r = e->reg[i];
+
+			all = (int32_t)(r->head_local - r->flush_target) >= 0;
+		}
+		if (all)
+			complete_flush(e, e->flush_ticket);
+	}
+
+	/* Recycle the drained rings of threads that left. */
+	for (uint32_t i = e->nreg; i-- > 0;) {
+		struct jr_ring *r = e->reg[i];
+
+		/* Pairs with the acq_rel CAS to DETACHED in ring_release(). */
+		if (atomic_load_explicit(&r->own, memory_order_acquire) !=
+			    JR_OWN_DETACHED ||
+		    JR_PUB_TAIL(atomic_load_explicit(&r->pub,
+						     memory_order_acquire)) !=
+			    r->head_local)
+			continue;
+		/* Pages stay warm for the next thread; the pool is bounded
+		 * and trimmed, idle rings are trimmed separately. */
+		pool_put(e, r, T);
+	}
+	pool_maintain(e, T);
+	trim_at = stopping ? UINT64_MAX : trim_idle(e, T);
+
+	if (stopping && !any_busy) {
+		jitring_flusher_write_close(e);
+		req = atomic_load_explicit(&e->flush_req, memory_order_acquire);
+		complete_flush(e, req);
+		out->done = true;
+		return;
+	}
+	out->done = false;
+	if (stopping || e->flush_ticket) {
+		out->mode = JR_DEEP;
+		out->timeout = JR_CLOSE_POLL_NS;
+	} else if (m->round_groups >= JR_BUSY_ROUND_GROUPS) {
+		/* Data is streaming in: go straight on, this is work. */
+		out->mode = JR_AWAKE;
+		out->timeout = 0;
+	} else if (m->nheap || m->round_groups) {
+		uint64_t to = (uint64_t)jr->max_delay_ms * 1000000u;
+
+		if (deadline != UINT64_MAX && deadline - T < to)
+			to = deadline > T ? deadline - T : 1;
+		out->mode = JR_NAP;
+		out->timeout = to;
+	} else {
+		out->mode = JR_DEEP;
+		out->timeout = trim_at == UINT64_MAX ? 0 :
+			       (trim_at > T ? trim_at - T : 1);
+	}
+}
+
+/* Anything for the flusher since the round?  Called after storing mode. */
+static bool news(struct jr_rings *e, uint32_t mode)
+{
+	if (atomic_load_explicit(&e->stop, memory_order_seq_cst) ||
+	    atomic_load_explicit(&e->pool_want, memory_order_seq_cst) ||
+	    atomic_load_explicit(&e->flush_req, memory_order_seq_cst) >
+		    atomic_load_explicit(&e->flush_done, memory_order_relaxed))
+		return true;
+	for (uint32_t i = 0; i < e->nreg; i++) {
+		struct jr_ring *r = e->reg[i];
+		uint64_t v = atomic_load_explicit(&r->pub,
+						  memory_order_seq_cst);
+		uint32_t tail = JR_PUB_TAIL(v);
+
+		if (mode == JR_DEEP && tail != r->seen_tail)
+			return true;
+		if (tail - r->head_local > r->size / 4)
+			return true;
+		if (atomic_load_explicit(&r->space_waiter,
+					 memory_order_relaxed))
+			return true;
+	}
+	return false;
+}
+
+static void flusher_sleep(struct jr_rings *e, const struct round_out *o)
+{
+	struct jitring *jr = e->jr;
+	struct timespec rel;
+
+	if (o->mode == JR_AWAKE)
+		return;
+
+	/* (S): pairs with the seq_cst load of sleep in jitring_rings_wake(). */
+	atomic_store_explicit(&jr->sleep, o->mode, memory_order_seq_cst);
+	if (!news(e, o->mode)) {
+		rel = jitring_clock_rel(o->timeout);
+		jr_futex_wait(&jr->sleep, o->mode, o->timeout ? &rel : NULL);
+	}
+	atomic_store_explicit(&jr->sleep, JR_AWAKE, memory_order_relaxed);
+}
+
+void *jitring_flusher_main(void *arg)
+{
+	struct jr_rings *e = arg;
+	struct round_out o;
+
+	pthread_setname_np(pthread_self(), "jitring-flush");
+	pthread_mutex_lock(&e->fork_lock);
+	pool_maintain(e, jitring_clock_ns());
+	pthread_mutex_unlock(&e->fork_lock);
+	for (;;) {
+		pthread_mutex_lock(&e->fork_lock);
+		round_run(e, &o);
+		pthread_mutex_unlock(&e->fork_lock);
+		JITRING_TESTPOINT(flusher_round, e->jr);
+		if (o.done)
+			break;
+		flusher_sleep(e, &o);
+	}
+	return NULL;
+}

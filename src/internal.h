@@ -1,0 +1,168 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The writer handle shared by both engines.
+ *
+ * struct jitring is a tombstone: it is never freed, so a thread racing
+ * jitring_close() (or calling after it) reads a valid state word and gets
+ * -ESHUTDOWN instead of touching freed memory.  Everything large lives in
+ * the engine state (jr->eng) and the file state, freed at close once no
+ * call can reach them:
+ *  - calls on the write hot path reach engine memory only through their
+ *    thread's ring, protected by the ring's BUSY bit (see rings.c);
+ *  - every other call brackets its use with jitring_enter()/jitring_exit(),
+ *    and close waits for jr->users to drain after setting CLOSING.
+ * The fields the hot path reads are on the first cache line and change only
+ * at close and fork.
+ */
+#ifndef JITRING_SRC_INTERNAL_H
+#define JITRING_SRC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "atomics.h"
+#include "compiler.h"
+#include "jitring.h"
+
+#define JR_MAGIC 0x4a524e47u /* "JRNG" */
+
+/* jr->state.  Anything but JR_OPEN sends a call to its slow path. */
+enum jr_state {
+	JR_OPEN = 0,
+	JR_FAILED = 1,   /* the file failed; writes get jr->io_error */
+	JR_FORKED = 2,   /* child after fork: engine restarts on first use */
+	JR_CLOSING = 3,
+	JR_CLOSED = 4,
+};
+
+/* Counters, all relaxed: they are statistics, never synchronisation. */
+struct jr_counters {
+	_Atomic uint64_t entries_written;
+	_Atomic uint64_t records_written;
+	_Atomic uint64_t bytes_written;
+	_Atomic uint64_t refused_invalid;
+	_Atomic uint64_t refused_nomem;
+	_Atomic uint64_t refused_dropped;
+	_Atomic uint64_t refused_shutdown;
+	_Atomic uint64_t refused_io;
+	_Atomic uint64_t lost_io;
+	_Atomic uint64_t flushes;
+	_Atomic uint64_t ring_full_waits;
+	_Atomic uint64_t refills_ahead;
+	_Atomic uint64_t refills_waited;
+	_Atomic uint64_t batches;
+	_Atomic uint64_t late_entries;
+	_Atomic uint64_t holdback_max_ns;
+	_Atomic uint64_t threads_attached;
+	_Atomic uint64_t threads_total;
+};
+
+/* The dump file, owned by writer.c; engines write through fd. */
+struct jr_file {
+	int fd;
+	uint32_t pid;
+	void *marker;       /* page 0 mapped PROT_READ|PROT_EXEC */
+	size_t marker_len;
+	char *path;         /* <dir>/jit-<pid>.dump */
+	char *dir;
+};
+
+struct jitring {
+	/* Line 0: read by every call; written at close and fork only. */
+	alignas(JITRING_CACHELINE) uint32_t magic;
+	_Atomic uint32_t state;   /* enum jr_state */
+	uint32_t engine;          /* JITRING_ENGINE_RINGS or _MUTEX */
+	uint32_t flags;           /* JITRING_F_* */
+	void *eng;                /* engine state */
+	uint32_t ring_size;
+	uint32_t max_delay_ms;
+	uint32_t holdback_ms;
+	uint32_t elf_mach;
+	uint64_t mem_budget;
+	jitring_log_fn log;
+	void *log_arg;
+
+	/* Line 1: the rings flusher's sleep word (see rings.c). */
+	alignas(JITRING_CACHELINE) _Atomic uint32_t sleep;
+
+	/* Line 2: next unreserved code_index (blocks are carved from it). */
+	alignas(JITRING_CACHELINE) _Atomic uint64_t next_id;
+
+	/* Line 3: cold-path calls inside the engine; close waits for 0. */
+	alignas(JITRING_CACHELINE) _Atomic uint32_t users;
+	_Atomic int32_t io_error;  /* first error of the file, or 0 */
+
+	alignas(JITRING_CACHELINE) struct jr_counters c;
+
+	/* Cold. */
+	struct jr_file file;
+	pthread_mutex_t lock;     /* close/fork vs. each other */
+	struct jitring *next;     /* every handle ever made (tombstones) */
+};
+
+struct jitring_group;
+struct iovec;
+
+/* Engine entry points (engine_mutex.c, rings.c). */
+int jitring_mutex_start(struct jitring *jr);
+int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g);
+int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
+		       const void *new_addr, const void *old_addr,
+		       uint64_t code_size);
+int jitring_mutex_flush(struct jitring *jr);
+int jitring_mutex_stop(struct jitring *jr);
+void jitring_mutex_fork_prepare(struct jitring *jr);
+void jitring_mutex_fork_parent(struct jitring *jr);
+void jitring_mutex_fork_child(struct jitring *jr);
+
+/**
+ * jitring_enter() - Start a cold-path call that uses engine state.
+ *
+ * Pairs with the close path: jitring_close() sets CLOSING (seq_cst) and then
+ * waits for users to reach 0, so either this sees the state change or close
+ * sees our increment (both seq_cst: a store-load Dekker pair).
+ * Return: the state seen (JR_OPEN, JR_FAILED or JR_FORKED keep the user
+ * count; anything else has already dropped it again).
+ */
+static inline uint32_t jitring_enter(struct jitring *jr)
+{
+	uint32_t s;
+
+	atomic_fetch_add_explicit(&jr->users, 1, memory_order_seq_cst);
+	/* Pairs with the seq_cst CAS to JR_CLOSING in jitring_close(). */
+	s = atomic_load_explicit(&jr->state, memory_order_seq_cst);
+	if (s >= JR_CLOSING)
+		/* Pairs with the acquire load of users in jitring_close(). */
+		atomic_fetch_sub_explicit(&jr->users, 1, memory_order_release);
+	return s;
+}
+
+static inline void jitring_exit(struct jitring *jr)
+{
+	/* Pairs with the acquire load of users in jitring_close(). */
+	atomic_fetch_sub_explicit(&jr->users, 1, memory_order_release);
+}
+
+/* Log through the caller's hook, if any. */
+void jitring_log(const struct jitring *jr, int level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* The -errno for a call that found state != JR_OPEN (counted). */
+int jitring_refuse_state(struct jitring *jr, uint32_t s);
+
+/* Record the file's first error and move an open writer to JR_FAILED. */
+void jitring_set_io_error(struct jitring *jr, int err);
+
+/**
+ * jitring_file_pwritev_all() - pwritev(2) all of @iov at @off.
+ *
+ * Retries EINTR and short writes.  Goes through the test I/O hook when
+ * built with testpoints.
+ * Return: 0 or a negative errno; *@done holds the bytes written either way.
+ */
+int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
+			     uint64_t off, uint64_t *done);
+
+#endif /* JITRING_SRC_INTERNAL_H */

@@ -1,0 +1,740 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Rings engine, producer side: jitring_write() on a JIT thread, thread
+ * attach/detach, flush requests, close and fork.
+ *
+ * Algorithm.  Each (thread, writer) pair owns one struct jr_ring, a
+ * single-producer single-consumer byte ring holding encoded jitdump groups
+ * exactly as they will appear in the file.  The producer (the thread) owns
+ * the tail, the consumer (the flusher) the head.  A write:
+ *
+ *   1. finds its ring through a thread-local list (first write: takes a
+ *      ready ring from the pool, see ring_attach());
+ *   2. makes sure the group fits between tail and head (waiting, or -EAGAIN
+ *      in drop mode, if not) -- before announcing anything;
+ *   3. sets BUSY in pub with a seq_cst RMW                           (A)
+ *   4. re-reads the writer state (seq_cst); closing -> back out        (B)
+ *   5. reads CLOCK_MONOTONIC: the group's timestamp, and publishes it in
+ *      stamp (relaxed) as the bound the flusher may use while we are BUSY;
+ *   6. takes a code_index from its private block of JR_ID_BLOCK;
+ *   7. encodes the group straight into the ring (a PAD record first if it
+ *      would cross the end of the buffer);
+ *   8. commits: CAS pub from (tail|BUSY) to (new_tail), seq_cst          (C)
+ *      If that fails the flusher has marked the ring LATE: it stopped
+ *      waiting for us and may already have written entries stamped after
+ *      our timestamp.  We then re-read the clock, re-stamp our records and
+ *      publish with a seq_cst store.  The new stamp is read after the
+ *      flusher's mark, so it is after every entry it wrote, and before this
+ *      call returns, so perf still sees the code before it can run;
+ *   9. reads the flusher's sleep word (seq_cst) and wakes it if needed  (D)
+ *
+ * Invariants: pub has BUSY exactly while the owner is between (A) and (C);
+ * LATE only ever appears together with BUSY and is cleared by the commit;
+ * timestamps in one ring never decrease; code_index values are unique
+ * because blocks are carved from one atomic counter.
+ *
+ * Ordering, in short (docs/design.md has the argument): the flusher reads
+ * the clock T, issues a seq_cst fence and then reads every pub.  A ring
+ * seen idle cannot commit anything stamped before T, because its BUSY RMW
+ * (A) comes after the fence in the single total order and its clock read
+ * comes after (A).  A ring seen BUSY holds the flusher back to that ring's
+ * last known bound until it commits or is marked LATE.  (B) against close
+ * is a Dekker pair: close stores CLOSING seq_cst and the flusher then sees
+ * BUSY, or the writer sees CLOSING and backs out without touching the ring
+ * buffer, which close frees.  (C)/(D) against the flusher going to sleep is
+ * another: the flusher stores its sleep mode seq_cst and re-scans, or the
+ * producer sees the mode and wakes it.
+ *
+ * Memory: a ring's control block is freed by exactly one party, decided by
+ * a CAS on own: the thread (detach/exit) turns ACTIVE into DETACHED and the
+ * flusher recycles the ring once drained; close turns ACTIVE into ORPHAN
+ * and the thread frees the block when it next notices.  The handle itself
+ * is never freed, so a thread that still lists a closed writer's ring reads
+ * a valid state word first.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "futex.h"
+#include "record.h"
+#include "rings.h"
+#include "testpoint.h"
+
+#define JR_POOL_CAP 1024u
+#define JR_POOL_LOW_INIT 8u
+
+/* The calling thread's rings, most recently used first. */
+static __thread struct jr_ring *tls_rings
+	__attribute__((tls_model("initial-exec")));
+static pthread_key_t tls_key;
+static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
+
+static void detach_matching(struct jitring *jr);
+
+static void tls_destructor(void *arg)
+{
+	(void)arg;
+	detach_matching(NULL);
+}
+
+static void tls_key_init(void)
+{
+	pthread_key_create(&tls_key, tls_destructor);
+}
+
+/* ------------------------------------------------------------------ */
+/* Waking the flusher.                                                  */
+
+void jitring_rings_wake_slow(struct jitring *jr, uint32_t s)
+{
+	/* Only the waker that moves the word pays for the system call. */
+	if (atomic_compare_exchange_strong_explicit(&jr->sleep, &s, JR_AWAKE,
+						    memory_order_relaxed,
+						    memory_order_relaxed))
+		jr_futex_wake(&jr->sleep, 1);
+}
+
+void jitring_rings_kick(struct jitring *jr)
+{
+	jitring_rings_wake(jr, true);
+}
+
+/* ------------------------------------------------------------------ */
+/* Attach and detach.                                                   */
+
+static void ring_release(struct jr_ring *r)
+{
+	struct jitring *jr = r->jr;
+	uint32_t own = JR_OWN_ACTIVE;
+
+	/*
+	 * Pairs with the acquire load of own in the flusher's scan (it then
+	 * sees all we committed) and with the CAS to ORPHAN in
+	 * jitring_flusher_release_rings(): exactly one of the two wins.
+	 */
+	if (atomic_compare_exchange_strong_explicit(&r->own, &own,
+						    JR_OWN_DETACHED,
+						    memory_order_acq_rel,
+						    memory_order_acquire)) {
+		atomic_fetch_sub_explicit(&jr->c.threads_attached, 1,
+					  memory_order_relaxed);
+		jitring_rings_wake(jr, false);
+		return;
+	}
+	/* ORPHAN: the writer closed and left the control block to us. */
+	jitring_ring_free(r);
+}
+
+/* Detach the calling thread's rings of @jr (NULL: all).  Returns count. */
+static int detach_list(struct jitring *jr)
+{
+	struct jr_ring **pp = &tls_rings, *r;
+	int n = 0;
+
+	while ((r = *pp)) {
+		if (jr && r->jr != jr) {
+			pp = &r->tls_next;
+			continue;
+		}
+		*pp = r->tls_next;
+		ring_release(r);
+		n++;
+	}
+	return n;
+}
+
+static void detach_matching(struct jitring *jr)
+{
+	detach_list(jr);
+}
+
+int jitring_rings_thread_detach(struct jitring *jr)
+{
+	return detach_list(jr);
+}
+
+/*
+ * Take a ready ring.  The flusher keeps the pool above its low-water mark;
+ * finding it empty is the "refill a producer had to wait for" case.
+ */
+static struct jr_ring *pool_take(struct jitring *jr, struct jr_rings *e,
+				 int *err)
+{
+	struct jr_ring *r;
+	bool waited = false;
+
+	for (unsigned tries = 0;; tries++) {
+		uint32_t gen, s;
+
+		if (ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
+			/*
+			 * Pairs with the release store of own (POOLED) before
+			 * the flusher enqueued r: TSan cannot see ck_ring's
+			 * own ordering, this makes the hand-off visible.
+			 */
+			(void)atomic_load_explicit(&r->own,
+						   memory_order_acquire);
+			if (ck_ring_size(&e->pool) <
+			    atomic_load_explicit(&e->pool_low,
+						 memory_order_relaxed)) {
+				atomic_store_explicit(&e->pool_want, 1,
+						      memory_order_seq_cst);
+				jitring_rings_wake(jr, true);
+			}
+			return r;
+		}
+		if (!waited) {
+			waited = true;
+			jitring_count(&jr->c.refills_waited, 1);
+		}
+		/* Pairs with the release increment in the flusher's refill. */
+		gen = atomic_load_explicit(&e->pool_gen, memory_order_acquire);
+		if (ck_ring_size(&e->pool))
+			continue;
+		if ((tries > 0 && atomic_load_explicit(&e->pool_full,
+						       memory_order_relaxed)) ||
+		    tries > 500) {
+			jitring_count(&jr->c.refused_nomem, 1);
+			*err = -ENOMEM;
+			return NULL;
+		}
+		s = atomic_load_explicit(&jr->state, memory_order_acquire);
+		if (s != JR_OPEN) {
+			*err = jitring_refuse_state(jr, s);
+			return NULL;
+		}
+		/* Dekker with the flusher's sleep (see jitring_rings_wake). */
+		atomic_fetch_add_explicit(&e->pool_waiters, 1,
+					  memory_order_relaxed);
+		atomic_store_explicit(&e->pool_want, 1, memory_order_seq_cst);
+		jitring_rings_wake(jr, true);
+		struct timespec rel = jitring_clock_rel(10 * 1000000u);
+		jr_futex_wait(&e->pool_gen, gen, &rel);
+		atomic_fetch_sub_explicit(&e->pool_waiters, 1,
+					  memory_order_relaxed);
+	}
+}
+
+static int restart_after_fork(struct jitring *jr);
+
+static JR_NOINLINE struct jr_ring *ring_attach(struct jitring *jr, int *err)
+{
+	struct jr_ring **pp, *r;
+	struct jr_rings *e;
+	uint32_t s;
+
+	/* A ring of ours further down the list: move it to the front. */
+	for (pp = &tls_rings; (r = *pp); pp = &r->tls_next) {
+		if (r->jr == jr) {
+			*pp = r->tls_next;
+			r->tls_next = tls_rings;
+			tls_rings = r;
+			return r;
+		}
+	}
+
+	s = jitring_enter(jr);
+	if (s == JR_FORKED)
+		s = restart_after_fork(jr);
+	if (s != JR_OPEN) {
+		if (s < JR_CLOSING)
+			jitring_exit(jr);
+		*err = jitring_refuse_state(jr, s);
+		return NULL;
+	}
+	e = jr->eng;
+	r = pool_take(jr, e, err);
+	if (r) {
+		r->jr = jr;
+		r->pid = e->pid;
+		r->tid = (uint32_t)syscall(SYS_gettid);
+		r->next_id = r->id_end = 0;
+		/* Pairs with the acquire load of own in the flusher's scan. */
+		atomic_store_explicit(&r->own, JR_OWN_ACTIVE,
+				      memory_order_release);
+		r->tls_next = tls_rings;
+		tls_rings = r;
+		pthread_once(&tls_once, tls_key_init);
+		pthread_setspecific(tls_key, (void *)1);
+		jitring_count(&jr->c.threads_attached, 1);
+		jitring_count(&jr->c.threads_total, 1);
+	}
+	jitring_exit(jr);
+	return r;
+}
+
+/* ------------------------------------------------------------------ */
+/* The write path.                                                      */
+
+static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
+				  uint32_t need)
+{
+	/* Pairs with the seq_cst store of head in the flusher's batch. */
+	r->head_cache = atomic_load_explicit(&r->head, memory_order_acquire);
+	if (r->size - (r->tail - r->head_cache) >= need)
+		return 0;
+	if (jr->flags & JITRING_F_DROP) {
+		jitring_count(&jr->c.refused_dropped, 1);
+		return -EAGAIN;
+	}
+	jitring_count(&jr->c.ring_full_waits, 1);
+	jitring_rings_wake(jr, true);
+	for (unsigned spins = 0;; spins++) {
+		uint32_t s = atomic_load_explicit(&jr->state,
+						  memory_order_acquire);
+		uint32_t h;
+
+		if (s != JR_OPEN)
+			return jitring_refuse_state(jr, s);
+		if (spins < 100) {
+			jr_cpu_relax();
+		} else {
+			struct timespec rel = jitring_clock_rel(10 * 1000000u);
+
+			/*
+			 * Dekker with the flusher: it stores head and then
+			 * reads space_waiter, both seq_cst.
+			 */
+			atomic_store_explicit(&r->space_waiter, 1,
+					      memory_order_seq_cst);
+			h = atomic_load_explicit(&r->head,
+						 memory_order_seq_cst);
+			if (r->size - (r->tail - h) < need) {
+				jitring_rings_wake(jr, true);
+				jr_futex_wait(&r->head, h, &rel);
+			}
+			atomic_store_explicit(&r->space_waiter, 0,
+					      memory_order_relaxed);
+		}
+		/* Pairs with the seq_cst store of head in the flusher. */
+		h = atomic_load_explicit(&r->head, memory_order_acquire);
+		if (r->size - (r->tail - h) >= need) {
+			r->head_cache = h;
+			return 0;
+		}
+	}
+}
+
+static JR_NOINLINE uint64_t id_refill(struct jitring *jr, struct jr_ring *r)
+{
+	uint64_t start = atomic_fetch_add_explicit(&jr->next_id, JR_ID_BLOCK,
+						   memory_order_relaxed);
+
+	r->next_id = start + 1;
+	r->id_end = start + JR_ID_BLOCK;
+	return start;
+}
+
+/*
+ * fetch_or found BUSY or TRIM already set.  BUSY: we interrupted our own
+ * write (a signal handler): nothing was changed, refuse.  TRIM: the
+ * flusher is discarding this idle ring's pages; wait for it to finish.
+ */
+static JR_NOINLINE int busy_conflict(struct jitring *jr, struct jr_ring *r,
+				     uint64_t old)
+{
+	if (old & JR_PUB_BUSY) {
+		jitring_count(&jr->c.refused_invalid, 1);
+		return -EDEADLK;
+	}
+	/* Pairs with the release fetch_and of TRIM in the flusher. */
+	for (unsigned spins = 0; atomic_load_explicit(&r->pub,
+						      memory_order_acquire) &
+				 JR_PUB_TRIM;
+	     spins++) {
+		if (spins < 100)
+			jr_cpu_relax();
+		else
+			sched_yield();
+	}
+	return 0;
+}
+
+/* The writer is not open: undo BUSY and say why. */
+static JR_NOINLINE int back_out(struct jitring *jr, struct jr_ring *r,
+				uint32_t s)
+{
+	/*
+	 * Clear BUSY (and a LATE the flusher may have set meanwhile).  Pairs
+	 * with the acquire load of pub in the flusher, which waits for BUSY
+	 * rings to settle before it finishes a close.
+	 */
+	atomic_fetch_and_explicit(&r->pub, ~(uint64_t)JR_PUB_BITS,
+				  memory_order_seq_cst);
+	jitring_rings_wake(jr, true);
+	if (s == JR_CLOSED) {
+		/* Close is done with the ring: let go of it now. */
+		detach_list(jr);
+	}
+	return jitring_refuse_state(jr, s);
+}
+
+/*
+ * The flusher marked us LATE while we were between timestamp and commit.
+ * Re-stamp after that mark and publish.
+ */
+static JR_NOINLINE void commit_late(struct jitring *jr, struct jr_ring *r,
+				    uint8_t *dst, uint32_t ring_bytes,
+				    uint64_t new_pub)
+{
+	uint64_t ts = jitring_clock_ns();
+	struct jr_jumbo j;
+
+	memcpy(&j, dst, sizeof(j.id));
+	if (j.id == JR_ID_JUMBO) {
+		memcpy(&j, dst, sizeof(j));
+		jitring_record_restamp((void *)(uintptr_t)j.ptr, j.len, ts);
+		j.timestamp = ts;
+		memcpy(dst, &j, sizeof(j));
+	} else {
+		jitring_record_restamp(dst, ring_bytes, ts);
+	}
+	jitring_count(&jr->c.late_entries, 1);
+	/* Pairs with the acquire load of pub in the flusher's scan. */
+	atomic_store_explicit(&r->pub, new_pub, memory_order_seq_cst);
+}
+
+struct jr_move_args {
+	uint64_t code_index;
+	const void *new_addr;
+	const void *old_addr;
+	uint64_t code_size;
+};
+
+/*
+ * One group (@g) or one CODE_MOVE (@mv) into the calling thread's ring.
+ * Inlined into both callers so the hot path has no indirect calls.
+ */
+static inline __attribute__((always_inline)) int64_t
+produce(struct jitring *jr, const struct jitring_group *g,
+	const struct jr_move_args *mv)
+{
+	struct jr_ring *r = tls_rings;
+	uint32_t ring_bytes, pos, to_end, need, tail, s;
+	uint64_t total, old, ts, code_index = 0, new_pub;
+	uint8_t *dst, *jumbo = NULL;
+	int ret;
+
+	if (unlikely(!r || r->jr != jr)) {
+		r = ring_attach(jr, &ret);
+		if (!r)
+			return ret;
+	}
+	total = g ? g->total : JR_MOVE_SIZE;
+	ring_bytes = (uint32_t)total;
+	if (unlikely(total > r->size / 2)) {
+		/* Too big to share a ring: a one-off buffer, by reference. */
+		jumbo = malloc(total);
+		if (!jumbo) {
+			jitring_count(&jr->c.refused_nomem, 1);
+			return -ENOMEM;
+		}
+		ring_bytes = sizeof(struct jr_jumbo);
+	}
+	tail = r->tail;
+	pos = tail & r->mask;
+	to_end = r->size - pos;
+	need = ring_bytes <= to_end ? ring_bytes : to_end + ring_bytes;
+	if (unlikely(r->size - (tail - r->head_cache) < need)) {
+		ret = wait_space(jr, r, need);
+		if (ret)
+			goto err;
+	}
+
+	/* (A): pairs with the seq_cst fence in the flusher's scan. */
+	old = atomic_fetch_or_explicit(&r->pub, JR_PUB_BUSY,
+				       memory_order_seq_cst);
+	if (unlikely(old & (JR_PUB_BUSY | JR_PUB_TRIM))) {
+		ret = busy_conflict(jr, r, old);
+		if (ret)
+			goto err;
+	}
+	/* (B): pairs with the seq_cst CAS to JR_CLOSING in jitring_close(). */
+	s = atomic_load_explicit(&jr->state, memory_order_seq_cst);
+	if (unlikely(s != JR_OPEN)) {
+		ret = back_out(jr, r, s);
+		goto err;
+	}
+
+	ts = jitring_clock_ns();
+	/*
+	 * A lower bound for this entry that the flusher may read while we are
+	 * BUSY: exact for the entry in flight, and never above it.  Relaxed:
+	 * a stale value is an older, still valid bound.
+	 */
+	atomic_store_explicit(&r->stamp, ts, memory_order_relaxed);
+	dst = r->buf + pos;
+	if (ring_bytes > to_end) {
+		/* Pad to the end of the buffer; the group starts at 0. */
+		if (to_end >= JR_MIN_RECORD) {
+			struct jitdump_prefix pad = {
+				.id = JR_ID_PAD,
+				.total_size = to_end,
+			};
+
+			memcpy(dst, &pad, sizeof(pad));
+		}
+		dst = r->buf;
+		tail += to_end;
+	}
+	if (g) {
+		code_index = r->next_id++;
+		if (unlikely(code_index >= r->id_end))
+			code_index = id_refill(jr, r);
+		if (likely(!jumbo))
+			jitring_record_encode(g, dst, ts, r->pid, r->tid,
+					      code_index);
+		else
+			jitring_record_encode(g, jumbo, ts, r->pid, r->tid,
+					      code_index);
+	} else {
+		jitring_record_encode_move(jumbo ? jumbo : dst, ts, r->pid,
+					   r->tid, mv->code_index,
+					   mv->old_addr, mv->new_addr,
+					   mv->code_size);
+	}
+	if (unlikely(jumbo != NULL)) {
+		struct jr_jumbo j = {
+			.id = JR_ID_JUMBO,
+			.total_size = sizeof(j),
+			.timestamp = ts,
+			.ptr = (uint64_t)(uintptr_t)jumbo,
+			.len = total,
+		};
+
+		memcpy(dst, &j, sizeof(j));
+	}
+	JITRING_TESTPOINT(write_stamped, r);
+
+	tail += ring_bytes;
+	new_pub = JR_PUB(tail);
+	/* Only we move the tail; the flusher only ever adds LATE. */
+	old = JR_PUB(r->tail) | JR_PUB_BUSY;
+	/* (C): pairs with the acquire load of pub in the flusher's scan. */
+	if (unlikely(!atomic_compare_exchange_strong_explicit(
+		    &r->pub, &old, new_pub, memory_order_seq_cst,
+		    memory_order_relaxed)))
+		commit_late(jr, r, dst, ring_bytes, new_pub);
+	r->tail = tail;
+	/* (D): pairs with the seq_cst store of the sleep mode (flusher). */
+	jitring_rings_wake(jr, tail - r->head_cache > r->size / 4);
+	return (int64_t)code_index;
+
+err:
+	free(jumbo);
+	return ret;
+}
+
+int64_t jitring_rings_write(struct jitring *jr, const struct jitring_group *g)
+{
+	return produce(jr, g, NULL);
+}
+
+int jitring_rings_move(struct jitring *jr, uint64_t code_index,
+		       const void *new_addr, const void *old_addr,
+		       uint64_t code_size)
+{
+	struct jr_move_args mv = {
+		.code_index = code_index,
+		.new_addr = new_addr,
+		.old_addr = old_addr,
+		.code_size = code_size,
+	};
+	struct jr_ring *r = tls_rings;
+	int64_t ret;
+
+	/* An index from our own block that we never handed out. */
+	if (r && r->jr == jr && code_index >= r->next_id &&
+	    code_index < r->id_end) {
+		jitring_count(&jr->c.refused_invalid, 1);
+		return -ENOENT;
+	}
+	ret = produce(jr, NULL, &mv);
+	return ret < 0 ? (int)ret : 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Flush, start, stop.                                                  */
+
+int jitring_rings_flush(struct jitring *jr)
+{
+	struct jr_rings *e = jr->eng;
+	uint64_t t;
+
+	if (!e->running)
+		return 0;
+	/* Pairs with the acquire load of flush_req in the flusher's round. */
+	t = atomic_fetch_add_explicit(&e->flush_req, 1, memory_order_seq_cst) +
+	    1;
+	jitring_rings_wake(jr, true);
+	for (;;) {
+		struct timespec rel = jitring_clock_rel(100 * 1000000u);
+		uint32_t seq;
+
+		/* Pairs with the release increment of flush_seq. */
+		seq = atomic_load_explicit(&e->flush_seq, memory_order_acquire);
+		/* Pairs with the release store of flush_done. */
+		if (atomic_load_explicit(&e->flush_done,
+					 memory_order_acquire) >= t)
+			return 0;
+		jr_futex_wait(&e->flush_seq, seq, &rel);
+	}
+}
+
+static int start_thread(struct jr_rings *e)
+{
+	sigset_t all, old;
+	int ret;
+
+	/* The flusher must never run the runtime's signal handlers. */
+	sigfillset(&all);
+	pthread_sigmask(SIG_SETMASK, &all, &old);
+	ret = pthread_create(&e->thread, NULL, jitring_flusher_main, e);
+	pthread_sigmask(SIG_SETMASK, &old, NULL);
+	if (ret)
+		return -ret;
+	e->running = true;
+	return 0;
+}
+
+int jitring_rings_start(struct jitring *jr)
+{
+	struct jr_rings *e = calloc(1, sizeof(*e));
+	int ret;
+
+	if (!e)
+		return -ENOMEM;
+	e->jr = jr;
+	e->pid = jr->file.pid;
+	e->pool_cap = JR_POOL_CAP;
+	e->pool_buf = calloc(e->pool_cap, sizeof(*e->pool_buf));
+	if (!e->pool_buf) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	ck_ring_init(&e->pool, e->pool_cap);
+	atomic_init(&e->pool_low, JR_POOL_LOW_INIT);
+	pthread_mutex_init(&e->fork_lock, NULL);
+	e->file_off = sizeof(struct jitdump_header);
+	jr->eng = e;
+	ret = jitring_flusher_init(e);
+	if (ret)
+		goto err_free;
+	ret = start_thread(e);
+	if (ret)
+		goto err_fini;
+	return 0;
+
+err_fini:
+	jitring_flusher_release_rings(e, false);
+	jitring_flusher_fini(e);
+err_free:
+	jr->eng = NULL;
+	free(e->pool_buf);
+	free(e);
+	return ret;
+}
+
+/* First call in a fork child: start a flusher for the child's file. */
+static int restart_after_fork(struct jitring *jr)
+{
+	struct jr_rings *e = jr->eng;
+	uint32_t s;
+
+	pthread_mutex_lock(&jr->lock);
+	s = atomic_load_explicit(&jr->state, memory_order_acquire);
+	if (s == JR_FORKED) {
+		e->pid = jr->file.pid;
+		if (jitring_flusher_init(e) || start_thread(e)) {
+			jitring_set_io_error(jr, -EAGAIN);
+			s = JR_FAILED;
+			atomic_store_explicit(&jr->state, s,
+					      memory_order_release);
+		} else {
+			s = JR_OPEN;
+			/* Pairs with the acquire/seq_cst loads of state. */
+			atomic_store_explicit(&jr->state, s,
+					      memory_order_seq_cst);
+		}
+	}
+	pthread_mutex_unlock(&jr->lock);
+	return s;
+}
+
+int jitring_rings_stop(struct jitring *jr, bool forked)
+{
+	struct jr_rings *e = jr->eng;
+	if (e->running) {
+		/* Pairs with the acquire load of stop in the flusher. */
+		atomic_store_explicit(&e->stop, 1, memory_order_seq_cst);
+		jitring_rings_kick(jr);
+		pthread_join(e->thread, NULL);
+		e->running = false;
+	} else if (forked) {
+		/* A child that never wrote: nothing buffered, maybe CLOSE. */
+		jitring_flusher_write_close(e);
+	}
+	jitring_flusher_release_rings(e, false);
+	jitring_flusher_fini(e);
+	free(e->pool_buf);
+	free(e);
+	jr->eng = NULL;
+	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Fork.                                                                */
+
+/* Hold the flusher between rounds so the child inherits a consistent
+ * registry and pool. */
+void jitring_rings_fork_prepare(struct jitring *jr)
+{
+	struct jr_rings *e = jr->eng;
+
+	if (e)
+		pthread_mutex_lock(&e->fork_lock);
+}
+
+void jitring_rings_fork_parent(struct jitring *jr)
+{
+	struct jr_rings *e = jr->eng;
+
+	if (e)
+		pthread_mutex_unlock(&e->fork_lock);
+}
+
+void jitring_rings_fork_child(struct jitring *jr)
+{
+	struct jr_rings *e = jr->eng;
+	struct jr_ring **pp, *r;
+
+	/* The forking thread's rings of this writer are the parent's. */
+	for (pp = &tls_rings; (r = *pp);) {
+		if (r->jr == jr)
+			*pp = r->tls_next;
+		else
+			pp = &r->tls_next;
+	}
+	if (!e)
+		return;
+	pthread_mutex_init(&e->fork_lock, NULL);
+	/* No flusher in the child; everything buffered is the parent's. */
+	e->running = false;
+	jitring_flusher_release_rings(e, true);
+	jitring_flusher_fini(e);
+	ck_ring_init(&e->pool, e->pool_cap);
+	atomic_store_explicit(&e->pool_want, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->pool_full, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->flush_req, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->flush_done, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->stop, 0, memory_order_relaxed);
+	atomic_store_explicit(&jr->sleep, JR_AWAKE, memory_order_relaxed);
+	e->file_off = sizeof(struct jitdump_header);
+	e->flush_ticket = 0;
+	e->failed = false;
+}

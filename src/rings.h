@@ -1,0 +1,183 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The rings engine: per-thread single-producer/single-consumer rings of
+ * encoded jitdump groups, drained in timestamp order by one background
+ * flusher thread per writer.  rings.c is the producer side (the JIT
+ * threads) and the lifecycle; flusher.c is the consumer side and the ring
+ * pool.  docs/design.md argues the ordering protocol in full.
+ */
+#ifndef JITRING_SRC_RINGS_H
+#define JITRING_SRC_RINGS_H
+
+#include <ck_ring.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/uio.h>
+
+#include "internal.h"
+
+struct jitring_group;
+
+/* jr_ring.pub: (tail << 32) | bits. */
+#define JR_PUB_BUSY 1u  /* the owner is between its timestamp and commit */
+#define JR_PUB_LATE 2u  /* the flusher stopped waiting for this ring */
+#define JR_PUB_TRIM 4u  /* the flusher is discarding the idle ring's pages */
+#define JR_PUB_BITS 0xffffffffu
+#define JR_PUB_TAIL(v) ((uint32_t)((v) >> 32))
+#define JR_PUB(tail) ((uint64_t)(tail) << 32)
+
+/* jr_ring.own: who owns the ring; CAS decides who frees at close. */
+enum jr_own {
+	JR_OWN_POOLED = 0,   /* flusher's, ready to hand out */
+	JR_OWN_ACTIVE = 1,   /* a thread's */
+	JR_OWN_DETACHED = 2, /* the thread let go; flusher drains, recycles */
+	JR_OWN_ORPHAN = 3,   /* writer closed under a live thread: the thread
+			      * frees the control block */
+};
+
+/* Pseudo-records that live only in rings, never in the file. */
+#define JR_ID_PAD 0xfffffff0u   /* skip to the end of the buffer */
+#define JR_ID_JUMBO 0xfffffff1u /* group in a heap buffer, see below */
+/* Fewer than this many bytes before the end of the buffer are padding. */
+#define JR_MIN_RECORD 16u
+
+/* A group larger than half a ring: {prefix; u64 ptr; u64 len}. */
+struct jr_jumbo {
+	uint32_t id;
+	uint32_t total_size;
+	uint64_t timestamp;
+	uint64_t ptr;
+	uint64_t len;
+};
+
+#define JR_ID_BLOCK 64u /* code_index values reserved per refill */
+
+struct jr_ring {
+	/* Producer line: written by the owning thread on every write. */
+	alignas(JITRING_CACHELINE) _Atomic uint64_t pub;
+	_Atomic uint64_t stamp; /* timestamp of the newest write begun */
+	uint32_t tail;       /* == JR_PUB_TAIL(pub), producer's copy */
+	uint32_t head_cache; /* the last head the producer read */
+	uint64_t next_id;    /* next code_index of the reserved block */
+	uint64_t id_end;
+	uint32_t pid;
+	uint32_t tid;
+	struct jitring *jr;
+	struct jr_ring *tls_next; /* the owning thread's rings */
+	uint8_t *buf;
+	uint32_t size;
+	uint32_t mask;
+
+	/* Consumer line: written by the flusher after each batch. */
+	alignas(JITRING_CACHELINE) _Atomic uint32_t head;
+	_Atomic uint32_t space_waiter; /* owner sleeps on head for space */
+	_Atomic uint32_t own;          /* enum jr_own */
+
+	/* Flusher-private. */
+	alignas(JITRING_CACHELINE) uint32_t rd; /* next byte to emit */
+	uint32_t seen_tail;    /* tail visible at this round's scan */
+	uint32_t busy_tail;    /* tail when BUSY was first seen */
+	uint32_t flush_target; /* head must pass this for the flush ticket */
+	uint64_t lb;           /* no later commit has a smaller timestamp */
+	uint64_t busy_since;   /* round time BUSY was first seen at busy_tail */
+	uint64_t idle_since;   /* round time of the last commit seen */
+	uint32_t reg_idx;      /* index in the registry */
+	uint32_t pk_pos;       /* the next group: offset in buf, */
+	uint32_t pk_len;       /* bytes it takes in the ring, */
+	uint32_t pk_records;   /* its records, */
+	uint64_t pk_ts;        /* its timestamp, */
+	uint8_t *pk_jumbo;     /* its heap buffer if any, */
+	uint64_t pk_jlen;      /* and that buffer's length */
+	uint32_t head_local;   /* the head we last published */
+	bool trimmed;          /* pages discarded since the last commit */
+};
+
+struct jr_merge; /* flusher.c */
+
+struct jr_rings {
+	struct jitring *jr;
+	pthread_t thread;
+	bool running;
+	uint32_t pid;
+
+	/* Ring pool: the flusher enqueues, registering threads dequeue. */
+	ck_ring_t pool;
+	ck_ring_buffer_t *pool_buf;
+	uint32_t pool_cap;
+	_Atomic uint32_t pool_low;     /* refill when below (adaptive) */
+	_Atomic uint32_t pool_gen;     /* futex: bumped after each refill */
+	_Atomic uint32_t pool_want;    /* a thread found the pool empty */
+	_Atomic uint32_t pool_waiters; /* threads sleeping for a ring */
+	_Atomic uint32_t pool_full;    /* the budget is used up */
+
+	/* Flush tickets. */
+	_Atomic uint64_t flush_req;
+	_Atomic uint64_t flush_done;
+	_Atomic uint32_t flush_seq;    /* futex for flush waiters */
+
+	_Atomic uint32_t stop;         /* close asked the flusher to finish */
+	pthread_mutex_t fork_lock;     /* held by the flusher during a round */
+
+	/* Flusher-private from here on. */
+	struct jr_ring **reg;          /* every ring this engine made */
+	uint32_t nreg;
+	uint32_t reg_cap;
+	uint64_t ring_bytes;           /* bytes of ring buffers allocated */
+	uint64_t file_off;
+	uint64_t flush_ticket;         /* ticket being worked on, or 0 */
+	bool failed;                   /* the file failed: drop everything */
+	struct jr_merge *m;
+};
+
+/* rings.c: the producer side and lifecycle, called from writer.c. */
+int jitring_rings_start(struct jitring *jr);
+int64_t jitring_rings_write(struct jitring *jr, const struct jitring_group *g);
+int jitring_rings_move(struct jitring *jr, uint64_t code_index,
+		       const void *new_addr, const void *old_addr,
+		       uint64_t code_size);
+int jitring_rings_flush(struct jitring *jr);
+int jitring_rings_stop(struct jitring *jr, bool forked);
+int jitring_rings_thread_detach(struct jitring *jr);
+void jitring_rings_kick(struct jitring *jr);
+void jitring_rings_fork_prepare(struct jitring *jr);
+void jitring_rings_fork_parent(struct jitring *jr);
+void jitring_rings_fork_child(struct jitring *jr);
+
+/* flusher.c */
+void *jitring_flusher_main(void *arg);
+int jitring_flusher_init(struct jr_rings *e);
+void jitring_flusher_fini(struct jr_rings *e);
+/* Free every ring (after the flusher stopped, or in a fork child). */
+void jitring_flusher_release_rings(struct jr_rings *e, bool child);
+void jitring_ring_free(struct jr_ring *r);
+/* Append a CLOSE record if JITRING_F_WRITE_CLOSE asks for one. */
+void jitring_flusher_write_close(struct jr_rings *e);
+
+/* The flusher's sleep word, jr->sleep. */
+enum jr_sleep {
+	JR_AWAKE = 0,
+	JR_NAP = 1,  /* timed sleep: wake only on ring pressure or request */
+	JR_DEEP = 2, /* wake on any commit */
+};
+
+void jitring_rings_wake_slow(struct jitring *jr, uint32_t s);
+
+/**
+ * jitring_rings_wake() - Wake the flusher if it sleeps.
+ * @jr: writer.
+ * @force: wake from a nap too (a request or a ring under pressure).
+ *
+ * Callers make their news visible with a seq_cst operation first; the
+ * flusher stores its sleep mode seq_cst and then re-checks for news (a
+ * store-load Dekker pair: one of the two sees the other).
+ */
+static inline void jitring_rings_wake(struct jitring *jr, bool force)
+{
+	uint32_t s = atomic_load_explicit(&jr->sleep, memory_order_seq_cst);
+
+	if (likely(s == JR_AWAKE) || (s == JR_NAP && !force))
+		return;
+	jitring_rings_wake_slow(jr, s);
+}
+
+#endif /* JITRING_SRC_RINGS_H */

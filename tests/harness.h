@@ -1,0 +1,69 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Minimal test harness: checks print file:line and values and carry on; a
+ * binary prints "N passed, N failed" last and exits 0 (pass), 1 (fail) or
+ * 77 (skip), the automake codes meson understands.
+ */
+#ifndef JITRING_TESTS_HARNESS_H
+#define JITRING_TESTS_HARNESS_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define T_EXIT_PASS 0
+#define T_EXIT_FAIL 1
+#define T_EXIT_SKIP 77
+
+static unsigned long t_passed, t_failed;
+
+#define T_CHECK(c)                                                          \
+	do {                                                                \
+		if (c) {                                                    \
+			t_passed++;                                         \
+		} else {                                                    \
+			t_failed++;                                         \
+			fprintf(stderr, "%s:%d: check failed: %s\n",        \
+				__FILE__, __LINE__, #c);                    \
+		}                                                           \
+	} while (0)
+
+#define T_CHECK_EQ(a, b)                                                    \
+	do {                                                                \
+		long long t_a_ = (long long)(a), t_b_ = (long long)(b);     \
+		if (t_a_ == t_b_) {                                         \
+			t_passed++;                                         \
+		} else {                                                    \
+			t_failed++;                                         \
+			fprintf(stderr,                                     \
+				"%s:%d: %s == %s failed: %lld != %lld\n",   \
+				__FILE__, __LINE__, #a, #b, t_a_, t_b_);    \
+		}                                                           \
+	} while (0)
+
+/* Fatal variant for preconditions the rest of a test depends on. */
+#define T_REQUIRE(c)                                                        \
+	do {                                                                \
+		if (!(c)) {                                                 \
+			fprintf(stderr, "%s:%d: requirement failed: %s\n",  \
+				__FILE__, __LINE__, #c);                    \
+			t_failed++;                                         \
+			exit(t_report());                                   \
+		}                                                           \
+	} while (0)
+
+static inline int t_report(void)
+{
+	printf("%lu passed, %lu failed\n", t_passed, t_failed);
+	fflush(stdout);
+	return t_failed ? T_EXIT_FAIL : T_EXIT_PASS;
+}
+
+static inline void t_skip(const char *why)
+{
+	printf("SKIP: %s\n0 passed, 0 failed\n", why);
+	fflush(stdout);
+	exit(T_EXIT_SKIP);
+}
+
+#endif /* JITRING_TESTS_HARNESS_H */
