@@ -187,8 +187,9 @@ struct jitring_line {
  *	rewrites pc_begin for the address perf maps the data at
  *	(code_addr + ALIGN_8(code_size)), appends the 20-byte .eh_frame_hdr
  *	and sets mapped_size; see jitring_eh_frame_build().
- * @eh_frame_size: bytes at @eh_frame, a multiple of 4, at most
- *	JITRING_EH_FRAME_MAX; 0 when @eh_frame is NULL.
+ * @eh_frame_size: bytes at @eh_frame, a multiple of 4 (so must be each
+ *	record's length), at most JITRING_EH_FRAME_MAX; 0 when @eh_frame is
+ *	NULL.
  * @nr_lines: rows at @lines, at most JITRING_LINES_MAX; 0 for no DEBUG_INFO.
  * @lines: the line table, or NULL when @nr_lines is 0.
  */
@@ -427,7 +428,7 @@ JITRING_API int jitring_thread_detach(struct jitring *jr);
  * @JITRING_CFI_DEF_CFA_OFFSET: CFA = (current CFA register) + @offset.
  * @JITRING_CFI_DEF_CFA_REGISTER: CFA = @reg + (current offset).
  * @JITRING_CFI_OFFSET: register @reg saved at CFA + @offset (@offset is a
- *	negative multiple of the data alignment, e.g. -16).
+ *	multiple of the data alignment, usually negative, e.g. -16).
  * @JITRING_CFI_RESTORE: register @reg has its entry rule again.
  * @JITRING_CFI_REMEMBER_STATE: push the current rules.
  * @JITRING_CFI_RESTORE_STATE: pop them.
@@ -444,8 +445,8 @@ enum jitring_cfi_kind {
 
 /**
  * struct jitring_cfi_op - A rule change that takes effect at a code offset.
- * @pc: byte offset from the start of the code; non-decreasing along the
- *	list, and a multiple of the code alignment.
+ * @pc: byte offset from the start of the code, at most the code size;
+ *	non-decreasing along the list, and a multiple of the code alignment.
  * @kind: enum jitring_cfi_kind.
  * @reg: DWARF register number.
  * @offset: byte offset (see enum jitring_cfi_kind).
@@ -461,7 +462,8 @@ struct jitring_cfi_op {
  * struct jitring_cfi - Call frame description of a piece of code.
  * @code_align: DWARF code alignment factor (1 on x86_64, 4 on aarch64).
  * @data_align: DWARF data alignment factor (-8 on both).
- * @ra_reg: return-address column (16 on x86_64, 30 on aarch64).
+ * @ra_reg: return-address column (16 on x86_64, 30 on aarch64); above 255
+ *	the CIE is emitted as version 3.
  * @nr_init: how many of @ops (all with @pc 0) are the rules at entry and go
  *	into the CIE.
  * @nr_ops: entries at @ops.
@@ -504,7 +506,8 @@ jitring_cfi_preset(enum jitring_cfi_preset preset);
 /**
  * jitring_eh_frame_build() - Encode a CIE and one FDE for a piece of code.
  * @cfi: the call frame description.
- * @code_size: bytes of code the FDE covers (1 to JITRING_CODE_MAX).
+ * @code_size: bytes of code the FDE covers, at least 1 and small enough
+ *	that pc_begin fits in 32 bits (about 2 GiB less the frame size).
  * @buf: output buffer, or NULL to only compute the size.
  * @buf_size: bytes at @buf.
  *
@@ -515,11 +518,15 @@ jitring_cfi_preset(enum jitring_cfi_preset preset);
  * so one buffer serves every copy of a trampoline.
  *
  * Context: any thread; async-signal-safe.
- * Return: bytes needed (> 0), written to @buf if it was large enough;
- * -EINVAL for a NULL @cfi, a bad @code_size, an unknown kind, a @pc out of
- * order, beyond @code_size or not aligned, or an offset that is not a
- * multiple of the data alignment; -E2BIG if it would exceed
- * JITRING_EH_FRAME_MAX; -ENOSPC if @buf is non-NULL and too small.
+ * Return: bytes needed (> 0), written to @buf if it was large enough (on
+ * any error @buf is left untouched); -EINVAL for a NULL @cfi, a bad
+ * @code_size, a zero code or data alignment, NULL @ops with @nr_ops > 0,
+ * @nr_init > @nr_ops, an entry rule with a non-zero @pc or of kind
+ * RESTORE/REMEMBER_STATE/RESTORE_STATE, an unknown kind, a @pc out of
+ * order, beyond @code_size or not aligned, an offset that is not a multiple
+ * of the data alignment, a negative CFA offset, or a RESTORE_STATE without
+ * its REMEMBER_STATE; -E2BIG if it would exceed JITRING_EH_FRAME_MAX;
+ * -ENOSPC if @buf is non-NULL and too small.
  */
 JITRING_API int jitring_eh_frame_build(const struct jitring_cfi *cfi,
 				       uint64_t code_size, void *buf,

@@ -794,15 +794,18 @@ static void flusher_sleep(struct jr_rings *e, const struct round_out *o)
 	atomic_store_explicit(&jr->sleep, JR_AWAKE, memory_order_relaxed);
 }
 
+int jitring_flusher_prefill(struct jr_rings *e)
+{
+	pool_maintain(e, jitring_clock_ns());
+	return ck_ring_size(&e->pool) ? 0 : -ENOMEM;
+}
+
 void *jitring_flusher_main(void *arg)
 {
 	struct jr_rings *e = arg;
 	struct round_out o;
 
 	pthread_setname_np(pthread_self(), "jitring-flush");
-	pthread_mutex_lock(&e->fork_lock);
-	pool_maintain(e, jitring_clock_ns());
-	pthread_mutex_unlock(&e->fork_lock);
 	for (;;) {
 		pthread_mutex_lock(&e->fork_lock);
 		round_run(e, &o);

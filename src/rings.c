@@ -625,6 +625,10 @@ int jitring_rings_start(struct jitring *jr)
 	ret = jitring_flusher_init(e);
 	if (ret)
 		goto err_free;
+	/* The first threads find rings ready, not an empty pool. */
+	ret = jitring_flusher_prefill(e);
+	if (ret)
+		goto err_fini;
 	ret = start_thread(e);
 	if (ret)
 		goto err_fini;
@@ -640,30 +644,40 @@ err_free:
 	return ret;
 }
 
-/* First call in a fork child: start a flusher for the child's file. */
+/*
+ * First call in a fork child: start a flusher for the child's file.  Runs
+ * inside jitring_enter(), so close (which holds jr->lock while it waits for
+ * users) cannot be waited on here: serialise on fork_lock instead, and move
+ * FORKED to OPEN with a CAS that a racing close wins.
+ */
 static int restart_after_fork(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
-	uint32_t s;
+	uint32_t s = JR_FORKED;
+	int ret = 0;
 
-	pthread_mutex_lock(&jr->lock);
-	s = atomic_load_explicit(&jr->state, memory_order_acquire);
-	if (s == JR_FORKED) {
+	pthread_mutex_lock(&e->fork_lock);
+	if (!e->running) {
 		e->pid = jr->file.pid;
-		if (jitring_flusher_init(e) || start_thread(e)) {
-			jitring_set_io_error(jr, -EAGAIN);
-			s = JR_FAILED;
-			atomic_store_explicit(&jr->state, s,
-					      memory_order_release);
-		} else {
-			s = JR_OPEN;
-			/* Pairs with the acquire/seq_cst loads of state. */
-			atomic_store_explicit(&jr->state, s,
-					      memory_order_seq_cst);
-		}
+		ret = jitring_flusher_init(e);
+		if (!ret)
+			ret = jitring_flusher_prefill(e);
+		if (!ret)
+			ret = start_thread(e);
 	}
-	pthread_mutex_unlock(&jr->lock);
-	return s;
+	pthread_mutex_unlock(&e->fork_lock);
+	if (ret) {
+		jitring_set_io_error(jr, ret);
+		atomic_compare_exchange_strong_explicit(
+			&jr->state, &s, JR_FAILED, memory_order_seq_cst,
+			memory_order_relaxed);
+		return atomic_load_explicit(&jr->state, memory_order_seq_cst);
+	}
+	/* Pairs with the seq_cst loads of state (B) and in jitring_enter. */
+	atomic_compare_exchange_strong_explicit(&jr->state, &s, JR_OPEN,
+						memory_order_seq_cst,
+						memory_order_relaxed);
+	return atomic_load_explicit(&jr->state, memory_order_seq_cst);
 }
 
 int jitring_rings_stop(struct jitring *jr, bool forked)
@@ -729,6 +743,7 @@ void jitring_rings_fork_child(struct jitring *jr)
 	jitring_flusher_fini(e);
 	ck_ring_init(&e->pool, e->pool_cap);
 	atomic_store_explicit(&e->pool_want, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->pool_waiters, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->pool_full, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->flush_req, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->flush_done, 0, memory_order_relaxed);

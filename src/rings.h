@@ -147,6 +147,8 @@ void jitring_rings_fork_child(struct jitring *jr);
 void *jitring_flusher_main(void *arg);
 int jitring_flusher_init(struct jr_rings *e);
 void jitring_flusher_fini(struct jr_rings *e);
+/* Fill the ring pool to its low-water mark (before the flusher runs). */
+int jitring_flusher_prefill(struct jr_rings *e);
 /* Free every ring (after the flusher stopped, or in a fork child). */
 void jitring_flusher_release_rings(struct jr_rings *e, bool child);
 void jitring_ring_free(struct jr_ring *r);

@@ -308,11 +308,21 @@ static void atfork_child(void)
 		file_release(&jr->file);
 		atomic_store_explicit(&jr->io_error, 0, memory_order_relaxed);
 		ret = file_create(&jr->file, jr->elf_mach);
+		/* The child's file starts empty: so do its counters. */
+		memset(&jr->c, 0, sizeof(jr->c));
+		if (!ret)
+			atomic_store_explicit(&jr->c.bytes_written,
+					      sizeof(struct jitdump_header),
+					      memory_order_relaxed);
 		if (jr->engine == JITRING_ENGINE_MUTEX)
 			jitring_mutex_fork_child(jr);
 		else
 			jitring_rings_fork_child(jr);
-		atomic_store_explicit(&jr->state, ret ? JR_FAILED : JR_FORKED,
+		/* The rings engine starts its flusher on first use. */
+		atomic_store_explicit(&jr->state,
+				      ret ? JR_FAILED :
+				      jr->engine == JITRING_ENGINE_RINGS ?
+				      JR_FORKED : JR_OPEN,
 				      memory_order_relaxed);
 		if (ret)
 			atomic_store_explicit(&jr->io_error, ret,
