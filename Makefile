@@ -10,7 +10,7 @@ PY ?= python3
 JOBS ?= 2
 
 .PHONY: all deps deps-bench build demo test test-unit test-asan test-tsan \
-	stress bench bench-full format clean
+	bench bench-full format clean
 
 all: build
 
@@ -67,6 +67,20 @@ test-tsan: build-tsan/build.ninja
 		--print-errorlogs --suite unit --suite stress \
 		> build-tsan/test-output.txt 2>&1; tail -n 40 build-tsan/test-output.txt
 	@$(PY) scripts/test-summary.py build-tsan/meson-logs/testlog.json
+
+# Benchmarks against the mutex design (bench/README.md).  A release build
+# without test hooks; results go to bench/results/.
+build-release/build.ninja: | deps deps-bench
+	$(MESON) setup build-release -Dbuildtype=release -Dtestpoints=false \
+		-Dtests=disabled -Dbench=enabled
+
+bench: deps-bench build-release/build.ninja
+	$(NINJA) -C build-release
+	bash bench/run.sh quick build-release
+
+bench-full: deps-bench build-release/build.ninja
+	$(NINJA) -C build-release
+	bash bench/run.sh full build-release
 
 format:
 	clang-format -i include/*.h include/jitring/*.h src/*.c src/*.h

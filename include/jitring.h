@@ -95,9 +95,7 @@ enum jitring_engine {
 /** Rings engine: when the calling thread's ring is full, return -EAGAIN at
  *  once and count the entry instead of waiting for the flusher. */
 #define JITRING_F_DROP (1u << 1)
-/** Rings engine: also write /tmp/perf-<pid>.map lines from the flusher. */
-#define JITRING_F_PERF_MAP (1u << 2)
-#define JITRING_F_ALL (JITRING_F_WRITE_CLOSE | JITRING_F_DROP | JITRING_F_PERF_MAP)
+#define JITRING_F_ALL (JITRING_F_WRITE_CLOSE | JITRING_F_DROP)
 
 /* Levels passed to the log hook. */
 #define JITRING_LOG_ERR 3
@@ -381,7 +379,9 @@ JITRING_API int jitring_flush(struct jitring *jr);
  * optionally a CLOSE record (JITRING_F_WRITE_CLOSE), unmaps the marker page
  * and closes the file.  The dump is never unlinked: perf inject needs it.
  * Rings of threads still alive are released when those threads exit or call
- * jitring_thread_detach().
+ * jitring_thread_detach().  A process that exits through exit(3) without
+ * closing still has its open writers flushed (an atexit handler); _exit(2)
+ * or a crash loses what was not yet written, at most about max_delay_ms.
  *
  * Context: any thread but the writer's own log hook; blocks; not
  * async-signal-safe.

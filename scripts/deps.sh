@@ -5,7 +5,7 @@
 set -euo pipefail
 
 core=(gcc g++ make pkg-config meson ninja-build python3 binutils
-      liburcu-dev libck-dev linux-perf)
+      libck-dev linux-perf)
 bench=(libbenchmark-dev valgrind gnuplot-nox)
 fuzz=(clang libclang-rt-14-dev)
 

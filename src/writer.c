@@ -331,9 +331,30 @@ static void atfork_child(void)
 	pthread_mutex_init(&jr_global_lock, NULL);
 }
 
+/*
+ * exit() flushes stdio buffers, so the mutex engine's entries reach the file
+ * even without jitring_close(); flush the rings engine's too.  Not close:
+ * other threads may still be running.
+ */
+static void atexit_flush(void)
+{
+	struct jitring *jr;
+
+	pthread_mutex_lock(&jr_global_lock);
+	jr = jr_all;
+	pthread_mutex_unlock(&jr_global_lock);
+	/* Handles are never freed and the list only grows at the head. */
+	for (; jr; jr = jr->next)
+		if (jr->engine == JITRING_ENGINE_RINGS &&
+		    atomic_load_explicit(&jr->state, memory_order_acquire) ==
+			    JR_OPEN)
+			jitring_flush(jr);
+}
+
 static void atfork_register(void)
 {
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+	atexit(atexit_flush);
 }
 
 /* ------------------------------------------------------------------ */
