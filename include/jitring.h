@@ -211,7 +211,8 @@ struct jitring_entry {
  *	jitring_move()) that are in the file.
  * @records_written: jitdump records in the file, header excluded.
  * @bytes_written: bytes in the file, header included.
- * @refused_invalid: calls refused with -EINVAL or -E2BIG.
+ * @refused_invalid: calls refused with -EINVAL, -E2BIG, -ENOENT or
+ *	-EDEADLK.
  * @refused_nomem: calls refused with -ENOMEM.
  * @refused_dropped: calls refused with -EAGAIN (JITRING_F_DROP).
  * @refused_shutdown: calls refused with -ESHUTDOWN (writer closing/closed).
@@ -325,8 +326,9 @@ JITRING_API int jitring_open(const struct jitring_config *cfg,
  * CODE_LOAD; -EINVAL for a NULL argument, empty name, code_size 0, an
  * eh_frame that is malformed or not a multiple of 4, a line table with a
  * NULL file or addresses out of order; -E2BIG for a name, file name,
- * eh_frame, line count or code_size over its limit or a group that does not
- * fit a u32 record; -ENOMEM if no ring could be had within mem_budget (or
+ * eh_frame, line count or code_size over its limit (with an eh_frame,
+ * code_size must also leave the 32-bit unwind offsets room: about 2 GiB
+ * less 8 KiB); -ENOMEM if no ring could be had within mem_budget (or
  * malloc failed for a large entry); -EAGAIN (JITRING_F_DROP only); -EDEADLK
  * (nested call, see above); -ESHUTDOWN once jitring_close() has started; or
  * the negative errno with which the file failed.  Every refusal is counted

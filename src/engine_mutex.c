@@ -262,8 +262,19 @@ int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
 	int ret;
 
 	ret = lock_open(jr, m);
-	if (ret)
+	if (ret) {
+		if (ret == -EDEADLK)
+			jitring_count(&jr->c.refused_invalid, 1);
 		return ret;
+	}
+	/* Indices are handed out densely from 1 under the lock. */
+	if (code_index == 0 ||
+	    code_index >= atomic_load_explicit(&jr->next_id,
+					       memory_order_relaxed)) {
+		unlock(m);
+		jitring_count(&jr->c.refused_invalid, 1);
+		return -ENOENT;
+	}
 	ret = reserve_locked(jr, m, sizeof(rec));
 	if (!ret) {
 		jitring_record_encode_move(rec, jitring_clock_ns(),

@@ -293,6 +293,53 @@ void jitring_flusher_release_rings(struct jr_rings *e, bool child)
 }
 
 /* ------------------------------------------------------------------ */
+/* The code_index map.                                                  */
+
+_Atomic uint64_t *jitring_idmap_chunk(struct jr_rings *e, uint64_t id)
+{
+	_Atomic(_Atomic uint64_t *) *slot;
+	_Atomic uint64_t *chunk, *fresh = NULL;
+
+	if ((id >> JR_IDMAP_SHIFT) >= JR_IDMAP_CHUNKS)
+		return NULL;
+	slot = &e->idmap[id >> JR_IDMAP_SHIFT];
+	/* Pairs with the release CAS below. */
+	chunk = atomic_load_explicit(slot, memory_order_acquire);
+	if (likely(chunk))
+		return chunk;
+	fresh = calloc(JR_IDMAP_WORDS, sizeof(*fresh));
+	if (!fresh)
+		return NULL;
+	/* Pairs with the acquire loads of the slot (here, id_issued()). */
+	if (atomic_compare_exchange_strong_explicit(slot, &chunk, fresh,
+						    memory_order_acq_rel,
+						    memory_order_acquire))
+		return fresh;
+	free(fresh);
+	return chunk;
+}
+
+void jitring_idmap_free(struct jr_rings *e)
+{
+	for (uint32_t i = 0; i < JR_IDMAP_CHUNKS; i++) {
+		free(atomic_load_explicit(&e->idmap[i], memory_order_relaxed));
+		atomic_store_explicit(&e->idmap[i], NULL, memory_order_relaxed);
+	}
+}
+
+/* Have the chunk for the next blocks ready before a producer needs it. */
+static void idmap_ahead(struct jr_rings *e)
+{
+	uint64_t next = atomic_load_explicit(&e->jr->next_id,
+					     memory_order_relaxed);
+
+	jitring_idmap_chunk(e, next);
+	if ((next & ((1u << JR_IDMAP_SHIFT) - 1)) >
+	    (3u << (JR_IDMAP_SHIFT - 2)))
+		jitring_idmap_chunk(e, next + (1u << JR_IDMAP_SHIFT));
+}
+
+/* ------------------------------------------------------------------ */
 /* Reading groups out of a ring.                                        */
 
 static void group_size(const uint8_t *p, uint32_t *len, uint32_t *records)
@@ -721,6 +768,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		pool_put(e, r, T);
 	}
 	pool_maintain(e, T);
+	idmap_ahead(e);
 	trim_at = stopping ? UINT64_MAX : trim_idle(e, T);
 
 	if (stopping && !any_busy) {
@@ -797,6 +845,7 @@ static void flusher_sleep(struct jr_rings *e, const struct round_out *o)
 int jitring_flusher_prefill(struct jr_rings *e)
 {
 	pool_maintain(e, jitring_clock_ns());
+	idmap_ahead(e);
 	return ck_ring_size(&e->pool) ? 0 : -ENOMEM;
 }
 

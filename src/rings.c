@@ -320,14 +320,46 @@ static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
 	}
 }
 
+/*
+ * A new block of code_index values.  Called between (B) and (C), so the
+ * engine (and its idmap) cannot be freed under us.
+ */
 static JR_NOINLINE uint64_t id_refill(struct jitring *jr, struct jr_ring *r)
 {
 	uint64_t start = atomic_fetch_add_explicit(&jr->next_id, JR_ID_BLOCK,
 						   memory_order_relaxed);
+	_Atomic uint64_t *chunk = jitring_idmap_chunk(jr->eng, start);
 
 	r->next_id = start + 1;
 	r->id_end = start + JR_ID_BLOCK;
+	r->id_bits = 0;
+	/* Without a map (no memory) moves of this block get -ENOENT. */
+	r->id_word = chunk ? &chunk[(start >> 6) & (JR_IDMAP_WORDS - 1)] :
+			     NULL;
 	return start;
+}
+
+/* Is @id one this writer handed out?  Between (B) and (C) only. */
+static bool id_issued(struct jitring *jr, uint64_t id)
+{
+	struct jr_rings *e = jr->eng;
+	_Atomic uint64_t *chunk;
+
+	if (id == 0 || (id >> JR_IDMAP_SHIFT) >= JR_IDMAP_CHUNKS)
+		return false;
+	/* Pairs with the release CAS that installed the chunk. */
+	chunk = atomic_load_explicit(&e->idmap[id >> JR_IDMAP_SHIFT],
+				     memory_order_acquire);
+	/*
+	 * Relaxed: the caller got @id from a write that returned before this
+	 * call (happens-before through its own synchronisation), and that
+	 * write stored the bit before returning.
+	 */
+	return chunk &&
+	       (atomic_load_explicit(&chunk[(id >> 6) &
+					    (JR_IDMAP_WORDS - 1)],
+				     memory_order_relaxed) >>
+		(id & 63)) & 1;
 }
 
 /*
@@ -486,6 +518,11 @@ produce(struct jitring *jr, const struct jitring_group *g,
 		code_index = r->next_id++;
 		if (unlikely(code_index >= r->id_end))
 			code_index = id_refill(jr, r);
+		if (likely(r->id_word != NULL)) {
+			r->id_bits |= 1ull << (code_index & 63);
+			atomic_store_explicit(r->id_word, r->id_bits,
+					      memory_order_relaxed);
+		}
 		if (likely(!jumbo))
 			jitring_record_encode(g, dst, ts, r->pid, r->tid,
 					      code_index);
@@ -493,6 +530,17 @@ produce(struct jitring *jr, const struct jitring_group *g,
 			jitring_record_encode(g, jumbo, ts, r->pid, r->tid,
 					      code_index);
 	} else {
+		if (unlikely(!id_issued(jr, mv->code_index))) {
+			/* Nothing written yet: undo BUSY (no LATE possible
+			 * for a ring that will not commit: clear both). */
+			atomic_fetch_and_explicit(&r->pub,
+						  ~(uint64_t)JR_PUB_BITS,
+						  memory_order_seq_cst);
+			jitring_rings_wake(jr, false);
+			jitring_count(&jr->c.refused_invalid, 1);
+			ret = -ENOENT;
+			goto err;
+		}
 		jitring_record_encode_move(jumbo ? jumbo : dst, ts, r->pid,
 					   r->tid, mv->code_index,
 					   mv->old_addr, mv->new_addr,
@@ -545,15 +593,8 @@ int jitring_rings_move(struct jitring *jr, uint64_t code_index,
 		.old_addr = old_addr,
 		.code_size = code_size,
 	};
-	struct jr_ring *r = tls_rings;
 	int64_t ret;
 
-	/* An index from our own block that we never handed out. */
-	if (r && r->jr == jr && code_index >= r->next_id &&
-	    code_index < r->id_end) {
-		jitring_count(&jr->c.refused_invalid, 1);
-		return -ENOENT;
-	}
 	ret = produce(jr, NULL, &mv);
 	return ret < 0 ? (int)ret : 0;
 }
@@ -620,6 +661,8 @@ int jitring_rings_start(struct jitring *jr)
 	ck_ring_init(&e->pool, e->pool_cap);
 	atomic_init(&e->pool_low, JR_POOL_LOW_INIT);
 	pthread_mutex_init(&e->fork_lock, NULL);
+	/* 64-aligned blocks: each is one idmap word. */
+	atomic_store_explicit(&jr->next_id, JR_ID_BLOCK, memory_order_relaxed);
 	e->file_off = sizeof(struct jitdump_header);
 	jr->eng = e;
 	ret = jitring_flusher_init(e);
@@ -637,6 +680,7 @@ int jitring_rings_start(struct jitring *jr)
 err_fini:
 	jitring_flusher_release_rings(e, false);
 	jitring_flusher_fini(e);
+	jitring_idmap_free(e);
 err_free:
 	jr->eng = NULL;
 	free(e->pool_buf);
@@ -695,6 +739,7 @@ int jitring_rings_stop(struct jitring *jr, bool forked)
 	}
 	jitring_flusher_release_rings(e, false);
 	jitring_flusher_fini(e);
+	jitring_idmap_free(e);
 	free(e->pool_buf);
 	free(e);
 	jr->eng = NULL;
@@ -741,6 +786,8 @@ void jitring_rings_fork_child(struct jitring *jr)
 	e->running = false;
 	jitring_flusher_release_rings(e, true);
 	jitring_flusher_fini(e);
+	/* The child's file has none of the parent's loads to move. */
+	jitring_idmap_free(e);
 	ck_ring_init(&e->pool, e->pool_cap);
 	atomic_store_explicit(&e->pool_want, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->pool_waiters, 0, memory_order_relaxed);

@@ -52,6 +52,17 @@ struct jr_jumbo {
 
 #define JR_ID_BLOCK 64u /* code_index values reserved per refill */
 
+/*
+ * The map of handed-out code_index values, so jitring_move() can refuse an
+ * index that was reserved but never returned.  Blocks are 64-aligned, so a
+ * block is exactly one word, owned by the thread holding the block: setting
+ * a bit is a plain store.  Chunks of 4M ids (512 KiB, zero pages until
+ * touched) are allocated ahead by the flusher.
+ */
+#define JR_IDMAP_SHIFT 22u
+#define JR_IDMAP_WORDS (1u << (JR_IDMAP_SHIFT - 6))
+#define JR_IDMAP_CHUNKS 1024u
+
 struct jr_ring {
 	/* Producer line: written by the owning thread on every write. */
 	alignas(JITRING_CACHELINE) _Atomic uint64_t pub;
@@ -60,6 +71,8 @@ struct jr_ring {
 	uint32_t head_cache; /* the last head the producer read */
 	uint64_t next_id;    /* next code_index of the reserved block */
 	uint64_t id_end;
+	_Atomic uint64_t *id_word; /* the block's word in the idmap */
+	uint64_t id_bits;    /* our copy of *id_word */
 	uint32_t pid;
 	uint32_t tid;
 	struct jitring *jr;
@@ -116,6 +129,7 @@ struct jr_rings {
 	_Atomic uint32_t flush_seq;    /* futex for flush waiters */
 
 	_Atomic uint32_t stop;         /* close asked the flusher to finish */
+	_Atomic(_Atomic uint64_t *) idmap[JR_IDMAP_CHUNKS];
 	pthread_mutex_t fork_lock;     /* held by the flusher during a round */
 
 	/* Flusher-private from here on. */
@@ -152,6 +166,9 @@ int jitring_flusher_prefill(struct jr_rings *e);
 /* Free every ring (after the flusher stopped, or in a fork child). */
 void jitring_flusher_release_rings(struct jr_rings *e, bool child);
 void jitring_ring_free(struct jr_ring *r);
+/* The idmap chunk for @id, allocated if missing (NULL if out of memory). */
+_Atomic uint64_t *jitring_idmap_chunk(struct jr_rings *e, uint64_t id);
+void jitring_idmap_free(struct jr_rings *e);
 /* Append a CLOSE record if JITRING_F_WRITE_CLOSE asks for one. */
 void jitring_flusher_write_close(struct jr_rings *e);
 

@@ -559,12 +559,6 @@ int jitring_move(struct jitring *jr, uint64_t code_index, const void *new_addr,
 		jitring_count(&jr->c.refused_invalid, 1);
 		return ret;
 	}
-	if (code_index == 0 ||
-	    code_index >= atomic_load_explicit(&jr->next_id,
-					       memory_order_relaxed)) {
-		jitring_count(&jr->c.refused_invalid, 1);
-		return -ENOENT;
-	}
 	if (jr->engine == JITRING_ENGINE_RINGS)
 		return jitring_rings_move(jr, code_index, new_addr, old_addr,
 					  code_size);
@@ -581,7 +575,7 @@ int jitring_flush(struct jitring *jr)
 		return -EINVAL;
 	s = jitring_enter(jr);
 	if (s >= JR_CLOSING)
-		return -ESHUTDOWN;
+		return jitring_refuse_state(jr, s);
 	if (jr->engine == JITRING_ENGINE_MUTEX)
 		ret = jitring_mutex_flush(jr);
 	else

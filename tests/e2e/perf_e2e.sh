@@ -1,0 +1,213 @@
+#!/bin/bash
+# SPDX-License-Identifier: MIT
+#
+# End-to-end test through real perf:
+#
+#   perf_e2e.sh BUILD_DIR ENGINE        (ENGINE: rings or mutex)
+#
+#  1. perf record -k 1 -e cpu-clock -- testjit (4 threads x 64 functions)
+#  2. jitring-dump --check --sorted on the dump: valid, one CODE_LOAD and one
+#     UNWINDING_INFO per function
+#  3. perf inject --jit: one jitted-<pid>-<index>.so per function
+#  4. perf report --sort sym: more than 50% of the testjit process's samples
+#     are in symbols named jit_func_*, and the hottest symbol is some
+#     thread's function 0 (the one testjit calls most)
+#  5. perf record --call-graph dwarf, inject, perf script: at least 80% of
+#     the call chains whose innermost user frame is jit_func_* continue into
+#     jit_caller_hot (DWARF unwinding through the JIT code's .eh_frame)
+#
+# Exit 0 pass, 1 fail (the scratch directory is kept and named), 77 when
+# perf cannot be used here.  Takes about 10 s.
+
+set -u
+export LC_ALL=C
+
+THREADS=4
+FUNCTIONS=64
+SECONDS_RUN=2
+MIN_JIT_SHARE=50	# percent of the process's samples in jit_func_*
+MIN_CHAIN_SHARE=80	# percent of jit_func_* chains reaching jit_caller_hot
+MIN_CHAINS=20		# fewer samples than this prove nothing
+
+if [ $# -ne 2 ]; then
+	echo "usage: $0 BUILD_DIR rings|mutex" >&2
+	exit 2
+fi
+build=$(cd "$1" && pwd) || exit 2
+engine=$2
+case $engine in
+rings | mutex) ;;
+*) echo "$0: unknown engine '$engine'" >&2; exit 2 ;;
+esac
+testjit=$build/tests/e2e/testjit
+dumptool=$build/tools/jitring-dump
+
+passed=0
+failed=0
+scratch=
+
+skip() {
+	echo "SKIP: $*"
+	echo "0 passed, 0 failed"
+	[ -n "$scratch" ] && rm -rf "$scratch"
+	exit 77
+}
+
+fail() {
+	failed=$((failed + 1))
+	echo "FAIL: $*"
+	echo "scratch directory kept: $scratch"
+	echo "$passed passed, $failed failed"
+	exit 1
+}
+
+pass() {
+	passed=$((passed + 1))
+	echo "ok: $*"
+}
+
+[ "$(uname -m)" = x86_64 ] || skip "testjit generates x86_64 code only"
+[ -x "$testjit" ] || fail "$testjit not built"
+[ -x "$dumptool" ] || fail "$dumptool not built"
+
+# --- can perf be used here? ------------------------------------------------
+command -v perf > /dev/null 2>&1 || skip "perf is not installed"
+paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2> /dev/null || echo 2)
+if [ "$(id -u)" != 0 ] && [ "$paranoid" -gt 2 ]; then
+	skip "kernel.perf_event_paranoid=$paranoid forbids perf for non-root"
+fi
+
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/jitring-e2e.XXXXXX") || exit 2
+cd "$scratch" || exit 2
+# perf inject copies every ELF into ~/.debug.
+export HOME=$scratch
+
+if ! probe=$(timeout 30 perf record -e cpu-clock -o probe.data true 2>&1); then
+	skip "'perf record -e cpu-clock true' fails here: $(echo "$probe" | tail -n 3)"
+fi
+rm -f probe.data
+
+echo "engine $engine, $THREADS threads x $FUNCTIONS functions, ${SECONDS_RUN} s; scratch $scratch"
+start=$(date +%s)
+
+# run_testjit SUBDIR [perf record options...]: record testjit into
+# SUBDIR/perf.data, leave the dump in SUBDIR, set $dump and $pid.
+run_testjit() {
+	local sub=$1
+	shift
+	mkdir -p "$sub"
+	if ! timeout 60 perf record -k 1 -e cpu-clock "$@" -o "$sub/perf.data" -- \
+		"$testjit" --threads $THREADS --functions $FUNCTIONS \
+		--seconds $SECONDS_RUN --engine "$engine" --dir "$scratch/$sub" \
+		> "$sub/testjit.out" 2> "$sub/record.err"; then
+		cat "$sub/testjit.out" "$sub/record.err"
+		fail "perf record -- testjit failed ($sub)"
+	fi
+	grep -q '^result: ok' "$sub/testjit.out" ||
+		fail "testjit reported a failure ($sub): $(cat "$sub/testjit.out")"
+	local dumps=("$sub"/jit-*.dump)
+	{ [ ${#dumps[@]} -eq 1 ] && [ -f "${dumps[0]}" ]; } ||
+		fail "expected exactly one jit-<pid>.dump in $sub, found: ${dumps[*]}"
+	dump=${dumps[0]}
+	pid=${dump##*/jit-}
+	pid=${pid%.dump}
+}
+
+# check_dump: valid and sorted, one CODE_LOAD and UNWINDING_INFO each.
+check_dump() {
+	local out n_load n_unw want=$((THREADS * FUNCTIONS))
+	out=$("$dumptool" --check --sorted "$dump" 2>&1) ||
+		fail "jitring-dump --check --sorted $dump: $out"
+	n_load=$(echo "$out" | awk '$1 == "CODE_LOAD" { print $2 }')
+	n_unw=$(echo "$out" | awk '$1 == "CODE_UNWINDING_INFO" { print $2 }')
+	[ "$n_load" = "$want" ] ||
+		fail "dump has ${n_load:-no} CODE_LOAD records, want $want"
+	[ "$n_unw" = "$want" ] ||
+		fail "dump has ${n_unw:-no} UNWINDING_INFO records, want $want"
+	pass "jitring-dump --check --sorted: $(echo "$out" | head -n 1)"
+}
+
+# inject SUBDIR: perf inject --jit, one ELF per function.
+inject() {
+	local sub=$1 n_elf
+	timeout 60 perf inject --jit -i "$sub/perf.data" -o "$sub/perf.jit.data" \
+		> "$sub/inject.err" 2>&1 ||
+		fail "perf inject --jit failed ($sub): $(tail -n 5 "$sub/inject.err")"
+	n_elf=$(find "$sub" -maxdepth 1 -name "jitted-$pid-*.so" | wc -l)
+	[ "$n_elf" -eq $((THREADS * FUNCTIONS)) ] ||
+		fail "perf inject wrote $n_elf jitted-$pid-*.so, want $((THREADS * FUNCTIONS))"
+	pass "perf inject --jit: $n_elf ELF images"
+}
+
+# --- 1-4: samples are attributed to the JIT symbols ------------------------
+run_testjit flat
+check_dump
+inject flat
+
+timeout 60 perf report -i flat/perf.jit.data --stdio --sort sym --pid "$pid" \
+	-n -q > flat/report.txt 2> flat/report.err ||
+	fail "perf report failed: $(tail -n 5 flat/report.err)"
+# Lines: "  13.15%  1130  [.] jit_func_t1_0"
+read -r total jit top <<< "$(awk '
+	$1 ~ /%$/ && $2 ~ /^[0-9]+$/ {
+		total += $2
+		if ($4 ~ /^jit_func_/) jit += $2
+		if (top == "") top = $4
+	}
+	END { print total + 0, jit + 0, (top == "" ? "-" : top) }' flat/report.txt)"
+echo "perf report (pid $pid, --sort sym), top 8:"
+head -n 8 flat/report.txt
+[ "$total" -gt 0 ] || fail "perf report shows no samples for pid $pid"
+share=$((jit * 100 / total))
+[ "$share" -gt $MIN_JIT_SHARE ] ||
+	fail "only $jit of $total samples ($share%) are in jit_func_* symbols, want > $MIN_JIT_SHARE%"
+pass "$jit of $total samples ($share%) are in jit_func_* symbols (> $MIN_JIT_SHARE%)"
+[[ $top =~ ^jit_func_t[0-9]+_0$ ]] ||
+	fail "hottest symbol is '$top', want some thread's function 0 (jit_func_t<k>_0)"
+pass "hottest symbol is $top"
+
+# --- 5: DWARF call chains through the JIT frames ---------------------------
+run_testjit dwarf -F 499 --call-graph dwarf
+check_dump
+inject dwarf
+
+timeout 60 perf script -i dwarf/perf.jit.data --pid "$pid" -F comm,tid,ip,sym,dso \
+	> dwarf/script.txt 2> dwarf/script.err ||
+	fail "perf script failed: $(tail -n 5 dwarf/script.err)"
+# One sample per paragraph: a "comm tid" line, then "addr sym (dso)" frames
+# innermost first.  Find the innermost jit_func_* frame; the next must be
+# jit_caller_hot.
+read -r chains good <<< "$(awk '
+	BEGIN { RS = "" }
+	{
+		n = split($0, f, "\n")
+		for (i = 2; i <= n; i++) {
+			split(f[i], w, " ")
+			if (w[2] ~ /^jit_func_/) {
+				chains++
+				split(f[i + 1], v, " ")
+				if (i < n && v[2] == "jit_caller_hot") good++
+				else if (bad++ < 3) print "broken chain:\n" $0 > "/dev/stderr"
+				break
+			}
+		}
+	}
+	END { print chains + 0, good + 0 }' dwarf/script.txt 2> dwarf/broken.txt)"
+example=$(awk 'BEGIN { RS = "" } /jit_func_[^\n]*\n[^\n]*jit_caller_hot/ { print; exit }' \
+	dwarf/script.txt)
+[ "$chains" -ge $MIN_CHAINS ] ||
+	fail "only $chains call chains with a jit_func_* frame, want >= $MIN_CHAINS"
+cshare=$((good * 100 / chains))
+if [ "$cshare" -lt $MIN_CHAIN_SHARE ]; then
+	cat dwarf/broken.txt
+	fail "only $good of $chains call chains ($cshare%) continue from jit_func_* into jit_caller_hot, want >= $MIN_CHAIN_SHARE%"
+fi
+pass "$good of $chains call chains ($cshare%) continue from jit_func_* into jit_caller_hot (>= $MIN_CHAIN_SHARE%)"
+echo "example call chain:"
+echo "$example"
+
+echo "took $(($(date +%s) - start)) s"
+cd /
+rm -rf "$scratch"
+echo "$passed passed, $failed failed"
+exit 0

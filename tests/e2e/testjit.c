@@ -1,0 +1,629 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * testjit: a small multithreaded "JIT" that tells perf about its code
+ * through the shared libjitring, for the end-to-end test and `make demo`.
+ *
+ *   testjit [--threads T] [--functions F] [--seconds S]
+ *           [--engine rings|mutex] [--dir D] [--unwind|--no-unwind]
+ *           [--name-prefix P]
+ *
+ * Each thread generates F copies of a hot x86_64 loop with a standard frame
+ * into its own executable arena, describes each copy with jitring_write()
+ * (name "<P>t<thread>_<n>", .eh_frame built with jitring_eh_frame_build(),
+ * code bytes), and only then calls it.  Then every thread calls its
+ * functions from jit_caller_hot() for S seconds, with function 0 the
+ * hottest, function 1 half as hot, and so on.  The last lines are a
+ * summary ("key: value") that tests/e2e/demo.sh and perf_e2e.sh read.
+ *
+ * Exit status: 0 ok, 1 a jitring call failed or the counters disagree,
+ * 2 usage error, 77 not x86_64 (the generated code is x86_64 only).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "jitring.h"
+
+#define EXIT_SKIP 77
+#define EXIT_USAGE 2
+
+#define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
+
+struct options {
+	unsigned int threads;
+	unsigned int functions;
+	double seconds;
+	enum jitring_engine engine;
+	const char *dir;
+	const char *prefix;
+	bool unwind;
+};
+
+static struct options opt = {
+	.threads = 4,
+	.functions = 64,
+	.seconds = 2.0,
+	.engine = JITRING_ENGINE_RINGS,
+	.dir = NULL,
+	.prefix = "jit_func_",
+	.unwind = true,
+};
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+#if defined(__x86_64__)
+
+/*
+ * The generated function, void f(uint64_t iterations):
+ *
+ *   0: 55            push %rbp
+ *   1: 48 89 e5      mov  %rsp,%rbp
+ *   4: 48 85 ff      test %rdi,%rdi
+ *   7: 74 05         je   e
+ *   9: 48 ff cf      dec  %rdi          <- the hot loop
+ *   c: 75 fb         jne  9
+ *   e: 5d            pop  %rbp
+ *   f: c3            ret
+ *  10: 8 bytes of salt (thread, n), never executed
+ *
+ * The salt makes every copy's bytes distinct, so no perf build that derives
+ * build-ids from the code can merge two copies.
+ */
+#define CODE_OFF_MOV 1	/* after push %rbp */
+#define CODE_OFF_BODY 4 /* after mov %rsp,%rbp */
+#define CODE_OFF_RET 15 /* after pop %rbp */
+#define CODE_SALT 16
+#define CODE_SIZE 24
+
+static const unsigned char loop_code[CODE_SALT] = {
+	0x55,
+	0x48, 0x89, 0xe5,
+	0x48, 0x85, 0xff,
+	0x74, 0x05,
+	0x48, 0xff, 0xcf,
+	0x75, 0xfb,
+	0x5d,
+	0xc3,
+};
+
+/* DWARF register numbers, x86_64 psABI. */
+#define DW_RBP 6
+#define DW_RSP 7
+#define DW_RA 16
+
+static const struct jitring_cfi_op loop_ops[] = {
+	/* entry: CFA = rsp + 8, return address at CFA - 8 */
+	{ 0, JITRING_CFI_DEF_CFA, DW_RSP, 8 },
+	{ 0, JITRING_CFI_OFFSET, DW_RA, -8 },
+	/* after push %rbp: CFA = rsp + 16, rbp saved at CFA - 16 */
+	{ CODE_OFF_MOV, JITRING_CFI_DEF_CFA_OFFSET, 0, 16 },
+	{ CODE_OFF_MOV, JITRING_CFI_OFFSET, DW_RBP, -16 },
+	/* after mov %rsp,%rbp: CFA = rbp + 16 */
+	{ CODE_OFF_BODY, JITRING_CFI_DEF_CFA_REGISTER, DW_RBP, 0 },
+	/* after pop %rbp: CFA = rsp + 8, rbp restored */
+	{ CODE_OFF_RET, JITRING_CFI_DEF_CFA, DW_RSP, 8 },
+	{ CODE_OFF_RET, JITRING_CFI_RESTORE, DW_RBP, 0 },
+};
+
+static const struct jitring_cfi loop_cfi = {
+	.code_align = 1,
+	.data_align = -8,
+	.ra_reg = DW_RA,
+	.nr_init = 2,
+	.nr_ops = sizeof(loop_ops) / sizeof(loop_ops[0]),
+	.ops = loop_ops,
+};
+
+typedef void (*jit_fn)(uint64_t iterations);
+
+static struct jitring *jr;
+static unsigned char eh_frame[JITRING_EH_FRAME_MAX];
+static uint32_t eh_frame_size;
+static size_t slot_size;
+static size_t page_size;
+static pthread_barrier_t start_barrier;
+static atomic_bool stop;
+
+struct worker {
+	pthread_t thread;
+	unsigned int id;
+	unsigned char *arena;
+	size_t arena_size;
+	jit_fn *fns;
+	uint64_t *write_ns;	/* time inside each jitring_write() call */
+	uint64_t writes_ok;
+	uint64_t write_errors;
+	int first_error;
+	uint64_t calls;
+	uint64_t *calls_per_fn;
+	int setup_error;	/* negative errno of mmap/mprotect */
+};
+
+/* Iterations per call of function n in one round: 64 Ki for function 0,
+ * halving down to a floor, so a few functions take most of the time. */
+static uint64_t iterations_of(unsigned int n)
+{
+	return n < 12 ? (UINT64_C(65536) >> n) : 16;
+}
+
+/*
+ * The distinctive C frame the JIT code is called from: the call-graph test
+ * checks that perf unwinds from a jit_func_* frame into this one.  Kept out
+ * of line, and compiled with frame pointers (tests/e2e/meson.build).
+ */
+__attribute__((noinline)) void jit_caller_hot(struct worker *w);
+__attribute__((noinline)) void jit_caller_hot(struct worker *w)
+{
+	unsigned int n;
+
+	while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
+		for (n = 0; n < opt.functions; n++) {
+			w->fns[n](iterations_of(n));
+			w->calls_per_fn[n]++;
+		}
+		w->calls += opt.functions;
+		/* Keep the call above from becoming a tail call. */
+		__asm__ __volatile__("" ::: "memory");
+	}
+}
+
+/* Make the pages holding [p, p + len) writable or executable. */
+static int protect(unsigned char *p, size_t len, int prot)
+{
+	uintptr_t lo = (uintptr_t)p & ~(uintptr_t)(page_size - 1);
+	uintptr_t hi = ALIGN_UP((uintptr_t)p + len, page_size);
+
+	if (mprotect((void *)lo, hi - lo, prot) != 0)
+		return -errno;
+	return 0;
+}
+
+static int make_function(struct worker *w, unsigned int n)
+{
+	unsigned char *code = w->arena + (size_t)n * slot_size;
+	struct jitring_entry e;
+	char name[64];
+	uint64_t salt, t0, t1;
+	int64_t idx;
+	int ret;
+
+	/* The arena is per thread: nothing else runs in these pages now. */
+	ret = protect(code, slot_size, PROT_READ | PROT_WRITE);
+	if (ret)
+		return ret;
+	memcpy(code, loop_code, sizeof(loop_code));
+	salt = ((uint64_t)w->id << 32) | n;
+	memcpy(code + CODE_SALT, &salt, sizeof(salt));
+	ret = protect(code, slot_size, PROT_READ | PROT_EXEC);
+	if (ret)
+		return ret;
+	__builtin___clear_cache((char *)code, (char *)code + CODE_SIZE);
+
+	snprintf(name, sizeof(name), "%st%u_%u", opt.prefix, w->id, n);
+	memset(&e, 0, sizeof(e));
+	e.name = name;
+	e.code_addr = code;
+	e.code_size = CODE_SIZE;
+	if (opt.unwind) {
+		e.eh_frame = eh_frame;
+		e.eh_frame_size = eh_frame_size;
+	}
+	t0 = now_ns();
+	idx = jitring_write(jr, &e);
+	t1 = now_ns();
+	w->write_ns[n] = t1 - t0;
+	if (idx > 0) {
+		w->writes_ok++;
+	} else {
+		w->write_errors++;
+		if (!w->first_error)
+			w->first_error = (int)idx;
+	}
+
+	/* Described: now it may run. */
+	w->fns[n] = (jit_fn)(uintptr_t)code;
+	w->fns[n](1);
+	return 0;
+}
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	unsigned int n;
+	void *p;
+
+	/* Reserve the whole arena, then open it up page by page. */
+	p = mmap(NULL, w->arena_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+		 -1, 0);
+	if (p == MAP_FAILED) {
+		w->setup_error = -errno;
+	} else {
+		w->arena = p;
+		for (n = 0; n < opt.functions; n++) {
+			w->setup_error = make_function(w, n);
+			if (w->setup_error)
+				break;
+		}
+	}
+	pthread_barrier_wait(&start_barrier);
+	if (!w->setup_error)
+		jit_caller_hot(w);
+	return NULL;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static const char *engine_name(uint32_t engine)
+{
+	switch (engine) {
+	case JITRING_ENGINE_RINGS:
+		return "rings";
+	case JITRING_ENGINE_MUTEX:
+		return "mutex";
+	default:
+		return "?";
+	}
+}
+
+static void print_stats(const struct jitring_stats *st)
+{
+	printf("stats:\n");
+#define P(f) printf("  %-18s %" PRIu64 "\n", #f, (uint64_t)st->f)
+	P(entries_written);
+	P(records_written);
+	P(bytes_written);
+	P(refused_invalid);
+	P(refused_nomem);
+	P(refused_dropped);
+	P(refused_shutdown);
+	P(refused_io);
+	P(lost_io);
+	P(flushes);
+	P(ring_full_waits);
+	P(refills_ahead);
+	P(refills_waited);
+	P(batches);
+	P(late_entries);
+	P(holdback_max_ns);
+	P(threads_attached);
+	P(threads_total);
+#undef P
+	printf("  %-18s %d\n", "io_error", st->io_error);
+}
+
+static int run(void)
+{
+	struct jitring_config cfg = JITRING_CONFIG_INIT;
+	struct jitring_stats st;
+	struct worker *ws;
+	uint64_t total_ok = 0, total_err = 0, total_calls = 0;
+	uint64_t first_ns = 0, steady_ns = 0, hot_calls = 0;
+	uint64_t *times = NULL, nr_times = 0;
+	double wall_rate, span_s, steady_mean = 0.0;
+	uint64_t t_start, t_created, t_end;
+	unsigned int i;
+	int ret, status = 0, first_error = 0;
+	size_t need;
+
+	page_size = (size_t)sysconf(_SC_PAGESIZE);
+	ret = jitring_eh_frame_build(&loop_cfi, CODE_SIZE, eh_frame,
+				     sizeof(eh_frame));
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_eh_frame_build: %s\n",
+			strerror(-ret));
+		return 1;
+	}
+	eh_frame_size = (uint32_t)ret;
+
+	/*
+	 * perf maps each function as [code, code + ALIGN_8(code_size) +
+	 * mapped_size), mapped_size = ALIGN_16(eh_frame_size + 20 byte
+	 * .eh_frame_hdr): a slot must hold all of it, so no neighbour is
+	 * inside another function's mapping.  A power of two keeps slots
+	 * from straddling pages.
+	 */
+	need = ALIGN_UP(CODE_SIZE, 8) + ALIGN_UP(eh_frame_size + 20u, 16);
+	for (slot_size = 64; slot_size < need; slot_size *= 2)
+		;
+
+	cfg.engine = opt.engine;
+	cfg.dir = opt.dir;
+	/* The marker mapping must exist before any JIT code is executable. */
+	ret = jitring_open(&cfg, &jr);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_open: %s\n", strerror(-ret));
+		return 1;
+	}
+
+	ws = calloc(opt.threads, sizeof(*ws));
+	if (!ws)
+		return 1;
+	atomic_store(&stop, false);
+	pthread_barrier_init(&start_barrier, NULL, opt.threads + 1);
+	t_start = now_ns();
+	for (i = 0; i < opt.threads; i++) {
+		struct worker *w = &ws[i];
+
+		w->id = i;
+		w->arena_size = ALIGN_UP((uint64_t)opt.functions * slot_size,
+					 page_size);
+		w->fns = calloc(opt.functions, sizeof(*w->fns));
+		w->calls_per_fn = calloc(opt.functions, sizeof(uint64_t));
+		w->write_ns = calloc(opt.functions, sizeof(uint64_t));
+		if (!w->fns || !w->calls_per_fn || !w->write_ns) {
+			fprintf(stderr, "testjit: out of memory\n");
+			return 1;
+		}
+		ret = pthread_create(&w->thread, NULL, worker_main, w);
+		if (ret) {
+			fprintf(stderr, "testjit: pthread_create: %s\n",
+				strerror(ret));
+			return 1;
+		}
+	}
+	pthread_barrier_wait(&start_barrier);
+	t_created = now_ns();
+
+	/* Run for opt.seconds from the moment every function exists. */
+	{
+		uint64_t ns = (uint64_t)(opt.seconds * 1e9);
+		struct timespec req = { (time_t)(ns / 1000000000u),
+					(long)(ns % 1000000000u) };
+
+		while (nanosleep(&req, &req) != 0 && errno == EINTR)
+			;
+	}
+	atomic_store(&stop, true);
+	for (i = 0; i < opt.threads; i++)
+		pthread_join(ws[i].thread, NULL);
+	t_end = now_ns();
+
+	ret = jitring_flush(jr);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_flush: %s\n", strerror(-ret));
+		status = 1;
+	}
+	ret = jitring_close(jr);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_close: %s\n", strerror(-ret));
+		status = 1;
+	}
+	memset(&st, 0, sizeof(st));
+	st.struct_size = sizeof(st);
+	jitring_stats(jr, &st);
+
+	for (i = 0; i < opt.threads; i++) {
+		struct worker *w = &ws[i];
+
+		if (w->setup_error) {
+			fprintf(stderr, "testjit: thread %u: mmap/mprotect: %s\n",
+				i, strerror(-w->setup_error));
+			status = 1;
+		}
+		if (w->write_errors && !first_error)
+			first_error = w->first_error;
+		total_ok += w->writes_ok;
+		total_err += w->write_errors;
+		total_calls += w->calls;
+		if (!w->setup_error && w->write_ns)
+			first_ns += w->write_ns[0];
+		if (opt.functions)
+			hot_calls += w->calls_per_fn[0];
+	}
+	if (total_err) {
+		fprintf(stderr, "testjit: %" PRIu64
+			" jitring_write calls failed, first: %s\n",
+			total_err, strerror(-first_error));
+		status = 1;
+	}
+	if (st.entries_written != total_ok) {
+		fprintf(stderr, "testjit: entries_written %" PRIu64
+			" != successful writes %" PRIu64 "\n",
+			st.entries_written, total_ok);
+		status = 1;
+	}
+
+	/*
+	 * The first call on a thread takes a ring; report it apart from the
+	 * steady state, whose times also include preemption (more threads
+	 * than cores), hence the median next to the mean.
+	 */
+	if (opt.functions > 1) {
+		times = calloc((size_t)opt.threads * (opt.functions - 1),
+			       sizeof(*times));
+		for (i = 0; times && i < opt.threads; i++) {
+			unsigned int n;
+
+			if (ws[i].setup_error)
+				continue;
+			for (n = 1; n < opt.functions; n++) {
+				times[nr_times++] = ws[i].write_ns[n];
+				steady_ns += ws[i].write_ns[n];
+			}
+		}
+		if (nr_times) {
+			qsort(times, nr_times, sizeof(*times), cmp_u64);
+			steady_mean = (double)steady_ns / (double)nr_times;
+		}
+	}
+	span_s = (double)(t_created - t_start) / 1e9;
+	wall_rate = span_s > 0 ? (double)total_ok / span_s : 0.0;
+	printf("== testjit summary ==\n");
+	printf("pid: %d\n", (int)getpid());
+	printf("dump: %s/jit-%d.dump\n",
+	       opt.dir ? opt.dir :
+	       getenv("JITRING_DIR") ? getenv("JITRING_DIR") : "/tmp",
+	       (int)getpid());
+	printf("engine: %s\n", engine_name(st.engine));
+	printf("threads: %u\n", opt.threads);
+	printf("functions: %" PRIu64 " (%u per thread, %zu-byte slots, "
+	       "code %u bytes, eh_frame %s)\n",
+	       total_ok, opt.functions, slot_size, CODE_SIZE,
+	       opt.unwind ? "on" : "off");
+	printf("jitring_write first call: %.0f ns mean over %u threads%s\n",
+	       (double)first_ns / opt.threads, opt.threads,
+	       st.engine == JITRING_ENGINE_RINGS ?
+		       " (takes the thread's ring)" : "");
+	if (nr_times)
+		printf("jitring_write other calls: %" PRIu64 " calls, median %"
+		       PRIu64 " ns, p99 %" PRIu64 " ns, mean %.0f ns\n",
+		       nr_times, times[nr_times / 2],
+		       times[nr_times * 99 / 100], steady_mean);
+	if (steady_mean > 0 && times[nr_times / 2])
+		printf("entries/s: %.0f per thread from the mean, %.0f from "
+		       "the median (time inside jitring_write, first calls "
+		       "excluded)\n",
+		       1e9 / steady_mean, 1e9 / (double)times[nr_times / 2]);
+	printf("generation: %.3f s wall for all threads, %.0f functions/s "
+	       "including mmap/mprotect\n", span_s, wall_rate);
+	printf("calls: %" PRIu64 " JIT calls in %.2f s, %" PRIu64
+	       " of them to function 0 of a thread\n",
+	       total_calls, (double)(t_end - t_created) / 1e9, hot_calls);
+	print_stats(&st);
+	printf("result: %s\n", status ? "FAIL" : "ok");
+
+	for (i = 0; i < opt.threads; i++) {
+		free(ws[i].fns);
+		free(ws[i].calls_per_fn);
+		free(ws[i].write_ns);
+		/* Arenas stay mapped: perf may still resolve samples. */
+	}
+	free(ws);
+	free(times);
+	pthread_barrier_destroy(&start_barrier);
+	return status;
+}
+
+#else /* !__x86_64__ */
+
+static int run(void)
+{
+	printf("SKIP: testjit generates x86_64 code only\n");
+	return EXIT_SKIP;
+}
+
+#endif
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: testjit [--threads T] [--functions F] [--seconds S]\n"
+		"               [--engine rings|mutex] [--dir D]\n"
+		"               [--unwind|--no-unwind] [--name-prefix P]\n"
+		"Defaults: 4 threads, 64 functions each, 2 s, rings, "
+		"$JITRING_DIR or /tmp,\n"
+		"unwinding information on, prefix jit_func_.\n");
+}
+
+static bool parse_uint(const char *s, unsigned int lo, unsigned int hi,
+		       unsigned int *out)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		return false;
+	*out = (unsigned int)v;
+	return true;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "threads", required_argument, NULL, 't' },
+		{ "functions", required_argument, NULL, 'f' },
+		{ "seconds", required_argument, NULL, 's' },
+		{ "engine", required_argument, NULL, 'e' },
+		{ "dir", required_argument, NULL, 'd' },
+		{ "unwind", no_argument, NULL, 'u' },
+		{ "no-unwind", no_argument, NULL, 'U' },
+		{ "name-prefix", required_argument, NULL, 'p' },
+		{ "help", no_argument, NULL, 'h' },
+		{ NULL, 0, NULL, 0 },
+	};
+	char *end;
+	int c;
+
+	while ((c = getopt_long(argc, argv, "t:f:s:e:d:uUp:h", opts, NULL)) !=
+	       -1) {
+		switch (c) {
+		case 't':
+			if (!parse_uint(optarg, 1, 1024, &opt.threads))
+				goto bad;
+			break;
+		case 'f':
+			if (!parse_uint(optarg, 1, 1000000, &opt.functions))
+				goto bad;
+			break;
+		case 's':
+			errno = 0;
+			opt.seconds = strtod(optarg, &end);
+			if (errno || end == optarg || *end ||
+			    !(opt.seconds >= 0 && opt.seconds <= 3600))
+				goto bad;
+			break;
+		case 'e':
+			if (!strcmp(optarg, "rings"))
+				opt.engine = JITRING_ENGINE_RINGS;
+			else if (!strcmp(optarg, "mutex"))
+				opt.engine = JITRING_ENGINE_MUTEX;
+			else
+				goto bad;
+			break;
+		case 'd':
+			opt.dir = optarg;
+			break;
+		case 'u':
+			opt.unwind = true;
+			break;
+		case 'U':
+			opt.unwind = false;
+			break;
+		case 'p':
+			if (strlen(optarg) > 200)
+				goto bad;
+			opt.prefix = optarg;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return EXIT_USAGE;
+		}
+	}
+	if (optind != argc) {
+		fprintf(stderr, "testjit: unexpected argument '%s'\n",
+			argv[optind]);
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+	return run();
+bad:
+	fprintf(stderr, "testjit: bad option value '%s'\n", optarg);
+	usage(stderr);
+	return EXIT_USAGE;
+}
