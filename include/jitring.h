@@ -123,7 +123,10 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  * @flags: JITRING_F_* bits.
  * @dir: directory for jit-<pid>.dump; NULL means $JITRING_DIR, else /tmp.
  * @ring_size: rings engine, bytes per thread ring (power of two, 4 KiB to
- *	64 MiB); 0 means 64 KiB.
+ *	64 MiB); 0 means adaptive: each new ring gets a sixteenth of
+ *	@mem_budget divided by the threads holding rings, as a power of two
+ *	from 64 KiB to 4 MiB (up to 8 threads: 4 MiB rings that rarely fill;
+ *	512 threads and more: 64 KiB).
  * @max_delay_ms: rings engine, longest time an entry waits in a ring before
  *	the flusher writes it, unless a stalled thread holds it back; 0 means
  *	20 ms.
@@ -131,9 +134,10 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	for a thread that took its timestamp but has not committed; after that
  *	the thread's entry is re-stamped when it commits (see docs/design.md);
  *	0 means 10 ms.
- * @mem_budget: rings engine, most bytes of ring memory in use at once; a
- *	thread that would need a ring beyond it gets -ENOMEM; 0 means 512 MiB
- *	(8192 rings of 64 KiB).
+ * @mem_budget: rings engine, most bytes of ring buffers (address space;
+ *	resident memory is what threads touch) in use at once; a thread that
+ *	would need a ring beyond it gets -ENOMEM; 0 means 512 MiB (8192 rings
+ *	of 64 KiB).
  * @log: optional diagnostics hook, NULL for none.
  * @log_arg: passed to @log.
  * @elf_mach: e_machine written to the header; 0 means the host's.

@@ -150,40 +150,90 @@ static void reg_remove(struct jr_rings *e, struct jr_ring *r)
 
 	e->reg[r->reg_idx] = last;
 	last->reg_idx = r->reg_idx;
-	e->ring_bytes -= r->size;
+	atomic_fetch_sub_explicit(&e->ring_bytes, r->size,
+				  memory_order_relaxed);
 }
 
-static struct jr_ring *ring_new(struct jr_rings *e, uint64_t now)
+static int reg_add(struct jr_rings *e, struct jr_ring *r)
+{
+	if (reg_reserve(e, e->nreg + 1))
+		return -ENOMEM;
+	r->reg_idx = e->nreg;
+	e->reg[e->nreg++] = r;
+	return 0;
+}
+
+/*
+ * The size for a new ring: the configured one, or adaptive -- an eighth of
+ * the budget shared by the threads that hold rings, as a power of two
+ * between ring_min and ring_max.  A few threads get large rings (a
+ * producer then rarely waits for the flusher); thousands get small ones.
+ * Growth beyond ring_min thus adds at most budget/8 (64 MiB by default).
+ */
+static uint32_t ring_target(struct jr_rings *e)
+{
+	struct jitring *jr = e->jr;
+	uint64_t users = atomic_load_explicit(&jr->c.threads_attached,
+					      memory_order_relaxed) + 1;
+	uint64_t share = jr->mem_budget / 8 / users;
+	uint32_t size = jr->ring_max;
+
+	while (size > jr->ring_min && size > share)
+		size /= 2;
+	return size;
+}
+
+struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
+				   uint64_t lb)
 {
 	struct jitring *jr = e->jr;
 	struct jr_ring *r;
 
-	if (e->ring_bytes + jr->ring_size > jr->mem_budget ||
-	    reg_reserve(e, e->nreg + 1))
-		return NULL;
+	if (atomic_fetch_add_explicit(&e->ring_bytes, size,
+				      memory_order_relaxed) + size >
+	    jr->mem_budget)
+		goto err_budget;
 	r = aligned_alloc(JITRING_CACHELINE, sizeof(*r));
 	if (!r)
-		return NULL;
+		goto err_budget;
 	memset(r, 0, sizeof(*r));
-	r->buf = mmap(NULL, jr->ring_size, PROT_READ | PROT_WRITE,
+	r->buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (r->buf == MAP_FAILED) {
 		free(r);
-		return NULL;
+		goto err_budget;
 	}
-	/* Fault in the first page now, not on a JIT thread. */
+	/* Fault in the first page now, not on a JIT thread's first write. */
 	r->buf[0] = 0;
-	r->size = jr->ring_size;
-	r->mask = jr->ring_size - 1;
+	r->size = size;
+	r->mask = size - 1;
 	r->jr = jr;
-	r->lb = now;
+	r->lb = lb;
 	atomic_init(&r->pub, 0);
 	atomic_init(&r->head, 0);
 	atomic_init(&r->space_waiter, 0);
 	atomic_init(&r->own, JR_OWN_POOLED);
-	r->reg_idx = e->nreg;
-	e->reg[e->nreg++] = r;
-	e->ring_bytes += r->size;
+	return r;
+
+err_budget:
+	atomic_fetch_sub_explicit(&e->ring_bytes, size, memory_order_relaxed);
+	return NULL;
+}
+
+static struct jr_ring *ring_new(struct jr_rings *e, uint64_t now,
+				uint32_t size)
+{
+	struct jr_ring *r = jitring_ring_alloc(e, size, now);
+
+	/* Near the budget: a smaller ring rather than none. */
+	if (!r && size > e->jr->ring_min)
+		r = jitring_ring_alloc(e, e->jr->ring_min, now);
+	if (r && reg_add(e, r)) {
+		atomic_fetch_sub_explicit(&e->ring_bytes, r->size,
+					  memory_order_relaxed);
+		jitring_ring_free(r);
+		r = NULL;
+	}
 	return r;
 }
 
@@ -196,7 +246,7 @@ static void pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
 	r->busy_since = 0;
 	r->lb = now;
 	r->tls_next = NULL;
-	/* Pairs with the acquire load of own in pool_take() (rings.c). */
+	/* Pairs with the acquire load of own in ring_get() (rings.c). */
 	atomic_store_explicit(&r->own, JR_OWN_POOLED, memory_order_release);
 	if (!ck_ring_enqueue_spmc(&e->pool, e->pool_buf, r)) {
 		reg_remove(e, r);
@@ -209,25 +259,23 @@ static void pool_maintain(struct jr_rings *e, uint64_t now)
 	struct jitring *jr = e->jr;
 	uint32_t want = atomic_exchange_explicit(&e->pool_want, 0,
 						 memory_order_relaxed);
-	uint32_t waiters = atomic_load_explicit(&e->pool_waiters,
-						memory_order_relaxed);
+	uint32_t missed = atomic_exchange_explicit(&e->pool_missed, 0,
+						   memory_order_relaxed);
 	uint32_t low = atomic_load_explicit(&e->pool_low, memory_order_relaxed);
-	uint32_t n = ck_ring_size(&e->pool), added = 0, target;
+	uint32_t n = ck_ring_size(&e->pool), added = 0;
+	uint32_t size = ring_target(e);
 	bool full = false;
 	struct jr_ring *r;
 
-	if (waiters) {
-		/* Threads had to wait: keep more ready from now on. */
-		uint32_t nl = low * 2 > waiters ? low * 2 : waiters;
+	if (missed) {
+		/* Threads found the pool empty: keep more ready from now on. */
+		uint32_t nl = low * 2 > missed ? low * 2 : missed;
 
 		low = nl < e->pool_cap / 2 ? nl : e->pool_cap / 2;
 		atomic_store_explicit(&e->pool_low, low, memory_order_relaxed);
 	}
-	target = low + waiters;
-	if (target > e->pool_cap - 1)
-		target = e->pool_cap - 1;
-	while (n < target) {
-		r = ring_new(e, now);
+	while (n < low) {
+		r = ring_new(e, now, size);
 		if (!r) {
 			full = true;
 			break;
@@ -238,15 +286,13 @@ static void pool_maintain(struct jr_rings *e, uint64_t now)
 	}
 	atomic_store_explicit(&e->pool_full, full && n == 0,
 			      memory_order_relaxed);
-	if (added && !want && !waiters)
+	if (added)
 		jitring_count(&jr->c.refills_ahead, added);
-	if (added || want || full) {
-		/* Pairs with the acquire load of pool_gen in pool_take(). */
+	if (added || want || missed) {
+		/* Pairs with the acquire load of pool_gen in ring_get(). */
 		atomic_fetch_add_explicit(&e->pool_gen, 1,
 					  memory_order_release);
-		/* As many sleepers as there are new rings; all if none left. */
-		jr_futex_wake(&e->pool_gen, full || !added ? INT_MAX :
-				(int)(added < (uint32_t)INT_MAX ? added : 1));
+		jr_futex_wake(&e->pool_gen, INT_MAX);
 	}
 	/* Give back what a past burst left beyond four times the mark. */
 	while (n > 4 * low && ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
@@ -257,8 +303,38 @@ static void pool_maintain(struct jr_rings *e, uint64_t now)
 	}
 }
 
+/*
+ * Register the rings threads made themselves.  Return false if one could
+ * not be registered (no memory): it may hold entries older than anything
+ * we could write, so the caller writes nothing this round.
+ */
+static bool attach_rings(struct jr_rings *e)
+{
+	/* Pairs with the release CAS in ring_get() (rings.c). */
+	struct jr_ring *list = atomic_exchange_explicit(&e->attach, NULL,
+							memory_order_acquire);
+
+	while (list) {
+		struct jr_ring *r = list;
+
+		list = r->attach_next;
+		r->attach_next = e->attach_pending;
+		e->attach_pending = r;
+	}
+	while (e->attach_pending) {
+		struct jr_ring *r = e->attach_pending;
+
+		if (reg_add(e, r))
+			return false;
+		e->attach_pending = r->attach_next;
+		r->attach_next = NULL;
+	}
+	return true;
+}
+
 void jitring_flusher_release_rings(struct jr_rings *e, bool child)
 {
+	attach_rings(e);
 	for (uint32_t i = 0; i < e->nreg; i++) {
 		struct jr_ring *r = e->reg[i];
 		uint32_t own = JR_OWN_ACTIVE;
@@ -279,10 +355,17 @@ void jitring_flusher_release_rings(struct jr_rings *e, bool child)
 		}
 		jitring_ring_free(r);
 	}
+	/* Rings we could not register (only after running out of memory). */
+	while (e->attach_pending) {
+		struct jr_ring *r = e->attach_pending;
+
+		e->attach_pending = r->attach_next;
+		jitring_ring_free(r);
+	}
 	free(e->reg);
 	e->reg = NULL;
 	e->nreg = e->reg_cap = 0;
-	e->ring_bytes = 0;
+	atomic_store_explicit(&e->ring_bytes, 0, memory_order_relaxed);
 	if (e->m)
 		e->m->cap = 0;
 	if (e->m) {
@@ -620,6 +703,15 @@ static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t W,
 	return nw;
 }
 
+/* Close or failure: producers waiting for space must look at the state. */
+static void wake_space_waiters(struct jr_rings *e)
+{
+	for (uint32_t i = 0; i < e->nreg; i++)
+		if (atomic_load_explicit(&e->reg[i]->space_waiter,
+					 memory_order_seq_cst))
+			jr_futex_wake(&e->reg[i]->head, INT_MAX);
+}
+
 static void complete_flush(struct jr_rings *e, uint64_t ticket)
 {
 	/* Pairs with the acquire loads in jitring_rings_flush(). */
@@ -667,7 +759,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	struct jitring *jr = e->jr;
 	struct jr_merge *m = e->m;
 	uint64_t T, W, req, deadline = UINT64_MAX, trim_at;
-	bool stopping, snap, any_busy = false;
+	bool stopping, snap, attached, any_busy = false;
 
 	T = jitring_clock_ns();
 	/* (F): pairs with the seq_cst fetch_or of BUSY (A) in produce(). */
@@ -680,8 +772,13 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	       req > atomic_load_explicit(&e->flush_done, memory_order_relaxed);
 	if (snap)
 		e->flush_ticket = req;
+	/*
+	 * After (F): a ring pushed before it is registered now; one pushed
+	 * after it is stamped after T (its owner fences after the push).
+	 */
+	attached = attach_rings(e);
 
-	W = T;
+	W = attached ? T : 0;
 	m->nbusy = 0;
 	m->nheap = 0;
 	m->round_groups = 0;
@@ -723,9 +820,9 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		if (r->rd != tail && ring_peek(r))
 			heap_push(m, r);
 	}
-	if (e->failed || (stopping && !any_busy))
+	if (e->failed || (stopping && !any_busy && attached))
 		W = UINT64_MAX;
-	else if (m->nheap && m->heap[0]->pk_ts > W)
+	else if (attached && m->nheap && m->heap[0]->pk_ts > W)
 		W = mark_late(e, T, W, &deadline);
 
 	while (m->nheap && m->heap[0]->pk_ts <= W) {
@@ -763,15 +860,23 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 						     memory_order_acquire)) !=
 			    r->head_local)
 			continue;
-		/* Pages stay warm for the next thread; the pool is bounded
-		 * and trimmed, idle rings are trimmed separately. */
+		/* Pages stay warm for the next thread (the pool is bounded,
+		 * idle rings are trimmed), unless the ring is much larger
+		 * than what a new thread should get now. */
+		if (r->size > 2 * ring_target(e)) {
+			reg_remove(e, r);
+			jitring_ring_free(r);
+			continue;
+		}
 		pool_put(e, r, T);
 	}
 	pool_maintain(e, T);
 	idmap_ahead(e);
 	trim_at = stopping ? UINT64_MAX : trim_idle(e, T);
 
-	if (stopping && !any_busy) {
+	if (stopping || e->failed)
+		wake_space_waiters(e);
+	if (stopping && !any_busy && attached) {
 		jitring_flusher_write_close(e);
 		req = atomic_load_explicit(&e->flush_req, memory_order_acquire);
 		complete_flush(e, req);
@@ -805,6 +910,7 @@ static bool news(struct jr_rings *e, uint32_t mode)
 {
 	if (atomic_load_explicit(&e->stop, memory_order_seq_cst) ||
 	    atomic_load_explicit(&e->pool_want, memory_order_seq_cst) ||
+	    atomic_load_explicit(&e->attach, memory_order_seq_cst) ||
 	    atomic_load_explicit(&e->flush_req, memory_order_seq_cst) >
 		    atomic_load_explicit(&e->flush_done, memory_order_relaxed))
 		return true;

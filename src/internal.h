@@ -76,7 +76,8 @@ struct jitring {
 	uint32_t engine;          /* JITRING_ENGINE_RINGS or _MUTEX */
 	uint32_t flags;           /* JITRING_F_* */
 	void *eng;                /* engine state */
-	uint32_t ring_size;
+	uint32_t ring_min;        /* ring sizes: equal when configured, */
+	uint32_t ring_max;        /* else adaptive between the two */
 	uint32_t max_delay_ms;
 	uint32_t holdback_ms;
 	uint32_t elf_mach;

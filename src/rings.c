@@ -9,7 +9,8 @@
  * the tail, the consumer (the flusher) the head.  A write:
  *
  *   1. finds its ring through a thread-local list (first write: takes a
- *      ready ring from the pool, see ring_attach());
+ *      ready ring from the pool, or makes one if the pool is empty and
+ *      pushes it to the flusher's attach stack, see ring_get());
  *   2. makes sure the group fits between tail and head (waiting, or -EAGAIN
  *      in drop mode, if not) -- before announcing anything;
  *   3. sets BUSY in pub with a seq_cst RMW                           (A)
@@ -160,17 +161,22 @@ int jitring_rings_thread_detach(struct jitring *jr)
 
 /*
  * Take a ready ring.  The flusher keeps the pool above its low-water mark;
- * finding it empty is the "refill a producer had to wait for" case.
+ * in a burst of new threads it may fall behind, and a thread that then
+ * waited for it could wait long (the flusher is one thread among many
+ * runnable ones).  So the thread makes its own ring instead: the "refill a
+ * producer had to wait for" case, counted in refills_waited.  *@made says
+ * the ring is new and must be pushed to the attach stack.
  */
-static struct jr_ring *pool_take(struct jitring *jr, struct jr_rings *e,
-				 int *err)
+static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
+				bool *made, int *err)
 {
 	struct jr_ring *r;
-	bool waited = false;
+	uint32_t gen;
 
-	for (unsigned tries = 0;; tries++) {
-		uint32_t gen, s;
-
+	*made = false;
+	for (int tries = 0;; tries++) {
+		/* Pairs with the release increment in pool_maintain(). */
+		gen = atomic_load_explicit(&e->pool_gen, memory_order_acquire);
 		if (ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
 			/*
 			 * Pairs with the release store of own (POOLED) before
@@ -182,42 +188,58 @@ static struct jr_ring *pool_take(struct jitring *jr, struct jr_rings *e,
 			if (ck_ring_size(&e->pool) <
 			    atomic_load_explicit(&e->pool_low,
 						 memory_order_relaxed)) {
+				/* Dekker with the flusher's sleep. */
 				atomic_store_explicit(&e->pool_want, 1,
 						      memory_order_seq_cst);
 				jitring_rings_wake(jr, true);
 			}
 			return r;
 		}
-		if (!waited) {
-			waited = true;
+		if (tries == 0) {
 			jitring_count(&jr->c.refills_waited, 1);
+			atomic_fetch_add_explicit(&e->pool_missed, 1,
+						  memory_order_relaxed);
+			atomic_store_explicit(&e->pool_want, 1,
+					      memory_order_seq_cst);
+			jitring_rings_wake(jr, true);
+			r = jitring_ring_alloc(e, jr->ring_min, 0);
+			if (r) {
+				*made = true;
+				return r;
+			}
 		}
-		/* Pairs with the release increment in the flusher's refill. */
-		gen = atomic_load_explicit(&e->pool_gen, memory_order_acquire);
-		if (ck_ring_size(&e->pool))
-			continue;
-		if ((tries > 0 && atomic_load_explicit(&e->pool_full,
-						       memory_order_relaxed)) ||
-		    tries > 500) {
+		if (tries > 0) {
+			/* Out of budget even after the flusher's round. */
 			jitring_count(&jr->c.refused_nomem, 1);
 			*err = -ENOMEM;
 			return NULL;
 		}
-		s = atomic_load_explicit(&jr->state, memory_order_acquire);
-		if (s != JR_OPEN) {
-			*err = jitring_refuse_state(jr, s);
-			return NULL;
-		}
-		/* Dekker with the flusher's sleep (see jitring_rings_wake). */
-		atomic_fetch_add_explicit(&e->pool_waiters, 1,
-					  memory_order_relaxed);
-		atomic_store_explicit(&e->pool_want, 1, memory_order_seq_cst);
-		jitring_rings_wake(jr, true);
-		struct timespec rel = jitring_clock_rel(10 * 1000000u);
+		/*
+		 * Out of budget: rings of threads that left come back to the
+		 * pool after the flusher's next round; wait for it once.
+		 */
+		struct timespec rel = jitring_clock_rel(50 * 1000000u);
 		jr_futex_wait(&e->pool_gen, gen, &rel);
-		atomic_fetch_sub_explicit(&e->pool_waiters, 1,
-					  memory_order_relaxed);
 	}
+}
+
+/*
+ * Hand a ring we made to the flusher: a lock-free push (release), then a
+ * seq_cst fence before our first timestamp.  Pairs with the flusher's fence
+ * (F) and its exchange of the stack: either it takes the ring this round,
+ * or every timestamp we take is after that round's T (docs/design.md).
+ */
+static void ring_push_attach(struct jr_rings *e, struct jr_ring *r)
+{
+	struct jr_ring *head = atomic_load_explicit(&e->attach,
+						    memory_order_relaxed);
+
+	do {
+		r->attach_next = head;
+	} while (!atomic_compare_exchange_weak_explicit(
+		&e->attach, &head, r, memory_order_release,
+		memory_order_relaxed));
+	atomic_thread_fence(memory_order_seq_cst);
 }
 
 static int restart_after_fork(struct jitring *jr);
@@ -226,6 +248,7 @@ static JR_NOINLINE struct jr_ring *ring_attach(struct jitring *jr, int *err)
 {
 	struct jr_ring **pp, *r;
 	struct jr_rings *e;
+	bool made = false, wake = false;
 	uint32_t s;
 
 	/* A ring of ours further down the list: move it to the front. */
@@ -248,7 +271,7 @@ static JR_NOINLINE struct jr_ring *ring_attach(struct jitring *jr, int *err)
 		return NULL;
 	}
 	e = jr->eng;
-	r = pool_take(jr, e, err);
+	r = ring_get(jr, e, &made, err);
 	if (r) {
 		r->jr = jr;
 		r->pid = e->pid;
@@ -257,6 +280,10 @@ static JR_NOINLINE struct jr_ring *ring_attach(struct jitring *jr, int *err)
 		/* Pairs with the acquire load of own in the flusher's scan. */
 		atomic_store_explicit(&r->own, JR_OWN_ACTIVE,
 				      memory_order_release);
+		if (made) {
+			wake = true;
+			ring_push_attach(e, r);
+		}
 		r->tls_next = tls_rings;
 		tls_rings = r;
 		pthread_once(&tls_once, tls_key_init);
@@ -265,16 +292,24 @@ static JR_NOINLINE struct jr_ring *ring_attach(struct jitring *jr, int *err)
 		jitring_count(&jr->c.threads_total, 1);
 	}
 	jitring_exit(jr);
+	if (wake)
+		jitring_rings_wake(jr, true);
 	return r;
 }
 
 /* ------------------------------------------------------------------ */
 /* The write path.                                                      */
 
+/*
+ * The ring is full: wake the flusher once, spin briefly (it may be running
+ * on another CPU), then sleep until it publishes our head.  The timeout is
+ * only a safety net; the flusher also wakes space waiters on close and on
+ * failure.
+ */
 static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
 				  uint32_t need)
 {
-	/* Pairs with the seq_cst store of head in the flusher's batch. */
+	/* Pairs with the seq_cst store of head in publish_heads(). */
 	r->head_cache = atomic_load_explicit(&r->head, memory_order_acquire);
 	if (r->size - (r->tail - r->head_cache) >= need)
 		return 0;
@@ -294,7 +329,7 @@ static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
 		if (spins < 100) {
 			jr_cpu_relax();
 		} else {
-			struct timespec rel = jitring_clock_rel(10 * 1000000u);
+			struct timespec rel = jitring_clock_rel(100 * 1000000u);
 
 			/*
 			 * Dekker with the flusher: it stores head and then
@@ -304,10 +339,8 @@ static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
 					      memory_order_seq_cst);
 			h = atomic_load_explicit(&r->head,
 						 memory_order_seq_cst);
-			if (r->size - (r->tail - h) < need) {
-				jitring_rings_wake(jr, true);
+			if (r->size - (r->tail - h) < need)
 				jr_futex_wait(&r->head, h, &rel);
-			}
 			atomic_store_explicit(&r->space_waiter, 0,
 					      memory_order_relaxed);
 		}
@@ -790,7 +823,9 @@ void jitring_rings_fork_child(struct jitring *jr)
 	jitring_idmap_free(e);
 	ck_ring_init(&e->pool, e->pool_cap);
 	atomic_store_explicit(&e->pool_want, 0, memory_order_relaxed);
-	atomic_store_explicit(&e->pool_waiters, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->pool_missed, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->attach, NULL, memory_order_relaxed);
+	e->attach_pending = NULL;
 	atomic_store_explicit(&e->pool_full, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->flush_req, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->flush_done, 0, memory_order_relaxed);

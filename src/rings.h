@@ -77,6 +77,7 @@ struct jr_ring {
 	uint32_t tid;
 	struct jitring *jr;
 	struct jr_ring *tls_next; /* the owning thread's rings */
+	struct jr_ring *attach_next; /* on the attach stack / pending list */
 	uint8_t *buf;
 	uint32_t size;
 	uint32_t mask;
@@ -119,8 +120,11 @@ struct jr_rings {
 	uint32_t pool_cap;
 	_Atomic uint32_t pool_low;     /* refill when below (adaptive) */
 	_Atomic uint32_t pool_gen;     /* futex: bumped after each refill */
-	_Atomic uint32_t pool_want;    /* a thread found the pool empty */
-	_Atomic uint32_t pool_waiters; /* threads sleeping for a ring */
+	_Atomic uint32_t pool_want;    /* the pool ran low: refill now */
+	_Atomic uint32_t pool_missed;  /* rings threads had to make themselves */
+	/* Rings threads made themselves, for the flusher to register. */
+	_Atomic(struct jr_ring *) attach;
+	_Atomic uint64_t ring_bytes;   /* bytes of ring buffers allocated */
 	_Atomic uint32_t pool_full;    /* the budget is used up */
 
 	/* Flush tickets. */
@@ -136,7 +140,7 @@ struct jr_rings {
 	struct jr_ring **reg;          /* every ring this engine made */
 	uint32_t nreg;
 	uint32_t reg_cap;
-	uint64_t ring_bytes;           /* bytes of ring buffers allocated */
+	struct jr_ring *attach_pending; /* taken from attach, not registered */
 	uint64_t file_off;
 	uint64_t flush_ticket;         /* ticket being worked on, or 0 */
 	bool failed;                   /* the file failed: drop everything */
@@ -166,6 +170,9 @@ int jitring_flusher_prefill(struct jr_rings *e);
 /* Free every ring (after the flusher stopped, or in a fork child). */
 void jitring_flusher_release_rings(struct jr_rings *e, bool child);
 void jitring_ring_free(struct jr_ring *r);
+/* A new ring within the budget, not yet registered (any thread). */
+struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
+				   uint64_t lb);
 /* The idmap chunk for @id, allocated if missing (NULL if out of memory). */
 _Atomic uint64_t *jitring_idmap_chunk(struct jr_rings *e, uint64_t id);
 void jitring_idmap_free(struct jr_rings *e);

@@ -37,7 +37,8 @@
 #define JR_STATS_V1_SIZE ((uint32_t)sizeof(struct jitring_stats))
 #define JR_RING_MIN (4u << 10)
 #define JR_RING_MAX (64u << 20)
-#define JR_RING_DEFAULT (64u << 10)
+#define JR_RING_ADAPT_MIN (64u << 10)
+#define JR_RING_ADAPT_MAX (4u << 20)
 #define JR_BUDGET_DEFAULT (512ull << 20)
 #define JR_DELAY_DEFAULT 20u
 #define JR_HOLDBACK_DEFAULT 10u
@@ -382,13 +383,14 @@ static int config_load(struct jitring *jr, const struct jitring_config *ucfg)
 	jr->engine = cfg.engine == JITRING_ENGINE_DEFAULT ?
 		     JITRING_ENGINE_RINGS : cfg.engine;
 	jr->flags = cfg.flags;
-	jr->ring_size = cfg.ring_size ? cfg.ring_size : JR_RING_DEFAULT;
+	jr->ring_min = cfg.ring_size ? cfg.ring_size : JR_RING_ADAPT_MIN;
+	jr->ring_max = cfg.ring_size ? cfg.ring_size : JR_RING_ADAPT_MAX;
 	jr->max_delay_ms = cfg.max_delay_ms ? cfg.max_delay_ms :
 			   JR_DELAY_DEFAULT;
 	jr->holdback_ms = cfg.holdback_ms ? cfg.holdback_ms :
 			  JR_HOLDBACK_DEFAULT;
 	jr->mem_budget = cfg.mem_budget ? cfg.mem_budget : JR_BUDGET_DEFAULT;
-	if (jr->mem_budget < jr->ring_size)
+	if (jr->mem_budget < jr->ring_min)
 		return -EINVAL;
 	jr->log = cfg.log;
 	jr->log_arg = cfg.log_arg;
