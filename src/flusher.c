@@ -165,15 +165,19 @@ static int reg_add(struct jr_rings *e, struct jr_ring *r)
 
 /*
  * The size for a new ring: the configured one, or adaptive -- an eighth of
- * the budget shared by the threads that hold rings, as a power of two
- * between ring_min and ring_max.  A few threads get large rings (a
- * producer then rarely waits for the flusher); thousands get small ones.
- * Growth beyond ring_min thus adds at most budget/8 (64 MiB by default).
+ * the budget shared by the threads that hold rings and the rings the pool
+ * keeps ready for threads to come, as a power of two between ring_min and
+ * ring_max.  A few threads get large rings (a producer then rarely waits
+ * for the flusher); thousands get small ones.  Counting the pool's
+ * low-water mark keeps a pool refilled after a burst (when few threads are
+ * attached yet) from being made of large rings.
  */
 static uint32_t ring_target(struct jr_rings *e)
 {
 	struct jitring *jr = e->jr;
 	uint64_t users = atomic_load_explicit(&jr->c.threads_attached,
+					      memory_order_relaxed) +
+			 atomic_load_explicit(&e->pool_low,
 					      memory_order_relaxed) + 1;
 	uint64_t share = jr->mem_budget / 8 / users;
 	uint32_t size = jr->ring_max;
@@ -294,13 +298,27 @@ static void pool_maintain(struct jr_rings *e, uint64_t now)
 					  memory_order_release);
 		jr_futex_wake(&e->pool_gen, INT_MAX);
 	}
-	/* Give back what a past burst left beyond four times the mark. */
-	while (n > 4 * low && ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
-		(void)atomic_load_explicit(&r->own, memory_order_acquire);
-		reg_remove(e, r);
-		jitring_ring_free(r);
-		n--;
+	/*
+	 * Give back what a past burst left beyond four times the mark, and,
+	 * when the target size dropped, pooled rings much larger than it.
+	 */
+	if (n > 4 * low || size < e->pool_size_seen) {
+		for (uint32_t i = 0, k = n; i < k; i++) {
+			if (!ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r))
+				break;
+			/* Pairs with the release store in pool_put(). */
+			(void)atomic_load_explicit(&r->own,
+						   memory_order_acquire);
+			if (n > 4 * low || r->size > 2 * size) {
+				reg_remove(e, r);
+				jitring_ring_free(r);
+				n--;
+			} else {
+				pool_put(e, r, now);
+			}
+		}
 	}
+	e->pool_size_seen = size;
 }
 
 /*
@@ -347,10 +365,13 @@ void jitring_flusher_release_rings(struct jr_rings *e, bool child)
 			 * A live thread still lists it: free the buffer (the
 			 * thread backs out before touching it, see rings.c)
 			 * and leave the control block to the thread.  Pairs
-			 * with the CAS to DETACHED in ring_release().
+			 * with the CAS to DETACHED in ring_release().  The
+			 * thread no longer owns a ring of this writer.
 			 */
 			munmap(r->buf, r->size);
 			r->buf = NULL;
+			atomic_fetch_sub_explicit(&e->jr->c.threads_attached, 1,
+						  memory_order_relaxed);
 			continue;
 		}
 		jitring_ring_free(r);

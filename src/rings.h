@@ -143,6 +143,7 @@ struct jr_rings {
 	struct jr_ring *attach_pending; /* taken from attach, not registered */
 	uint64_t file_off;
 	uint64_t flush_ticket;         /* ticket being worked on, or 0 */
+	uint32_t pool_size_seen;       /* ring target at the last refill */
 	bool failed;                   /* the file failed: drop everything */
 	struct jr_merge *m;
 };
