@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: all deps deps-bench build demo test test-unit test-asan test-tsan \
+.PHONY: all deps deps-bench deps-clang build demo test test-unit test-asan test-tsan \
 	bench bench-full format clean
 
 all: build
@@ -19,6 +19,9 @@ deps:
 
 deps-bench:
 	@bash scripts/deps.sh bench
+
+deps-clang:
+	@bash scripts/deps.sh fuzz
 
 build/build.ninja: | deps
 	$(MESON) setup build -Dtestpoints=true -Dbench=disabled
@@ -41,7 +44,7 @@ test: build
 test-unit: build
 	$(MESON) test -C build --no-rebuild --suite unit --print-errorlogs
 
-build-asan/build.ninja: | deps
+build-asan/build.ninja: | deps deps-clang
 	CC=clang CXX=clang++ $(MESON) setup build-asan -Dtestpoints=true \
 		-Dbench=disabled -Db_sanitize=address,undefined -Db_lundef=false
 
@@ -55,7 +58,7 @@ test-asan: build-asan/build.ninja
 		> build-asan/test-output.txt 2>&1; tail -n 40 build-asan/test-output.txt
 	@$(PY) scripts/test-summary.py build-asan/meson-logs/testlog.json
 
-build-tsan/build.ninja: | deps
+build-tsan/build.ninja: | deps deps-clang
 	CC=clang CXX=clang++ $(MESON) setup build-tsan -Dtestpoints=true \
 		-Dbench=disabled -Db_sanitize=thread -Db_lundef=false
 

@@ -123,10 +123,10 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  * @flags: JITRING_F_* bits.
  * @dir: directory for jit-<pid>.dump; NULL means $JITRING_DIR, else /tmp.
  * @ring_size: rings engine, bytes per thread ring (power of two, 4 KiB to
- *	64 MiB); 0 means adaptive: each new ring gets a sixteenth of
- *	@mem_budget divided by the threads holding rings, as a power of two
- *	from 64 KiB to 4 MiB (up to 8 threads: 4 MiB rings that rarely fill;
- *	512 threads and more: 64 KiB).
+ *	64 MiB); 0 means adaptive: rings start at 64 KiB and a thread whose
+ *	ring keeps filling gets one twice as large, up to 4 MiB and up to its
+ *	share of a quarter of @mem_budget (so few busy threads get large
+ *	rings, thousands keep 64 KiB).
  * @max_delay_ms: rings engine, longest time an entry waits in a ring before
  *	the flusher writes it, unless a stalled thread holds it back; 0 means
  *	20 ms.

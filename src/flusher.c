@@ -144,14 +144,21 @@ static int reg_reserve(struct jr_rings *e, uint32_t n)
 	return 0;
 }
 
+/* Give back what ring_reserve() took for a ring of @size. */
+static void ring_unaccount(struct jr_rings *e, uint32_t size)
+{
+	atomic_fetch_sub_explicit(&e->ring_bytes, size, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&e->grow_bytes, size - e->jr->ring_min,
+				  memory_order_relaxed);
+}
+
 static void reg_remove(struct jr_rings *e, struct jr_ring *r)
 {
 	struct jr_ring *last = e->reg[--e->nreg];
 
 	e->reg[r->reg_idx] = last;
 	last->reg_idx = r->reg_idx;
-	atomic_fetch_sub_explicit(&e->ring_bytes, r->size,
-				  memory_order_relaxed);
+	ring_unaccount(e, r->size);
 }
 
 static int reg_add(struct jr_rings *e, struct jr_ring *r)
@@ -164,27 +171,51 @@ static int reg_add(struct jr_rings *e, struct jr_ring *r)
 }
 
 /*
- * The size for a new ring: the configured one, or adaptive -- an eighth of
- * the budget shared by the threads that hold rings and the rings the pool
- * keeps ready for threads to come, as a power of two between ring_min and
- * ring_max.  A few threads get large rings (a producer then rarely waits
- * for the flusher); thousands get small ones.  Counting the pool's
- * low-water mark keeps a pool refilled after a burst (when few threads are
- * attached yet) from being made of large rings.
+ * How large a thread's ring may grow now: the configured size, or adaptive.
+ * Every ring starts at ring_min; a thread whose ring fills trades it for
+ * one twice as large (rings.c, grow_ring()), up to ring_max and up to its
+ * fair share of the growth budget -- a quarter of mem_budget (128 MiB by
+ * default) divided by the threads holding rings.  So a few busy threads
+ * end up with large rings (a saturating producer then rarely waits for the
+ * flusher), thousands keep ring_min, and growth goes to the threads that
+ * need it, not to whichever came first.  ring_reserve() enforces the
+ * growth budget exactly.
  */
-static uint32_t ring_target(struct jr_rings *e)
+uint32_t jitring_ring_target(struct jr_rings *e)
 {
 	struct jitring *jr = e->jr;
 	uint64_t users = atomic_load_explicit(&jr->c.threads_attached,
-					      memory_order_relaxed) +
-			 atomic_load_explicit(&e->pool_low,
 					      memory_order_relaxed) + 1;
-	uint64_t share = jr->mem_budget / 8 / users;
-	uint32_t size = jr->ring_max;
+	uint64_t share = jr->mem_budget / 4 / users;
+	uint32_t size = jr->ring_min;
 
-	while (size > jr->ring_min && size > share)
-		size /= 2;
+	while (size < jr->ring_max && (uint64_t)size * 2 <= share)
+		size *= 2;
 	return size;
+}
+
+/* Reserve @size bytes within the budget and the growth budget. */
+static bool ring_reserve(struct jr_rings *e, uint32_t size)
+{
+	struct jitring *jr = e->jr;
+	uint64_t grow = size - jr->ring_min;
+
+	if (atomic_fetch_add_explicit(&e->ring_bytes, size,
+				      memory_order_relaxed) + size >
+	    jr->mem_budget)
+		goto undo_bytes;
+	if (grow && atomic_fetch_add_explicit(&e->grow_bytes, grow,
+					      memory_order_relaxed) + grow >
+			    jr->mem_budget / 4) {
+		atomic_fetch_sub_explicit(&e->grow_bytes, grow,
+					  memory_order_relaxed);
+		goto undo_bytes;
+	}
+	return true;
+
+undo_bytes:
+	atomic_fetch_sub_explicit(&e->ring_bytes, size, memory_order_relaxed);
+	return false;
 }
 
 struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
@@ -193,19 +224,17 @@ struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
 	struct jitring *jr = e->jr;
 	struct jr_ring *r;
 
-	if (atomic_fetch_add_explicit(&e->ring_bytes, size,
-				      memory_order_relaxed) + size >
-	    jr->mem_budget)
-		goto err_budget;
+	if (!ring_reserve(e, size))
+		return NULL;
 	r = aligned_alloc(JITRING_CACHELINE, sizeof(*r));
 	if (!r)
-		goto err_budget;
+		goto err_unreserve;
 	memset(r, 0, sizeof(*r));
 	r->buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
 		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (r->buf == MAP_FAILED) {
 		free(r);
-		goto err_budget;
+		goto err_unreserve;
 	}
 	/* Fault in the first page now, not on a JIT thread's first write. */
 	r->buf[0] = 0;
@@ -219,8 +248,8 @@ struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
 	atomic_init(&r->own, JR_OWN_POOLED);
 	return r;
 
-err_budget:
-	atomic_fetch_sub_explicit(&e->ring_bytes, size, memory_order_relaxed);
+err_unreserve:
+	ring_unaccount(e, size);
 	return NULL;
 }
 
@@ -229,12 +258,8 @@ static struct jr_ring *ring_new(struct jr_rings *e, uint64_t now,
 {
 	struct jr_ring *r = jitring_ring_alloc(e, size, now);
 
-	/* Near the budget: a smaller ring rather than none. */
-	if (!r && size > e->jr->ring_min)
-		r = jitring_ring_alloc(e, e->jr->ring_min, now);
 	if (r && reg_add(e, r)) {
-		atomic_fetch_sub_explicit(&e->ring_bytes, r->size,
-					  memory_order_relaxed);
+		ring_unaccount(e, r->size);
 		jitring_ring_free(r);
 		r = NULL;
 	}
@@ -250,6 +275,8 @@ static void pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
 	r->busy_since = 0;
 	r->lb = now;
 	r->tls_next = NULL;
+	r->grow_asked = false;
+	atomic_store_explicit(&r->grow_req, 0, memory_order_relaxed);
 	/* Pairs with the acquire load of own in ring_get() (rings.c). */
 	atomic_store_explicit(&r->own, JR_OWN_POOLED, memory_order_release);
 	if (!ck_ring_enqueue_spmc(&e->pool, e->pool_buf, r)) {
@@ -267,7 +294,6 @@ static void pool_maintain(struct jr_rings *e, uint64_t now)
 						   memory_order_relaxed);
 	uint32_t low = atomic_load_explicit(&e->pool_low, memory_order_relaxed);
 	uint32_t n = ck_ring_size(&e->pool), added = 0;
-	uint32_t size = ring_target(e);
 	bool full = false;
 	struct jr_ring *r;
 
@@ -279,7 +305,7 @@ static void pool_maintain(struct jr_rings *e, uint64_t now)
 		atomic_store_explicit(&e->pool_low, low, memory_order_relaxed);
 	}
 	while (n < low) {
-		r = ring_new(e, now, size);
+		r = ring_new(e, now, jr->ring_min);
 		if (!r) {
 			full = true;
 			break;
@@ -298,27 +324,14 @@ static void pool_maintain(struct jr_rings *e, uint64_t now)
 					  memory_order_release);
 		jr_futex_wake(&e->pool_gen, INT_MAX);
 	}
-	/*
-	 * Give back what a past burst left beyond four times the mark, and,
-	 * when the target size dropped, pooled rings much larger than it.
-	 */
-	if (n > 4 * low || size < e->pool_size_seen) {
-		for (uint32_t i = 0, k = n; i < k; i++) {
-			if (!ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r))
-				break;
-			/* Pairs with the release store in pool_put(). */
-			(void)atomic_load_explicit(&r->own,
-						   memory_order_acquire);
-			if (n > 4 * low || r->size > 2 * size) {
-				reg_remove(e, r);
-				jitring_ring_free(r);
-				n--;
-			} else {
-				pool_put(e, r, now);
-			}
-		}
+	/* Give back what a past burst left beyond four times the mark. */
+	while (n > 4 * low && ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
+		/* Pairs with the release store in pool_put(). */
+		(void)atomic_load_explicit(&r->own, memory_order_acquire);
+		reg_remove(e, r);
+		jitring_ring_free(r);
+		n--;
 	}
-	e->pool_size_seen = size;
 }
 
 /*
@@ -387,6 +400,7 @@ void jitring_flusher_release_rings(struct jr_rings *e, bool child)
 	e->reg = NULL;
 	e->nreg = e->reg_cap = 0;
 	atomic_store_explicit(&e->ring_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->grow_bytes, 0, memory_order_relaxed);
 	if (e->m)
 		e->m->cap = 0;
 	if (e->m) {
@@ -724,6 +738,53 @@ static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t W,
 	return nw;
 }
 
+/*
+ * Give rings whose owners asked to grow a successor twice as large, within
+ * their share of the growth budget: registered before the owner can see it
+ * (like a pooled ring), pre-faulted, published with a release store.
+ */
+static void provide_growth(struct jr_rings *e, uint64_t T)
+{
+	uint32_t target = 0;
+
+	for (uint32_t i = 0, n = e->nreg; i < n; i++) {
+		struct jr_ring *r = e->reg[i], *g;
+
+		if (!atomic_load_explicit(&r->grow_req, memory_order_relaxed) ||
+		    atomic_load_explicit(&r->next_ring, memory_order_relaxed) ||
+		    atomic_load_explicit(&r->own, memory_order_relaxed) !=
+			    JR_OWN_ACTIVE)
+			continue;
+		if (!target)
+			target = jitring_ring_target(e);
+		if (r->size * 2 > target)
+			continue;
+		g = ring_new(e, T, r->size * 2);
+		if (!g)
+			return;
+		/* Pre-fault: its owner is busy and will fill it. */
+		for (uint32_t off = 0; off < g->size; off += 4096)
+			g->buf[off] = 0;
+		atomic_store_explicit(&g->own, JR_OWN_NEXT,
+				      memory_order_relaxed);
+		/* Pairs with the acquire exchange in grow_ring() (rings.c). */
+		atomic_store_explicit(&r->next_ring, g, memory_order_release);
+	}
+}
+
+/* A successor ring its owner never took back: free it. */
+static void drop_next(struct jr_rings *e, struct jr_ring *r)
+{
+	struct jr_ring *g = atomic_exchange_explicit(&r->next_ring, NULL,
+						     memory_order_acquire);
+
+	if (g && atomic_load_explicit(&g->own, memory_order_acquire) ==
+			 JR_OWN_NEXT) {
+		reg_remove(e, g);
+		jitring_ring_free(g);
+	}
+}
+
 /* Close or failure: producers waiting for space must look at the state. */
 static void wake_space_waiters(struct jr_rings *e)
 {
@@ -751,9 +812,13 @@ static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
 		struct jr_ring *r = e->reg[i];
 		uint64_t v = JR_PUB(r->seen_tail);
 
+		uint32_t own = atomic_load_explicit(&r->own,
+						    memory_order_relaxed);
+
+		/* Idle threads' rings and pooled ones; a thread may take a
+		 * pooled ring at any time, which TRIM covers the same way. */
 		if (r->trimmed || r->head_local != r->seen_tail ||
-		    atomic_load_explicit(&r->own, memory_order_relaxed) !=
-			    JR_OWN_ACTIVE)
+		    (own != JR_OWN_ACTIVE && own != JR_OWN_POOLED))
 			continue;
 		if (T - r->idle_since < JR_TRIM_NS) {
 			if (r->idle_since + JR_TRIM_NS < next)
@@ -881,10 +946,12 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 						     memory_order_acquire)) !=
 			    r->head_local)
 			continue;
+		/* Its owner left before taking the successor it asked for. */
+		drop_next(e, r);
 		/* Pages stay warm for the next thread (the pool is bounded,
-		 * idle rings are trimmed), unless the ring is much larger
-		 * than what a new thread should get now. */
-		if (r->size > 2 * ring_target(e)) {
+		 * idle rings are trimmed).  Grown rings go: every thread
+		 * starts at ring_min. */
+		if (r->size > e->jr->ring_min) {
 			reg_remove(e, r);
 			jitring_ring_free(r);
 			continue;
@@ -892,6 +959,8 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		pool_put(e, r, T);
 	}
 	pool_maintain(e, T);
+	if (!stopping)
+		provide_growth(e, T);
 	idmap_ahead(e);
 	trim_at = stopping ? UINT64_MAX : trim_idle(e, T);
 

@@ -300,6 +300,92 @@ static JR_NOINLINE struct jr_ring *ring_attach(struct jitring *jr, int *err)
 /* ------------------------------------------------------------------ */
 /* The write path.                                                      */
 
+/* Move the owner's state from @r to @n and let @r go (the flusher drains
+ * and recycles it).  Our entries stay in order across the two rings
+ * because their timestamps increase; the code_index block moves along. */
+static void ring_switch(struct jitring *jr, struct jr_ring *r,
+			struct jr_ring *n)
+{
+	struct jr_ring **pp;
+
+	n->jr = jr;
+	n->pid = r->pid;
+	n->tid = r->tid;
+	n->next_id = r->next_id;
+	n->id_end = r->id_end;
+	n->id_word = r->id_word;
+	n->id_bits = r->id_bits;
+	/* Pairs with the acquire load of own in the flusher. */
+	atomic_store_explicit(&n->own, JR_OWN_ACTIVE, memory_order_release);
+	for (pp = &tls_rings; *pp != r; pp = &(*pp)->tls_next)
+		;
+	n->tls_next = r->tls_next;
+	*pp = n;
+	jitring_count(&jr->c.threads_attached, 1);
+	ring_release(r);
+}
+
+/*
+ * The ring is full: trade it for one twice as large if the thread's share
+ * of the growth budget allows (jitring_ring_target()).  Normally the
+ * flusher has the larger ring ready in next_ring, asked for when the ring
+ * passed half full (ask_grow()), already registered and pre-faulted: the
+ * switch costs no system call.  If it is not there yet the thread makes
+ * one itself (refills_waited) and pushes it to the attach stack.  Runs
+ * inside jitring_enter() so close cannot free the rings meanwhile.
+ * Return: the new ring, or NULL (no growth: wait instead).
+ */
+static JR_NOINLINE struct jr_ring *grow_ring(struct jitring *jr,
+					     struct jr_ring *r)
+{
+	struct jr_rings *e;
+	struct jr_ring *n;
+	uint32_t s;
+
+	if (jr->ring_min == jr->ring_max || r->size >= jr->ring_max)
+		return NULL;
+	s = jitring_enter(jr);
+	if (s != JR_OPEN) {
+		if (s < JR_CLOSING)
+			jitring_exit(jr);
+		return NULL;
+	}
+	e = jr->eng;
+	/* Pairs with the release store of next_ring in provide_growth(). */
+	n = atomic_exchange_explicit(&r->next_ring, NULL,
+				     memory_order_acquire);
+	if (n) {
+		ring_switch(jr, r, n);
+	} else if (r->size * 2 <= jitring_ring_target(e) &&
+		   (n = jitring_ring_alloc(e, r->size * 2, 0))) {
+		/* Before the switch: the attach push fences. */
+		ring_push_attach(e, n);
+		ring_switch(jr, r, n);
+		jitring_count(&jr->c.refills_waited, 1);
+	}
+	jitring_exit(jr);
+	if (n)
+		jitring_rings_wake(jr, true);
+	return n;
+}
+
+/*
+ * The ring passed half full: make sure its head is current, and ask the
+ * flusher for a larger successor once per ring.
+ */
+static JR_NOINLINE void ask_grow(struct jitring *jr, struct jr_ring *r)
+{
+	/* Pairs with the seq_cst store of head in publish_heads(). */
+	r->head_cache = atomic_load_explicit(&r->head, memory_order_acquire);
+	if (r->tail - r->head_cache <= r->size / 2 ||
+	    jr->ring_min == jr->ring_max || r->size >= jr->ring_max)
+		return;
+	r->grow_asked = true;
+	/* Read by the flusher's scan; the wake below carries it. */
+	atomic_store_explicit(&r->grow_req, 1, memory_order_relaxed);
+	jitring_rings_wake(jr, true);
+}
+
 /*
  * The ring is full: wake the flusher once, spin briefly (it may be running
  * on another CPU), then sleep until it publishes our head.  The timeout is
@@ -501,11 +587,28 @@ produce(struct jitring *jr, const struct jitring_group *g,
 		}
 		ring_bytes = sizeof(struct jr_jumbo);
 	}
+again:
 	tail = r->tail;
 	pos = tail & r->mask;
 	to_end = r->size - pos;
 	need = ring_bytes <= to_end ? ring_bytes : to_end + ring_bytes;
 	if (unlikely(r->size - (tail - r->head_cache) < need)) {
+		struct jr_ring *n = NULL;
+
+		/* Pairs with the seq_cst store of head in publish_heads(). */
+		r->head_cache = atomic_load_explicit(&r->head,
+						     memory_order_acquire);
+		if (r->size - (tail - r->head_cache) < need &&
+		    (n = grow_ring(jr, r))) {
+			r = n;
+			if (jumbo && total <= r->size / 2) {
+				/* Fits the new ring as it is. */
+				free(jumbo);
+				jumbo = NULL;
+				ring_bytes = (uint32_t)total;
+			}
+			goto again;
+		}
 		ret = wait_space(jr, r, need);
 		if (ret)
 			goto err;
@@ -523,6 +626,16 @@ produce(struct jitring *jr, const struct jitring_group *g,
 	s = atomic_load_explicit(&jr->state, memory_order_seq_cst);
 	if (unlikely(s != JR_OPEN)) {
 		ret = back_out(jr, r, s);
+		goto err;
+	}
+	/* The idmap is only safe to read once (B) saw the writer open. */
+	if (mv && unlikely(!id_issued(jr, mv->code_index))) {
+		/* Nothing written: undo BUSY (and a LATE set meanwhile). */
+		atomic_fetch_and_explicit(&r->pub, ~(uint64_t)JR_PUB_BITS,
+					  memory_order_seq_cst);
+		jitring_rings_wake(jr, false);
+		jitring_count(&jr->c.refused_invalid, 1);
+		ret = -ENOENT;
 		goto err;
 	}
 
@@ -563,17 +676,6 @@ produce(struct jitring *jr, const struct jitring_group *g,
 			jitring_record_encode(g, jumbo, ts, r->pid, r->tid,
 					      code_index);
 	} else {
-		if (unlikely(!id_issued(jr, mv->code_index))) {
-			/* Nothing written yet: undo BUSY (no LATE possible
-			 * for a ring that will not commit: clear both). */
-			atomic_fetch_and_explicit(&r->pub,
-						  ~(uint64_t)JR_PUB_BITS,
-						  memory_order_seq_cst);
-			jitring_rings_wake(jr, false);
-			jitring_count(&jr->c.refused_invalid, 1);
-			ret = -ENOENT;
-			goto err;
-		}
 		jitring_record_encode_move(jumbo ? jumbo : dst, ts, r->pid,
 					   r->tid, mv->code_index,
 					   mv->old_addr, mv->new_addr,
@@ -604,6 +706,8 @@ produce(struct jitring *jr, const struct jitring_group *g,
 	r->tail = tail;
 	/* (D): pairs with the seq_cst store of the sleep mode (flusher). */
 	jitring_rings_wake(jr, tail - r->head_cache > r->size / 4);
+	if (unlikely(tail - r->head_cache > r->size / 2) && !r->grow_asked)
+		ask_grow(jr, r);
 	return (int64_t)code_index;
 
 err:

@@ -33,6 +33,8 @@ enum jr_own {
 	JR_OWN_DETACHED = 2, /* the thread let go; flusher drains, recycles */
 	JR_OWN_ORPHAN = 3,   /* writer closed under a live thread: the thread
 			      * frees the control block */
+	JR_OWN_NEXT = 4,     /* made by the flusher as the larger successor
+			      * of a ring whose owner asked to grow */
 };
 
 /* Pseudo-records that live only in rings, never in the file. */
@@ -86,6 +88,8 @@ struct jr_ring {
 	alignas(JITRING_CACHELINE) _Atomic uint32_t head;
 	_Atomic uint32_t space_waiter; /* owner sleeps on head for space */
 	_Atomic uint32_t own;          /* enum jr_own */
+	_Atomic uint32_t grow_req;     /* owner: "I keep filling, grow me" */
+	_Atomic(struct jr_ring *) next_ring; /* flusher: the larger ring */
 
 	/* Flusher-private. */
 	alignas(JITRING_CACHELINE) uint32_t rd; /* next byte to emit */
@@ -104,6 +108,7 @@ struct jr_ring {
 	uint64_t pk_jlen;      /* and that buffer's length */
 	uint32_t head_local;   /* the head we last published */
 	bool trimmed;          /* pages discarded since the last commit */
+	bool grow_asked;       /* owner-private: grow_req already set */
 };
 
 struct jr_merge; /* flusher.c */
@@ -125,6 +130,7 @@ struct jr_rings {
 	/* Rings threads made themselves, for the flusher to register. */
 	_Atomic(struct jr_ring *) attach;
 	_Atomic uint64_t ring_bytes;   /* bytes of ring buffers allocated */
+	_Atomic uint64_t grow_bytes;   /* of which above ring_min per ring */
 	_Atomic uint32_t pool_full;    /* the budget is used up */
 
 	/* Flush tickets. */
@@ -143,7 +149,6 @@ struct jr_rings {
 	struct jr_ring *attach_pending; /* taken from attach, not registered */
 	uint64_t file_off;
 	uint64_t flush_ticket;         /* ticket being worked on, or 0 */
-	uint32_t pool_size_seen;       /* ring target at the last refill */
 	bool failed;                   /* the file failed: drop everything */
 	struct jr_merge *m;
 };
@@ -174,6 +179,8 @@ void jitring_ring_free(struct jr_ring *r);
 /* A new ring within the budget, not yet registered (any thread). */
 struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
 				   uint64_t lb);
+/* How large a thread's ring may grow now (any thread). */
+uint32_t jitring_ring_target(struct jr_rings *e);
 /* The idmap chunk for @id, allocated if missing (NULL if out of memory). */
 _Atomic uint64_t *jitring_idmap_chunk(struct jr_rings *e, uint64_t id);
 void jitring_idmap_free(struct jr_rings *e);
