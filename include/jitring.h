@@ -238,6 +238,8 @@ struct jitring_entry {
  * @threads_total: threads that ever owned a ring of this writer.
  * @io_error: first error of the file (a negative errno), or 0.
  * @reserved0: zero.
+ * @rings_grown: rings traded for larger ones because their thread kept
+ *	filling them (adaptive ring_size only).
  */
 struct jitring_stats {
 	uint32_t struct_size;
@@ -262,6 +264,7 @@ struct jitring_stats {
 	uint64_t threads_total;
 	int32_t io_error;
 	uint32_t reserved0;
+	uint64_t rings_grown;
 };
 
 /**

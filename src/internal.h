@@ -57,6 +57,7 @@ struct jr_counters {
 	_Atomic uint64_t holdback_max_ns;
 	_Atomic uint64_t threads_attached;
 	_Atomic uint64_t threads_total;
+	_Atomic uint64_t rings_grown;
 };
 
 /* The dump file, owned by writer.c; engines write through fd. */

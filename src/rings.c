@@ -322,6 +322,7 @@ static void ring_switch(struct jitring *jr, struct jr_ring *r,
 	n->tls_next = r->tls_next;
 	*pp = n;
 	jitring_count(&jr->c.threads_attached, 1);
+	jitring_count(&jr->c.rings_grown, 1);
 	ring_release(r);
 }
 

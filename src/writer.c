@@ -628,6 +628,7 @@ void jitring_stats(const struct jitring *jr, struct jitring_stats *st)
 	LOAD(holdback_max_ns);
 	LOAD(threads_attached);
 	LOAD(threads_total);
+	LOAD(rings_grown);
 #undef LOAD
 	s.io_error = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 	memcpy(st, &s, JR_STATS_V1_SIZE);

@@ -1,0 +1,279 @@
+// SPDX-License-Identifier: MIT
+/*
+ * Ring growth (rings engine, adaptive ring_size): a thread whose ring fills
+ * trades it for one twice as large, either a successor the flusher made
+ * ahead of time (no system call on the thread) or, if none is ready, one
+ * the thread makes itself.  Entries stay in per-thread order across rings.
+ *
+ * The flusher is stalled deterministically through the test I/O hook: its
+ * pwritev() waits at a gate the test opens and shuts, and the flusher_round
+ * testpoint tells the test when a round has finished.  No sleeps.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "jitring.h"
+#include "reader.h"
+#include "testpoint.h"
+
+#ifdef JITRING_TESTPOINTS
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	bool open;
+	unsigned parked;  /* flusher calls waiting at the gate */
+	unsigned long rounds;
+} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, true, 0, 0 };
+
+static ssize_t gated_pwritev(int fd, const struct iovec *iov, int cnt,
+			     off_t off)
+{
+	pthread_mutex_lock(&gate.lock);
+	gate.parked++;
+	pthread_cond_broadcast(&gate.cond);
+	while (!gate.open)
+		pthread_cond_wait(&gate.cond, &gate.lock);
+	gate.parked--;
+	pthread_mutex_unlock(&gate.lock);
+	return pwritev(fd, iov, cnt, off);
+}
+
+static void on_testpoint(const char *name, void *arg)
+{
+	(void)arg;
+	if (strcmp(name, "flusher_round"))
+		return;
+	pthread_mutex_lock(&gate.lock);
+	gate.rounds++;
+	pthread_cond_broadcast(&gate.cond);
+	pthread_mutex_unlock(&gate.lock);
+}
+
+static void gate_set(bool open)
+{
+	pthread_mutex_lock(&gate.lock);
+	gate.open = open;
+	pthread_cond_broadcast(&gate.cond);
+	pthread_mutex_unlock(&gate.lock);
+}
+
+static void wait_parked(void)
+{
+	pthread_mutex_lock(&gate.lock);
+	while (!gate.parked)
+		pthread_cond_wait(&gate.cond, &gate.lock);
+	pthread_mutex_unlock(&gate.lock);
+}
+
+/* Wait until @n more flusher rounds have finished. */
+static void wait_rounds(unsigned long n)
+{
+	pthread_mutex_lock(&gate.lock);
+	n += gate.rounds;
+	while (gate.rounds < n)
+		pthread_cond_wait(&gate.cond, &gate.lock);
+	pthread_mutex_unlock(&gate.lock);
+}
+
+static struct jitring *jr;
+static unsigned char eh[128];
+static int ehlen;
+static const unsigned char code[30] = { 0x55, 0x48, 0x89, 0xe5 };
+
+/* Entry @seq of thread @t: ~250 bytes, the CPython shape. */
+static int64_t put(int t, unsigned seq)
+{
+	char name[64];
+	struct jitring_entry e = {
+		.name = name,
+		.code_addr = code,
+		.code_size = sizeof(code),
+		.eh_frame = eh,
+		.eh_frame_size = (uint32_t)ehlen,
+	};
+
+	snprintf(name, sizeof(name), "py::grow_t%02d_s%06u:/app/module.py", t,
+		 seq);
+	return jitring_write(jr, &e);
+}
+
+static void stats(struct jitring_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	st->struct_size = sizeof(*st);
+	jitring_stats(jr, st);
+}
+
+/* Every thread's entries present once, in sequence order. */
+static void verify(const char *path, int threads, const unsigned *count)
+{
+	unsigned next[16] = { 0 };
+	struct jitring_check_result res;
+	struct jitring_rd_header h;
+	struct jitring_rd_record rec;
+	struct jitring_reader rd;
+	struct stat sb;
+	void *map;
+	int fd = open(path, O_RDONLY);
+
+	T_REQUIRE(fd >= 0 && fstat(fd, &sb) == 0);
+	map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+	T_REQUIRE(map != MAP_FAILED);
+	T_CHECK_EQ(jitring_check(map, (size_t)sb.st_size, JITRING_CHECK_SORTED,
+				 &res), 0);
+	T_REQUIRE(jitring_reader_init(&rd, map, (size_t)sb.st_size, 0, &h) ==
+		  0);
+	while (jitring_reader_next(&rd, &rec) == 1) {
+		int t;
+		unsigned s;
+
+		if (rec.id != 0)
+			continue;
+		T_REQUIRE(sscanf(rec.name, "py::grow_t%d_s%u", &t, &s) == 2);
+		T_REQUIRE(t >= 0 && t < threads);
+		T_CHECK_EQ(s, next[t]);
+		next[t] = s + 1;
+	}
+	for (int t = 0; t < threads; t++)
+		T_CHECK_EQ(next[t], count[t]);
+	munmap(map, (size_t)sb.st_size);
+	close(fd);
+}
+
+struct worker {
+	int t;
+	unsigned n;
+	unsigned done;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+
+	for (w->done = 0; w->done < w->n; w->done++)
+		if (put(w->t, w->done) <= 0)
+			break;
+	return NULL;
+}
+
+int main(void)
+{
+	char dir[] = "/tmp/jitring-growth-XXXXXX", path[512];
+	struct jitring_config cfg;
+	struct jitring_stats st0, st;
+	unsigned count[16] = { 0 };
+	unsigned seq = 0;
+
+	T_REQUIRE(mkdtemp(dir));
+	ehlen = jitring_eh_frame_build(
+		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE), sizeof(code),
+		eh, sizeof(eh));
+	T_REQUIRE(ehlen > 0);
+	jitring_io_hook = gated_pwritev;
+	atomic_store(&jitring_testpoint_hook, on_testpoint);
+
+	jitring_config_init(&cfg);
+	cfg.dir = dir;
+	cfg.max_delay_ms = 1;
+	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
+	snprintf(path, sizeof(path), "%s/jit-%d.dump", dir, (int)getpid());
+
+	/*
+	 * 1. Flusher stalled: a 64 KiB ring fills after ~260 entries, no
+	 * successor can be made, so the thread makes larger rings itself and
+	 * never waits.
+	 */
+	gate_set(false);
+	T_CHECK(put(0, seq++) > 0);
+	wait_parked();
+	stats(&st0);
+	for (int i = 0; i < 2000; i++)
+		T_CHECK(put(0, seq++) > 0);
+	stats(&st);
+	T_CHECK(st.rings_grown - st0.rings_grown >= 3);
+	T_CHECK_EQ(st.rings_grown - st0.rings_grown,
+		   st.refills_waited - st0.refills_waited);
+	T_CHECK_EQ(st.ring_full_waits, 0);
+
+	/* Everything lands, in order, across the rings. */
+	gate_set(true);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	count[0] = seq;
+	verify(path, 1, count);
+
+	/*
+	 * 2. A successor made ahead: the ring passes half full while the
+	 * flusher is stalled (it asks to grow), one round runs (the flusher
+	 * makes the successor), the flusher stalls again, and the ring fills:
+	 * the thread switches without making a ring itself.
+	 */
+	T_CHECK_EQ(jitring_thread_detach(jr), 1);
+	gate_set(false);
+	T_CHECK(put(0, seq++) > 0);	/* a fresh 64 KiB ring */
+	wait_parked();
+	for (int i = 0; i < 150; i++)	/* > 32 KiB: past half full */
+		T_CHECK(put(0, seq++) > 0);
+	stats(&st0);
+	gate_set(true);
+	wait_rounds(2);
+	gate_set(false);
+	T_CHECK(put(0, seq++) > 0);
+	wait_parked();
+	for (int i = 0; i < 400; i++)	/* > 64 KiB: fills the ring */
+		T_CHECK(put(0, seq++) > 0);
+	stats(&st);
+	T_CHECK(st.rings_grown - st0.rings_grown >= 1);
+	T_CHECK_EQ(st.refills_waited, st0.refills_waited);
+	T_CHECK_EQ(st.ring_full_waits, 0);
+	gate_set(true);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	count[0] = seq;
+	verify(path, 1, count);
+
+	/* 3. Several threads growing at once, stalled then flowing. */
+	{
+		struct worker w[8];
+		pthread_t tid[8];
+
+		gate_set(false);
+		for (int t = 0; t < 8; t++) {
+			w[t] = (struct worker){ .t = t + 1, .n = 3000 };
+			pthread_create(&tid[t], NULL, worker_main, &w[t]);
+		}
+		for (int t = 0; t < 8; t++) {
+			pthread_join(tid[t], NULL);
+			T_CHECK_EQ(w[t].done, w[t].n);
+			count[t + 1] = w[t].done;
+		}
+		gate_set(true);
+		T_CHECK_EQ(jitring_flush(jr), 0);
+		verify(path, 9, count);
+	}
+
+	T_CHECK_EQ(jitring_close(jr), 0);
+	stats(&st);
+	T_CHECK_EQ(st.threads_attached, 0);
+	T_CHECK_EQ(st.lost_io, 0);
+	unlink(path);
+	rmdir(dir);
+	return t_report();
+}
+
+#else
+
+int main(void)
+{
+	t_skip("needs -Dtestpoints=true");
+}
+
+#endif
