@@ -49,6 +49,7 @@
 
 #include "clock.h"
 #include "futex.h"
+#include "perfmap.h"
 #include "record.h"
 #include "rings.h"
 #include "testpoint.h"
@@ -63,6 +64,7 @@
 
 struct jr_grp {
 	uint8_t *jumbo;
+	uint8_t *base;     /* the group's bytes, valid until heads move */
 	uint64_t file_end; /* batch bytes up to the end of this group */
 	uint32_t records;
 };
@@ -80,6 +82,7 @@ struct jr_merge {
 	uint64_t round_groups;
 	struct iovec iov[JR_IOV_MAX];
 	struct jr_grp grp[JR_BATCH_GROUPS];
+	char mapbuf[64 << 10];   /* perf map lines of a batch */
 };
 
 int jitring_flusher_init(struct jr_rings *e)
@@ -580,6 +583,26 @@ static void publish_heads(struct jr_rings *e)
 	}
 }
 
+/* The perf map lines of the first @ok groups of the batch, in order. */
+static void perfmap_batch(struct jr_rings *e, uint32_t ok)
+{
+	struct jr_merge *m = e->m;
+	char *buf = m->mapbuf;
+	size_t n = 0;
+
+	for (uint32_t i = 0; i < ok; i++) {
+		uint64_t start = i ? m->grp[i - 1].file_end : 0;
+
+		if (n + JR_PERFMAP_LINE_MAX > sizeof(m->mapbuf)) {
+			jitring_perfmap_write(e->jr, buf, n);
+			n = 0;
+		}
+		n += jitring_perfmap_line_load(buf + n, m->grp[i].base,
+					       m->grp[i].file_end - start);
+	}
+	jitring_perfmap_write(e->jr, buf, n);
+}
+
 static void write_batch(struct jr_rings *e)
 {
 	struct jitring *jr = e->jr;
@@ -612,6 +635,8 @@ static void write_batch(struct jr_rings *e)
 		ok = 0;
 		good = 0;
 	}
+	if (ok && jr->map_fd >= 0)
+		perfmap_batch(e, ok);
 	for (uint32_t i = 0; i < m->ngrp; i++) {
 		if (i < ok)
 			records += m->grp[i].records;
@@ -650,6 +675,7 @@ static void emit(struct jr_rings *e, struct jr_ring *r)
 	m->last = r->pk_jumbo ? NULL : r;
 	m->bytes += len;
 	m->grp[m->ngrp].jumbo = r->pk_jumbo;
+	m->grp[m->ngrp].base = base;
 	m->grp[m->ngrp].file_end = m->bytes;
 	m->grp[m->ngrp].records = r->pk_records;
 	m->ngrp++;
@@ -935,18 +961,29 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 			complete_flush(e, e->flush_ticket);
 	}
 
-	/* Recycle the drained rings of threads that left. */
-	for (uint32_t i = e->nreg; i-- > 0;) {
+	/*
+	 * Recycle the drained rings of threads that left.  Collected first
+	 * (into the busy array, done with for this round): recycling one can
+	 * remove another from the registry (its unused successor), which an
+	 * index walk over the registry must not see.
+	 */
+	m->nbusy = 0;
+	for (uint32_t i = 0; i < e->nreg; i++) {
 		struct jr_ring *r = e->reg[i];
 
 		/* Pairs with the acq_rel CAS to DETACHED in ring_release(). */
-		if (atomic_load_explicit(&r->own, memory_order_acquire) !=
-			    JR_OWN_DETACHED ||
+		if (atomic_load_explicit(&r->own, memory_order_acquire) ==
+			    JR_OWN_DETACHED &&
 		    JR_PUB_TAIL(atomic_load_explicit(&r->pub,
-						     memory_order_acquire)) !=
+						     memory_order_acquire)) ==
 			    r->head_local)
-			continue;
-		/* Its owner left before taking the successor it asked for. */
+			m->busy[m->nbusy++] = r;
+	}
+	for (uint32_t i = 0; i < m->nbusy; i++) {
+		struct jr_ring *r = m->busy[i];
+
+		/* Its owner left before taking the successor it asked for
+		 * (never itself a candidate: a successor is not DETACHED). */
 		drop_next(e, r);
 		/* Pages stay warm for the next thread (the pool is bounded,
 		 * idle rings are trimmed).  Grown rings go: every thread
@@ -959,8 +996,10 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		pool_put(e, r, T);
 	}
 	pool_maintain(e, T);
-	if (!stopping)
+	if (!stopping) {
 		provide_growth(e, T);
+		jitring_tramps_maintain(jr);
+	}
 	idmap_ahead(e);
 	trim_at = stopping ? UINT64_MAX : trim_idle(e, T);
 
@@ -1001,6 +1040,7 @@ static bool news(struct jr_rings *e, uint32_t mode)
 	if (atomic_load_explicit(&e->stop, memory_order_seq_cst) ||
 	    atomic_load_explicit(&e->pool_want, memory_order_seq_cst) ||
 	    atomic_load_explicit(&e->attach, memory_order_seq_cst) ||
+	    jitring_tramps_wanted(e->jr) ||
 	    atomic_load_explicit(&e->flush_req, memory_order_seq_cst) >
 		    atomic_load_explicit(&e->flush_done, memory_order_relaxed))
 		return true;
