@@ -95,7 +95,11 @@ enum jitring_engine {
 /** Rings engine: when the calling thread's ring is full, return -EAGAIN at
  *  once and count the entry instead of waiting for the flusher. */
 #define JITRING_F_DROP (1u << 1)
-#define JITRING_F_ALL (JITRING_F_WRITE_CLOSE | JITRING_F_DROP)
+/** Also write /tmp/perf-<pid>.map lines ("<hex addr> <hex size> <name>")
+ *  for every CODE_LOAD, in the same order, from the same thread that writes
+ *  the dump (the flusher, or the caller under the mutex engine's lock). */
+#define JITRING_F_PERF_MAP (1u << 2)
+#define JITRING_F_ALL (JITRING_F_WRITE_CLOSE | JITRING_F_DROP | JITRING_F_PERF_MAP)
 
 /* Levels passed to the log hook. */
 #define JITRING_LOG_ERR 3
@@ -240,6 +244,10 @@ struct jitring_entry {
  * @reserved0: zero.
  * @rings_grown: rings traded for larger ones because their thread kept
  *	filling them (adaptive ring_size only).
+ * @tramp_copies: trampoline copies handed out.
+ * @tramp_arenas_ahead: trampoline arenas made ready before they were needed.
+ * @tramp_arenas_waited: arenas a jitring_trampolines_get() caller had to
+ *	make itself (~0 in steady state with the rings engine).
  */
 struct jitring_stats {
 	uint32_t struct_size;
@@ -265,6 +273,9 @@ struct jitring_stats {
 	int32_t io_error;
 	uint32_t reserved0;
 	uint64_t rings_grown;
+	uint64_t tramp_copies;
+	uint64_t tramp_arenas_ahead;
+	uint64_t tramp_arenas_waited;
 };
 
 /**
@@ -540,6 +551,115 @@ jitring_cfi_preset(enum jitring_cfi_preset preset);
 JITRING_API int jitring_eh_frame_build(const struct jitring_cfi *cfi,
 				       uint64_t code_size, void *buf,
 				       size_t buf_size);
+
+/* ------------------------------------------------------------------ */
+/* Runtime kit: trampoline copies from arenas made ready ahead.         */
+
+struct jitring_trampolines;
+
+/** No build-id salt in jitring_tramp_template.salt_offset. */
+#define JITRING_TRAMP_NO_SALT 0xffffffffu
+/** Largest trampoline template. */
+#define JITRING_TRAMP_MAX 4096u
+
+/**
+ * struct jitring_tramp_template - Machine code to hand out copies of.
+ * @struct_size: sizeof(struct jitring_tramp_template) as compiled.
+ * @code_size: bytes at @code, 1 to JITRING_TRAMP_MAX.
+ * @code: the template's machine code, position-independent.
+ * @cfi: its call frame description (see jitring_eh_frame_build()), or NULL
+ *	to write no UNWINDING_INFO for the copies.
+ * @salt_offset: where in the *dumped* bytes of each copy an 8-byte
+ *	per-copy value is written, so that perf builds that hash code bytes
+ *	into build-ids never merge two copies (the executable copy is never
+ *	changed); JITRING_TRAMP_NO_SALT for none, else at most code_size - 8,
+ *	or 0 with a code_size below 8 (then the salt is XORed over the bytes).
+ * @reserved: must be zero.
+ */
+struct jitring_tramp_template {
+	uint32_t struct_size;
+	uint32_t code_size;
+	const void *code;
+	const struct jitring_cfi *cfi;
+	uint32_t salt_offset;
+	uint32_t reserved;
+};
+
+/**
+ * jitring_tramp_builtin() - The host's built-in trampoline template.
+ * @t: filled with a template in the shape of CPython's perf trampoline: it
+ *	calls the function pointer passed as its fourth argument (x86_64
+ *	%rcx, aarch64 x3) with the first three arguments unchanged and
+ *	returns its result, keeping a standard frame-pointer frame, with
+ *	matching CFI and a salt at its end.  t->struct_size is set.
+ *
+ * Context: any thread; async-signal-safe.
+ * Return: 0; -EINVAL for a NULL @t; -EOPNOTSUPP on an architecture without
+ * a built-in template.
+ */
+JITRING_API int jitring_tramp_builtin(struct jitring_tramp_template *t);
+
+/**
+ * jitring_trampolines_new() - Register a template with a writer.
+ * @jr: the writer.
+ * @t: the template (copied; may be freed after the call).
+ * @out: receives the set; untouched on failure.
+ *
+ * Copies are carved from executable arenas that are filled (written while
+ * read-write, then switched to read-execute once, never remapped, with
+ * PROT_NONE guard pages so the kernel never merges two) ahead of demand:
+ * by the rings engine's background thread, or, with the mutex engine, by
+ * the jitring_trampolines_get() call that finds none ready (lock-free).
+ * Copies are spaced so perf's extended mapping of one (code + ALIGN_8 + the
+ * unwind data's mapped_size) never covers the next.
+ *
+ * Context: any thread; not async-signal-safe.
+ * Return: 0; -EINVAL for NULL arguments, a bad struct_size, code_size or
+ * salt_offset, non-zero reserved or a @cfi jitring_eh_frame_build()
+ * refuses; -ESHUTDOWN once the writer is closing; -ENOMEM; or -errno from
+ * mmap(2)/mprotect(2).
+ */
+JITRING_API int jitring_trampolines_new(struct jitring *jr,
+					const struct jitring_tramp_template *t,
+					struct jitring_trampolines **out);
+
+/**
+ * jitring_trampolines_get() - Hand out one executable copy, described.
+ * @t: the set.
+ * @name: the copy's symbol name, as for jitring_entry.name.
+ * @addr: receives the copy's address; untouched on failure.
+ *
+ * Takes a fresh copy (lock-free: an atomic increment in the current arena)
+ * and writes its group (UNWINDING_INFO + CODE_LOAD named @name, a new
+ * code_index) through the writer before returning, so the copy may be
+ * called at once.  In steady state no mmap or mprotect happens on the
+ * calling thread.
+ *
+ * A copy whose jitring_write() fails is not handed out and its slot is not
+ * reused.
+ *
+ * Context: any thread, concurrently; not async-signal-safe.
+ * Return: the copy's code_index (> 0); -EINVAL for NULL arguments or a bad
+ * name (empty, or longer than JITRING_NAME_MAX); -ENOMEM if no arena could
+ * be had; or what jitring_write() returns.
+ */
+JITRING_API int64_t jitring_trampolines_get(struct jitring_trampolines *t,
+					    const char *name, void **addr);
+
+/**
+ * jitring_trampolines_free() - Unmap a set's arenas.
+ * @t: the set, or NULL.
+ *
+ * The caller states that no thread runs, or will run, code in any copy of
+ * the set.  Allowed only once the writer is closed (unmapping code perf
+ * knows about under a running writer is what CPython's gh-143228 was).
+ * Without this call arenas stay mapped until exit, also in fork children.
+ *
+ * Context: any thread; not concurrently with jitring_trampolines_get() on
+ * the same set.
+ * Return: 0 (also for NULL); -EBUSY if the writer is still open.
+ */
+JITRING_API int jitring_trampolines_free(struct jitring_trampolines *t);
 
 #ifdef __cplusplus
 }

@@ -31,6 +31,7 @@
 
 #include "clock.h"
 #include "internal.h"
+#include "perfmap.h"
 #include "record.h"
 
 #define MUTEX_BUF_SIZE (2u << 20)
@@ -39,6 +40,7 @@ struct mutex_eng {
 	pthread_mutex_t lock;
 	FILE *f;
 	char *buf;             /* the FILE's 2 MiB buffer */
+	FILE *map;             /* perf map lines, flushed with the dump */
 	uint64_t off;          /* logical end of file, buffer included */
 	uint64_t flushed_off;  /* what the kernel has: a group boundary */
 	uint64_t pend_entries; /* groups in the buffer */
@@ -84,7 +86,31 @@ static int open_stream(struct jitring *jr, struct mutex_eng *m)
 	}
 	m->off = m->flushed_off = sizeof(struct jitdump_header);
 	m->pend_entries = m->pend_records = 0;
+	if (jr->map_fd >= 0) {
+		int mfd = dup(jr->map_fd);
+
+		m->map = mfd >= 0 ? fdopen(mfd, "w") : NULL;
+		if (!m->map) {
+			int ret = -errno;
+
+			if (mfd >= 0)
+				close(mfd);
+			fclose(m->f);
+			m->f = NULL;
+			return ret;
+		}
+	}
 	return 0;
+}
+
+/* Drop the map stream's buffered lines (their groups did not make it). */
+static void map_discard(struct mutex_eng *m)
+{
+	if (m->map) {
+		__fpurge(m->map);
+		fclose(m->map);
+		m->map = NULL;
+	}
 }
 
 int jitring_mutex_start(struct jitring *jr)
@@ -116,6 +142,7 @@ static int fail_locked(struct jitring *jr, struct mutex_eng *m, int err)
 			    strerror(errno));
 	__fpurge(m->f);
 	clearerr(m->f);
+	map_discard(m);
 	jitring_count(&jr->c.lost_io, m->pend_entries);
 	m->pend_entries = m->pend_records = 0;
 	m->off = m->flushed_off;
@@ -129,6 +156,12 @@ static int flush_locked(struct jitring *jr, struct mutex_eng *m)
 		return 0;
 	if (fflush(m->f) == EOF || ferror(m->f))
 		return fail_locked(jr, m, errno ? -errno : -EIO);
+	/* The map only ever names groups the dump has. */
+	if (m->map && fflush(m->map) == EOF) {
+		jitring_log(jr, JITRING_LOG_ERR, "perf map: %s",
+			    strerror(errno));
+		map_discard(m);
+	}
 	jitring_count(&jr->c.entries_written, m->pend_entries);
 	jitring_count(&jr->c.records_written, m->pend_records);
 	jitring_count(&jr->c.bytes_written, m->off - m->flushed_off);
@@ -246,6 +279,14 @@ int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
 		fwrite(&l, sizeof(l), 1, m->f);
 		fwrite(e->name, g->name_len, 1, m->f);
 		fwrite(jitring_record_code(e), e->code_size, 1, m->f);
+		if (m->map) {
+			char line[JR_PERFMAP_LINE_MAX];
+
+			fwrite(line, jitring_perfmap_line(
+					     line, l.code_addr, l.code_size,
+					     e->name, g->name_len - 1),
+			       1, m->map);
+		}
 	}
 	ret = commit_locked(jr, m, g->total, g->nr_records);
 out:
@@ -324,6 +365,10 @@ int jitring_mutex_stop(struct jitring *jr)
 			ret = -errno;
 		m->f = NULL;
 	}
+	if (m->map) {
+		fclose(m->map);
+		m->map = NULL;
+	}
 	free(m->buf);
 	m->buf = NULL;
 	pthread_mutex_unlock(&m->lock);
@@ -357,6 +402,7 @@ void jitring_mutex_fork_child(struct jitring *jr)
 		fclose(m->f);
 		m->f = NULL;
 	}
+	map_discard(m);
 	if (jr->file.fd >= 0 && open_stream(jr, m) == 0)
 		return;
 	m->f = NULL;

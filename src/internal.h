@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdalign.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "atomics.h"
@@ -58,6 +59,9 @@ struct jr_counters {
 	_Atomic uint64_t threads_attached;
 	_Atomic uint64_t threads_total;
 	_Atomic uint64_t rings_grown;
+	_Atomic uint64_t tramp_copies;
+	_Atomic uint64_t tramp_arenas_ahead;
+	_Atomic uint64_t tramp_arenas_waited;
 };
 
 /* The dump file, owned by writer.c; engines write through fd. */
@@ -98,8 +102,15 @@ struct jitring {
 
 	alignas(JITRING_CACHELINE) struct jr_counters c;
 
+	/* Trampoline sets (trampolines.c): pushed lock-free, never removed
+	 * while the writer is open; the flusher refills their arenas. */
+	_Atomic(struct jitring_trampolines *) tramps;
+
 	/* Cold. */
 	struct jr_file file;
+	int map_fd;               /* /tmp/perf-<pid>.map, or -1 */
+	uint64_t map_off;         /* its size: always a line boundary */
+	char *map_path;
 	pthread_mutex_t lock;     /* close/fork vs. each other */
 	struct jitring *next;     /* every handle ever made (tombstones) */
 };
@@ -147,6 +158,11 @@ static inline void jitring_exit(struct jitring *jr)
 	atomic_fetch_sub_explicit(&jr->users, 1, memory_order_release);
 }
 
+/* trampolines.c: refill every set's arenas ahead of demand (flusher). */
+void jitring_tramps_maintain(struct jitring *jr);
+/* Does a set have fewer ready arenas than its mark?  (flusher, news()) */
+bool jitring_tramps_wanted(struct jitring *jr);
+
 /* Log through the caller's hook, if any. */
 void jitring_log(const struct jitring *jr, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -156,6 +172,20 @@ int jitring_refuse_state(struct jitring *jr, uint32_t s);
 
 /* Record the file's first error and move an open writer to JR_FAILED. */
 void jitring_set_io_error(struct jitring *jr, int err);
+
+/**
+ * jitring_file_create_excl() - Create @path for writing, exclusively.
+ *
+ * O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC; a stale file left by an earlier
+ * process with our pid (a regular file we own, one link, not made by this
+ * process) is replaced, anything else refused.  Called with the global lock.
+ * Return: the fd, or -EEXIST / -errno from open(2).
+ */
+int jitring_file_create_excl(const char *path);
+
+/* Is @path a perf map only closed writers of this process made?  (It is
+ * then appended to.)  Called with the global lock. */
+bool jitring_map_reusable(const char *path);
 
 /**
  * jitring_file_pwritev_all() - pwritev(2) all of @iov at @off.

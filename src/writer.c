@@ -29,6 +29,7 @@
 
 #include "clock.h"
 #include "internal.h"
+#include "perfmap.h"
 #include "record.h"
 #include "rings.h"
 #include "testpoint.h"
@@ -167,11 +168,12 @@ int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
 /* ------------------------------------------------------------------ */
 /* The dump file.                                                       */
 
-/* Is @path the dump of a writer of this process (open or closed)? */
+/* Is @path a file a writer of this process (open or closed) made? */
 static int path_is_ours(const char *path)
 {
 	for (struct jitring *h = jr_all; h; h = h->next)
-		if (h->file.path && strcmp(h->file.path, path) == 0)
+		if ((h->file.path && strcmp(h->file.path, path) == 0) ||
+		    (h->map_path && strcmp(h->map_path, path) == 0))
 			return 1;
 	return 0;
 }
@@ -192,6 +194,37 @@ static int stale_dump_replaceable(const char *path)
 	       st.st_nlink == 1 && !path_is_ours(path);
 }
 
+bool jitring_map_reusable(const char *path)
+{
+	bool found = false;
+
+	for (struct jitring *h = jr_all; h; h = h->next) {
+		if (!h->map_path || strcmp(h->map_path, path))
+			continue;
+		if (atomic_load_explicit(&h->state, memory_order_acquire) !=
+		    JR_CLOSED)
+			return false;
+		found = true;
+	}
+	return found;
+}
+
+int jitring_file_create_excl(const char *path)
+{
+	for (int tries = 0;; tries++) {
+		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
+				    O_CLOEXEC, 0644);
+
+		if (fd >= 0)
+			return fd;
+		if (errno != EEXIST || tries > 0 ||
+		    !stale_dump_replaceable(path))
+			return -errno;
+		if (unlink(path) && errno != ENOENT)
+			return -EEXIST;
+	}
+}
+
 static int file_create(struct jr_file *f, uint32_t elf_mach)
 {
 	struct jitdump_header h;
@@ -204,17 +237,9 @@ static int file_create(struct jr_file *f, uint32_t elf_mach)
 	n = snprintf(path, sizeof(path), "%s/jit-%u.dump", f->dir, pid);
 	if (n < 0 || (size_t)n >= sizeof(path))
 		return -ENAMETOOLONG;
-	for (int tries = 0;; tries++) {
-		fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
-				O_CLOEXEC, 0644);
-		if (fd >= 0)
-			break;
-		if (errno != EEXIST || tries > 0 ||
-		    !stale_dump_replaceable(path))
-			return -errno;
-		if (unlink(path) && errno != ENOENT)
-			return -EEXIST;
-	}
+	fd = jitring_file_create_excl(path);
+	if (fd < 0)
+		return fd;
 
 	jitring_record_header(&h, elf_mach, pid, jitring_clock_ns());
 	if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
@@ -307,8 +332,11 @@ static void atfork_child(void)
 		}
 		/* The parent's fd and mapping: drop ours, keep its file. */
 		file_release(&jr->file);
+		jitring_perfmap_close(jr);
 		atomic_store_explicit(&jr->io_error, 0, memory_order_relaxed);
 		ret = file_create(&jr->file, jr->elf_mach);
+		if (!ret && (jr->flags & JITRING_F_PERF_MAP))
+			ret = jitring_perfmap_open(jr);
 		/* The child's file starts empty: so do its counters. */
 		memset(&jr->c, 0, sizeof(jr->c));
 		if (!ret)
@@ -423,6 +451,7 @@ int jitring_open(const struct jitring_config *cfg, struct jitring **out)
 	memset(jr, 0, sizeof(*jr));
 	jr->magic = JR_MAGIC;
 	jr->file.fd = -1;
+	jr->map_fd = -1;
 	atomic_init(&jr->state, JR_OPEN);
 	atomic_init(&jr->next_id, 1);
 	pthread_mutex_init(&jr->lock, NULL);
@@ -440,10 +469,17 @@ int jitring_open(const struct jitring_config *cfg, struct jitring **out)
 	atomic_store_explicit(&jr->c.bytes_written,
 			      sizeof(struct jitdump_header),
 			      memory_order_relaxed);
-	if (jr->engine == JITRING_ENGINE_MUTEX)
-		ret = jitring_mutex_start(jr);
-	else
-		ret = jitring_rings_start(jr);
+	ret = jr->flags & JITRING_F_PERF_MAP ? jitring_perfmap_open(jr) : 0;
+	if (!ret) {
+		if (jr->engine == JITRING_ENGINE_MUTEX)
+			ret = jitring_mutex_start(jr);
+		else
+			ret = jitring_rings_start(jr);
+		if (ret && jr->map_path) {
+			jitring_perfmap_close(jr);
+			unlink(jr->map_path);
+		}
+	}
 	if (ret) {
 		pthread_mutex_unlock(&jr_global_lock);
 		unlink(jr->file.path);
@@ -457,6 +493,7 @@ int jitring_open(const struct jitring_config *cfg, struct jitring **out)
 	return 0;
 
 err_free:
+	free(jr->map_path);
 	free(jr->file.path);
 	free(jr->file.dir);
 	pthread_mutex_destroy(&jr->lock);
@@ -508,6 +545,7 @@ int jitring_close(struct jitring *jr)
 	if (!ret)
 		ret = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 	file_release(&jr->file);
+	jitring_perfmap_close(jr);
 	/* Pairs with the acquire in jitring_refuse_state(). */
 	atomic_store_explicit(&jr->state, JR_CLOSED, memory_order_release);
 	pthread_mutex_unlock(&jr->lock);
@@ -629,6 +667,9 @@ void jitring_stats(const struct jitring *jr, struct jitring_stats *st)
 	LOAD(threads_attached);
 	LOAD(threads_total);
 	LOAD(rings_grown);
+	LOAD(tramp_copies);
+	LOAD(tramp_arenas_ahead);
+	LOAD(tramp_arenas_waited);
 #undef LOAD
 	s.io_error = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 	memcpy(st, &s, JR_STATS_V1_SIZE);

@@ -1,28 +1,41 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# `make demo`: run the test JIT, validate its jitdump, and, where perf works,
-# profile it and show what perf sees.
+# `make demo`: run the test JIT as a small multithreaded runtime built on
+# the trampoline kit (testjit --mode runtime: every thread creates its
+# functions with jitring_trampolines_get(), each a fresh copy of the
+# built-in trampoline that calls the C evaluator jit_eval_hot), validate
+# its jitdump, and, where perf works, profile it and show what perf sees.
 #
 #   demo.sh BUILD_DIR
 #
-# Leaves its files in BUILD_DIR/demo (dumps, perf.data, injected ELFs) so
-# the profile can be explored afterwards.  Exits 0 on a healthy system, also
-# when perf cannot be used here; 1 when jitring or the pipeline misbehaves.
+# Environment: DEMO_THREADS (64), DEMO_FUNCTIONS (300 per thread),
+# DEMO_SECONDS (2), DEMO_PERF_FUNCTIONS (64 per thread: perf inject writes
+# one ELF per function), DEMO_PERF_SECONDS (3), DEMO_ENGINE (rings).
+#
+# Leaves its files in BUILD_DIR/demo (dumps, perf.data, injected ELFs and
+# top-symbols.png) so the profile can be explored afterwards.  Exits 0 on a
+# healthy system, also when perf (or gnuplot) cannot be used here, saying
+# why; 1 when jitring or the pipeline misbehaves.  Takes about 20 s.
 
 set -u
 export LC_ALL=C
 
-THREADS=${DEMO_THREADS:-8}
+THREADS=${DEMO_THREADS:-64}
 FUNCTIONS=${DEMO_FUNCTIONS:-300}
-RUN_SECONDS=${DEMO_SECONDS:-3}
+RUN_SECONDS=${DEMO_SECONDS:-2}
+PERF_FUNCTIONS=${DEMO_PERF_FUNCTIONS:-64}
+PERF_SECONDS=${DEMO_PERF_SECONDS:-3}
 ENGINE=${DEMO_ENGINE:-rings}
+PREFIX='py::func_'	# testjit --mode runtime's function names
+TOP=10
 
 if [ $# -ne 1 ]; then
 	echo "usage: $0 BUILD_DIR" >&2
 	exit 2
 fi
 build=$(cd "$1" && pwd) || exit 2
+src=$(cd "$(dirname "$0")/../.." && pwd) || exit 2
 testjit=$build/tests/e2e/testjit
 dumptool=$build/tools/jitring-dump
 work=$build/demo
@@ -37,23 +50,44 @@ die() {
 	exit 1
 }
 
+# summary KEY FILE: the value of "KEY: value" in testjit's summary.
+summary() {
+	sed -n "s|^$1: ||p" "$2" | head -n 1
+}
+
 for f in "$testjit" "$dumptool"; do
 	[ -x "$f" ] || die "$f is missing; build first (ninja -C $build)"
 done
-if [ "$(uname -m)" != x86_64 ]; then
-	echo "demo: testjit generates x86_64 code only; nothing to show on $(uname -m)"
-	exit 0
-fi
 
 rm -rf "$work"
 mkdir -p "$work/plain" "$work/perf" "$work/home" || die "cannot create $work"
+t_demo=$(date +%s.%N)
 
-# --- 1. the JIT on its own --------------------------------------------------
-section "1. testjit: $THREADS threads x $FUNCTIONS functions, $ENGINE engine, ${RUN_SECONDS} s"
-"$testjit" --threads "$THREADS" --functions "$FUNCTIONS" --seconds "$RUN_SECONDS" \
-	--engine "$ENGINE" --dir "$work/plain" > "$work/plain/testjit.out" ||
-	{ cat "$work/plain/testjit.out"; die "testjit failed"; }
-sed -n '/^== testjit summary ==$/,$p' "$work/plain/testjit.out" | sed 1d
+# --- 1. the runtime on its own ----------------------------------------------
+section "1. testjit --mode runtime: $THREADS threads x $FUNCTIONS functions, $ENGINE engine, ${RUN_SECONDS} s"
+"$testjit" --mode runtime --threads "$THREADS" --functions "$FUNCTIONS" \
+	--seconds "$RUN_SECONDS" --engine "$ENGINE" --dir "$work/plain" \
+	> "$work/plain/testjit.out" 2> "$work/plain/testjit.err"
+rc=$?
+if [ $rc -eq 77 ]; then
+	cat "$work/plain/testjit.out"
+	echo "demo: nothing to show on $(uname -m) (no built-in trampoline)"
+	exit 0
+fi
+[ $rc -eq 0 ] || { cat "$work/plain/testjit.out" "$work/plain/testjit.err"; die "testjit failed"; }
+out=$work/plain/testjit.out
+echo "threads:    $(summary threads "$out")"
+echo "functions:  $(summary functions "$out")"
+echo "get():      $(summary 'jitring_trampolines_get other calls' "$out")"
+echo "entries/s:  $(summary entries/s "$out")"
+echo "calls:      $(summary calls "$out")"
+echo "stats:"
+for k in entries_written records_written bytes_written tramp_copies \
+	tramp_arenas_ahead tramp_arenas_waited refills_ahead refills_waited \
+	ring_full_waits late_entries refused_nomem io_error; do
+	awk -v k="$k" '$1 == k { printf "  %-20s %s\n", $1, $2 }' "$out"
+done
+[ "$(summary result "$out")" = ok ] || die "testjit reported a failure"
 
 section "2. jitring-dump --check --sorted"
 dump=$(find "$work/plain" -maxdepth 1 -name 'jit-*.dump' | head -n 1)
@@ -81,14 +115,15 @@ rm -f "$work/perf/probe.data"
 
 cd "$work/perf" || die "cd $work/perf"
 export HOME=$work/home		# perf inject fills ~/.debug
-echo "\$ perf record -k 1 -e cpu-clock -F 499 --call-graph dwarf -o perf.data -- testjit ..."
+echo "\$ perf record -k 1 -e cpu-clock -F 499 --call-graph dwarf -m 32M -o perf.data -- testjit --threads $THREADS --functions $PERF_FUNCTIONS ..."
 t0=$(date +%s.%N)
-timeout 120 perf record -k 1 -e cpu-clock -F 499 --call-graph dwarf -o perf.data -- \
-	"$testjit" --threads "$THREADS" --functions "$FUNCTIONS" \
-	--seconds "$RUN_SECONDS" --engine "$ENGINE" --dir "$work/perf" \
+timeout 120 perf record -k 1 -e cpu-clock -F 499 --call-graph dwarf -m 32M -o perf.data -- \
+	"$testjit" --mode runtime --threads "$THREADS" --functions "$PERF_FUNCTIONS" \
+	--seconds "$PERF_SECONDS" --engine "$ENGINE" --dir "$work/perf" \
 	> testjit.out 2> record.err ||
 	{ cat testjit.out record.err; die "perf record -- testjit failed"; }
 grep -v '^\[ perf record: Woken' record.err
+[ "$(summary result testjit.out)" = ok ] || { cat testjit.out; die "testjit reported a failure"; }
 dump=$(find . -maxdepth 1 -name 'jit-*.dump' | head -n 1)
 dump=${dump#./}
 [ -n "$dump" ] || die "no jit-<pid>.dump in $work/perf"
@@ -101,59 +136,110 @@ timeout 300 perf inject --jit -i perf.data -o perf.jit.data > inject.err 2>&1 ||
 	{ tail -n 5 inject.err; die "perf inject --jit failed"; }
 echo "$(find . -maxdepth 1 -name "jitted-$pid-*.so" | wc -l) ELF images injected for $(awk '$1 == "CODE_LOAD" { print $2 }' check.out) CODE_LOAD records"
 
-timeout 120 perf report -i perf.jit.data --stdio --no-children -g none --sort sym \
-	--pid "$pid" -n -q > report.txt 2> report.err ||
-	{ tail -n 5 report.err; die "perf report failed"; }
-read -r total jit <<< "$(awk '
-	$1 ~ /%$/ && $2 ~ /^[0-9]+$/ { total += $2; if ($4 ~ /^jit_func_/) jit += $2 }
-	END { print total + 0, jit + 0 }' report.txt)"
-[ "$total" -gt 0 ] || die "perf report shows no samples for pid $pid"
-
-section "4. top 10 JIT symbols (share of the $total samples of testjit, pid $pid)"
-awk -v total="$total" '
-	$1 ~ /%$/ && $2 ~ /^[0-9]+$/ && $4 ~ /^jit_func_/ && n < 10 {
-		n++
-		printf "  %2d. %6.2f%%  %6d samples  %s\n", n, 100 * $2 / total, $2, $4
-	}' report.txt
-printf "  all jit_func_* symbols: %d of %d samples (%.1f%%)\n" "$jit" "$total" \
-	"$(awk -v a="$jit" -v b="$total" 'BEGIN { print 100 * a / b }')"
-
-section "5. a call chain through a JIT frame (perf script, DWARF unwinding)"
+echo "\$ perf script -F comm,tid,ip,sym,dso   (call chains, DWARF unwinding)"
 timeout 120 perf script -i perf.jit.data --pid "$pid" -F comm,tid,ip,sym,dso \
 	> script.txt 2> script.err || { tail -n 5 script.err; die "perf script failed"; }
-read -r chains good <<< "$(awk '
-	BEGIN { RS = "" }
+echo "\$ perf report --children --sort sym"
+timeout 120 perf report -i perf.jit.data --stdio --children --sort sym -g none \
+	--pid "$pid" -q > report.txt 2> report.err ||
+	{ tail -n 5 report.err; die "perf report failed"; }
+
+# A sample belongs to the innermost trampoline on its call chain: the JIT
+# function whose evaluation was running.  shares.txt: "samples name".
+awk -v pfx="$PREFIX" '
+	BEGIN { RS = ""; re = "^" pfx "[0-9]+$" }
+	{
+		total++
+		n = split($0, f, "\n")
+		for (i = 2; i <= n; i++) {
+			split(f[i], w, " ")
+			if (w[2] ~ re) { by[w[2]]++; jit++; break }
+		}
+	}
+	END {
+		print total + 0, jit + 0 > "totals.txt"
+		for (k in by) print by[k], k
+	}' script.txt | sort -k1,1nr -k2,2 > shares.txt
+read -r total jit < totals.txt
+[ "$total" -gt 0 ] || die "perf script shows no samples for pid $pid"
+
+section "4. top $TOP JIT functions (samples whose call chain runs through the trampoline; $total samples of testjit, pid $pid)"
+head -n "$TOP" shares.txt | awk -v total="$total" '
+	{ printf "  %2d. %6.2f%%  %6d samples  %s\n", NR, 100 * $1 / total, $1, $2 }'
+printf "  all %s* trampolines: %d of %d samples (%.1f%%)\n" "$PREFIX" "$jit" "$total" \
+	"$(awk -v a="$jit" -v b="$total" 'BEGIN { print 100 * a / b }')"
+echo "  perf report --children --sort sym lists each copy apart (one DSO per"
+echo "  copy, $(grep -c "\] ${PREFIX}" report.txt) entries); its first ${PREFIX}* lines:"
+grep "\] ${PREFIX}" report.txt | head -n 5 | sed 's/^/  /'
+
+section "5. a call chain through a trampoline (perf script, DWARF unwinding)"
+chain=$(awk -v pfx="$PREFIX" 'BEGIN { RS = "" }
+	$0 ~ ("jit_eval_hot[^\n]*\n[^\n]*" pfx "0 [^\n]*\n[^\n]*jit_runtime_loop") { print; exit }' script.txt)
+read -r chains good <<< "$(awk -v pfx="$PREFIX" '
+	BEGIN { RS = ""; re = "^" pfx "[0-9]+$" }
 	{
 		n = split($0, f, "\n")
 		for (i = 2; i <= n; i++) {
 			split(f[i], w, " ")
-			if (w[2] ~ /^jit_func_/) {
+			if (w[2] == "jit_eval_hot") {
 				chains++
 				split(f[i + 1], v, " ")
-				if (i < n && v[2] == "jit_caller_hot") good++
+				split(f[i + 2], u, " ")
+				if (v[2] ~ re && u[2] == "jit_runtime_loop") good++
 				break
 			}
 		}
 	}
 	END { print chains + 0, good + 0 }' script.txt)"
-# Prefer a chain through a hot function (some thread's function 0).
-chain=$(awk 'BEGIN { RS = "" }
-	/jit_func_t[0-9]+_0 [^\n]*\n[^\n]*jit_caller_hot/ { print; found = 1; exit }
-	/jit_func_[^\n]*\n[^\n]*jit_caller_hot/ && any == "" { any = $0 }
-	END { if (!found && any != "") print any }' script.txt)
 if [ -n "$chain" ]; then
 	echo "$chain"
 else
-	echo "(no sample unwound from a jit_func_* frame into jit_caller_hot)"
+	echo "(no sample unwound from jit_eval_hot through ${PREFIX}0 into jit_runtime_loop)"
 fi
-echo "$good of $chains samples in jit_func_* unwound into jit_caller_hot"
+echo "$good of $chains samples in jit_eval_hot unwound through a trampoline into jit_runtime_loop"
+
+section "6. chart"
+if ! command -v gnuplot > /dev/null 2>&1; then
+	echo "gnuplot is missing; trying: bash scripts/deps.sh bench"
+	bash "$src/scripts/deps.sh" bench > deps.log 2>&1 || tail -n 3 deps.log
+fi
+if command -v gnuplot > /dev/null 2>&1; then
+	head -n "$TOP" shares.txt | awk -v total="$total" \
+		'{ printf "\"%s\" %.3f\n", $2, 100 * $1 / total }' > top.dat
+	if gnuplot > gnuplot.err 2>&1 <<EOF
+set terminal pngcairo size 900,520 font ",10" noenhanced
+set output "$work/top-symbols.png"
+set title "testjit --mode runtime: $THREADS threads, samples per JIT function (via its trampoline)"
+set ylabel "% of samples"
+set style fill solid 0.8
+set boxwidth 0.7
+set xtics rotate by -35
+set grid ytics
+set yrange [0:*]
+set offsets 0.5, 0.5, graph 0.1, 0
+unset key
+plot "top.dat" using 0:2:xtic(1) with boxes lc rgb "#3a6ea5", \
+     "" using 0:2:(sprintf("%.1f", \$2)) with labels offset 0,0.7
+EOF
+	then
+		echo "saved $work/top-symbols.png"
+	else
+		tail -n 3 gnuplot.err
+		echo "gnuplot failed; no chart"
+	fi
+else
+	echo "gnuplot is not available; no chart"
+fi
 
 section "done"
 # The ~/.debug copies of the injected ELFs are not needed to explore.
 rm -rf "$work/home/.debug"
-printf "profile took %.1f s; files are in %s\n" \
-	"$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$work"
-echo "explore: cd $work/perf && HOME=$work/home perf report -i perf.jit.data"
-[ "$good" -gt 0 ] || die "no call chain continued from JIT code into jit_caller_hot"
-[ $((jit * 2)) -gt "$total" ] || die "fewer than half the samples are in JIT symbols"
+printf "profile took %.1f s, demo %.1f s; files are in %s\n" \
+	"$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" \
+	"$(awk -v a="$t_demo" -v b="$(date +%s.%N)" 'BEGIN { print b - a }')" "$work"
+echo "explore: cd $work/perf && HOME=$work/home perf report -i perf.jit.data --children"
+[ "$good" -gt 0 ] || die "no call chain went from jit_eval_hot through a trampoline into jit_runtime_loop"
+[ $((jit * 2)) -gt "$total" ] || die "fewer than half the samples ran under a trampoline"
+[ "$(head -n 1 shares.txt | awk '{ print $2 }')" = "${PREFIX}0" ] ||
+	die "the hottest function is not ${PREFIX}0"
 exit 0

@@ -5,6 +5,7 @@
 #
 #   perf_e2e.sh BUILD_DIR ENGINE        (ENGINE: rings or mutex)
 #
+# testjit --mode asm (hand-assembled loops described with jitring_write):
 #  1. perf record -k 1 -e cpu-clock -- testjit (4 threads x 64 functions)
 #  2. jitring-dump --check --sorted on the dump: valid, one CODE_LOAD and one
 #     UNWINDING_INFO per function
@@ -15,9 +16,17 @@
 #  5. perf record --call-graph dwarf, inject, perf script: at least 80% of
 #     the call chains whose innermost user frame is jit_func_* continue into
 #     jit_caller_hot (DWARF unwinding through the JIT code's .eh_frame)
+# testjit --mode runtime (copies of the built-in trampoline from
+# jitring_trampolines_get(), each calling the C evaluator jit_eval_hot):
+#  6. perf record --call-graph dwarf, 2 and 3 again, then perf script: at
+#     least 80% of the chains whose innermost user frame is jit_eval_hot go
+#     on through a trampoline named py::func_<n> into jit_runtime_loop (DWARF
+#     unwinding from C through the trampoline copy to its C caller); more
+#     than 50% of the samples are attributed to a py::func_* frame, the
+#     most to py::func_0; perf report --children --sort sym lists it.
 #
 # Exit 0 pass, 1 fail (the scratch directory is kept and named), 77 when
-# perf cannot be used here.  Takes about 10 s.
+# perf cannot be used here.  Takes about 15 s.
 
 set -u
 export LC_ALL=C
@@ -28,6 +37,7 @@ SECONDS_RUN=2
 MIN_JIT_SHARE=50	# percent of the process's samples in jit_func_*
 MIN_CHAIN_SHARE=80	# percent of jit_func_* chains reaching jit_caller_hot
 MIN_CHAINS=20		# fewer samples than this prove nothing
+RT_PREFIX='py::func_'	# testjit --mode runtime's default names
 
 if [ $# -ne 2 ]; then
 	echo "usage: $0 BUILD_DIR rings|mutex" >&2
@@ -66,7 +76,7 @@ pass() {
 	echo "ok: $*"
 }
 
-[ "$(uname -m)" = x86_64 ] || skip "testjit generates x86_64 code only"
+[ "$(uname -m)" = x86_64 ] || skip "testjit --mode asm generates x86_64 code only"
 [ -x "$testjit" ] || fail "$testjit not built"
 [ -x "$dumptool" ] || fail "$dumptool not built"
 
@@ -90,14 +100,14 @@ rm -f probe.data
 echo "engine $engine, $THREADS threads x $FUNCTIONS functions, ${SECONDS_RUN} s; scratch $scratch"
 start=$(date +%s)
 
-# run_testjit SUBDIR [perf record options...]: record testjit into
-# SUBDIR/perf.data, leave the dump in SUBDIR, set $dump and $pid.
+# run_testjit MODE SUBDIR [perf record options...]: record testjit --mode
+# MODE into SUBDIR/perf.data, leave the dump in SUBDIR, set $dump and $pid.
 run_testjit() {
-	local sub=$1
-	shift
+	local mode=$1 sub=$2
+	shift 2
 	mkdir -p "$sub"
 	if ! timeout 60 perf record -k 1 -e cpu-clock "$@" -o "$sub/perf.data" -- \
-		"$testjit" --threads $THREADS --functions $FUNCTIONS \
+		"$testjit" --mode "$mode" --threads $THREADS --functions $FUNCTIONS \
 		--seconds $SECONDS_RUN --engine "$engine" --dir "$scratch/$sub" \
 		> "$sub/testjit.out" 2> "$sub/record.err"; then
 		cat "$sub/testjit.out" "$sub/record.err"
@@ -140,7 +150,7 @@ inject() {
 }
 
 # --- 1-4: samples are attributed to the JIT symbols ------------------------
-run_testjit flat
+run_testjit asm flat
 check_dump
 inject flat
 
@@ -167,7 +177,7 @@ pass "$jit of $total samples ($share%) are in jit_func_* symbols (> $MIN_JIT_SHA
 pass "hottest symbol is $top"
 
 # --- 5: DWARF call chains through the JIT frames ---------------------------
-run_testjit dwarf -F 499 --call-graph dwarf
+run_testjit asm dwarf -F 499 --call-graph dwarf
 check_dump
 inject dwarf
 
@@ -205,6 +215,71 @@ fi
 pass "$good of $chains call chains ($cshare%) continue from jit_func_* into jit_caller_hot (>= $MIN_CHAIN_SHARE%)"
 echo "example call chain:"
 echo "$example"
+
+# --- 6: the trampoline kit: chains through per-function trampolines -------
+run_testjit runtime tramp -F 499 --call-graph dwarf
+check_dump
+inject tramp
+
+timeout 60 perf script -i tramp/perf.jit.data --pid "$pid" -F comm,tid,ip,sym,dso \
+	> tramp/script.txt 2> tramp/script.err ||
+	fail "perf script failed: $(tail -n 5 tramp/script.err)"
+# Per sample: is the innermost jit_eval_hot frame followed by a trampoline
+# frame and then jit_runtime_loop?  And which trampoline is the innermost
+# one in the chain (the function the sample is attributed to)?
+read -r samples chains good attributed top top_n <<< "$(awk -v pfx="$RT_PREFIX" '
+	BEGIN { RS = ""; re = "^" pfx "[0-9]+$" }
+	{
+		samples++
+		n = split($0, f, "\n")
+		for (i = 2; i <= n; i++) {
+			split(f[i], w, " ")
+			if (w[2] == "jit_eval_hot") {
+				chains++
+				split(f[i + 1], v, " ")
+				split(f[i + 2], u, " ")
+				if (i + 2 <= n && v[2] ~ re && u[2] == "jit_runtime_loop")
+					good++
+				else if (bad++ < 3) print "broken chain:\n" $0 > "/dev/stderr"
+				break
+			}
+		}
+		for (i = 2; i <= n; i++) {
+			split(f[i], w, " ")
+			if (w[2] ~ re) { by[w[2]]++; attributed++; break }
+		}
+	}
+	END {
+		for (k in by) if (by[k] > top_n) { top = k; top_n = by[k] }
+		print samples + 0, chains + 0, good + 0, attributed + 0,
+			(top == "" ? "-" : top), top_n + 0
+	}' tramp/script.txt 2> tramp/broken.txt)"
+[ "$chains" -ge $MIN_CHAINS ] ||
+	fail "only $chains call chains with a jit_eval_hot frame, want >= $MIN_CHAINS"
+cshare=$((good * 100 / chains))
+if [ "$cshare" -lt $MIN_CHAIN_SHARE ]; then
+	cat tramp/broken.txt
+	fail "only $good of $chains chains ($cshare%) go jit_eval_hot <- ${RT_PREFIX}<n> <- jit_runtime_loop, want >= $MIN_CHAIN_SHARE%"
+fi
+pass "$good of $chains chains ($cshare%) go jit_eval_hot <- ${RT_PREFIX}<n> <- jit_runtime_loop (>= $MIN_CHAIN_SHARE%)"
+ashare=$((attributed * 100 / samples))
+[ "$ashare" -gt $MIN_JIT_SHARE ] ||
+	fail "only $attributed of $samples samples ($ashare%) have a ${RT_PREFIX}* frame, want > $MIN_JIT_SHARE%"
+pass "$attributed of $samples samples ($ashare%) are attributed to a trampoline; most to $top ($top_n)"
+[ "$top" = "${RT_PREFIX}0" ] ||
+	fail "the trampoline with the most samples is '$top', want ${RT_PREFIX}0 (the hottest function)"
+pass "the hottest trampoline is ${RT_PREFIX}0"
+echo "example call chain:"
+awk -v pfx="$RT_PREFIX" 'BEGIN { RS = "" }
+	$0 ~ ("jit_eval_hot[^\n]*\n[^\n]*" pfx "0 [^\n]*\n[^\n]*jit_runtime_loop") { print; exit }' \
+	tramp/script.txt
+
+timeout 60 perf report -i tramp/perf.jit.data --stdio --children --sort sym \
+	--pid "$pid" -g none -q > tramp/report.txt 2> tramp/report.err ||
+	fail "perf report --children failed: $(tail -n 5 tramp/report.err)"
+grep -q "\] ${RT_PREFIX}0\$" tramp/report.txt ||
+	fail "perf report --children --sort sym does not list ${RT_PREFIX}0"
+pass "perf report --children --sort sym lists the trampolines: $(grep -c "\] ${RT_PREFIX}" tramp/report.txt) entries"
 
 echo "took $(($(date +%s) - start)) s"
 cd /

@@ -3,20 +3,35 @@
  * testjit: a small multithreaded "JIT" that tells perf about its code
  * through the shared libjitring, for the end-to-end test and `make demo`.
  *
- *   testjit [--threads T] [--functions F] [--seconds S]
- *           [--engine rings|mutex] [--dir D] [--unwind|--no-unwind]
- *           [--name-prefix P]
+ *   testjit [--mode runtime|asm] [--threads T] [--functions F]
+ *           [--seconds S] [--engine rings|mutex] [--dir D]
+ *           [--unwind|--no-unwind] [--name-prefix P]
  *
- * Each thread generates F copies of a hot x86_64 loop with a standard frame
- * into its own executable arena, describes each copy with jitring_write()
- * (name "<P>t<thread>_<n>", .eh_frame built with jitring_eh_frame_build(),
- * code bytes), and only then calls it.  Then every thread calls its
- * functions from jit_caller_hot() for S seconds, with function 0 the
- * hottest, function 1 half as hot, and so on.  The last lines are a
- * summary ("key: value") that tests/e2e/demo.sh and perf_e2e.sh read.
+ * --mode runtime (the default) is a small multithreaded runtime built on
+ * the trampoline kit: each thread runs jit_runtime_loop() for S seconds
+ * (and at least until it has all its functions), discovering its F
+ * functions as it goes, a few more every round, as a runtime warming up
+ * does.  Each function is a fresh copy of the built-in trampoline from
+ * jitring_trampolines_get() named "<P><n>" (default P "py::func_"; copies
+ * of the same function on different threads share the name, each with
+ * its own code_index).  A function's trampoline calls the C evaluator
+ * jit_eval_hot() with the function's number and work, so perf's call
+ * chains read jit_eval_hot <- <P><n> <- jit_runtime_loop; function 0 is
+ * the hottest, function 1 half as hot, and so on.
+ *
+ * --mode asm generates F copies of a hot x86_64 loop with a standard frame
+ * per thread into its own executable arena, describes each copy with
+ * jitring_write() (name "<P>t<thread>_<n>", default P "jit_func_",
+ * .eh_frame built with jitring_eh_frame_build(), code bytes), and only then
+ * calls it; then every thread calls its functions from jit_caller_hot()
+ * for S seconds, with function 0 the hottest.
+ *
+ * The last lines are a summary ("key: value") that tests/e2e/demo.sh and
+ * perf_e2e.sh read.
  *
  * Exit status: 0 ok, 1 a jitring call failed or the counters disagree,
- * 2 usage error, 77 not x86_64 (the generated code is x86_64 only).
+ * 2 usage error, 77 nothing to run on this architecture (asm mode is
+ * x86_64 only; runtime mode needs a built-in trampoline).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -39,7 +54,13 @@
 
 #define ALIGN_UP(x, a) (((x) + ((a) - 1)) & ~((uint64_t)(a) - 1))
 
+enum mode {
+	MODE_RUNTIME,
+	MODE_ASM,
+};
+
 struct options {
+	enum mode mode;
 	unsigned int threads;
 	unsigned int functions;
 	double seconds;
@@ -50,12 +71,13 @@ struct options {
 };
 
 static struct options opt = {
+	.mode = MODE_RUNTIME,
 	.threads = 4,
 	.functions = 64,
 	.seconds = 2.0,
 	.engine = JITRING_ENGINE_RINGS,
 	.dir = NULL,
-	.prefix = "jit_func_",
+	.prefix = NULL,		/* per mode, see main() */
 	.unwind = true,
 };
 
@@ -65,6 +87,66 @@ static uint64_t now_ns(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static struct jitring *jr;
+static pthread_barrier_t start_barrier;
+static atomic_bool stop;
+
+/* Iterations per call of function n in one round: 64 Ki for function 0,
+ * halving down to a floor, so a few functions take most of the time. */
+static uint64_t iterations_of(unsigned int n)
+{
+	return n < 12 ? (UINT64_C(65536) >> n) : 16;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static const char *engine_name(uint32_t engine)
+{
+	switch (engine) {
+	case JITRING_ENGINE_RINGS:
+		return "rings";
+	case JITRING_ENGINE_MUTEX:
+		return "mutex";
+	default:
+		return "?";
+	}
+}
+
+static void print_stats(const struct jitring_stats *st)
+{
+	printf("stats:\n");
+#define P(f) printf("  %-18s %" PRIu64 "\n", #f, (uint64_t)st->f)
+	P(entries_written);
+	P(records_written);
+	P(bytes_written);
+	P(refused_invalid);
+	P(refused_nomem);
+	P(refused_dropped);
+	P(refused_shutdown);
+	P(refused_io);
+	P(lost_io);
+	P(flushes);
+	P(ring_full_waits);
+	P(refills_ahead);
+	P(refills_waited);
+	P(batches);
+	P(late_entries);
+	P(holdback_max_ns);
+	P(threads_attached);
+	P(threads_total);
+	P(rings_grown);
+	P(tramp_copies);
+	P(tramp_arenas_ahead);
+	P(tramp_arenas_waited);
+#undef P
+	printf("  %-18s %d\n", "io_error", st->io_error);
 }
 
 #if defined(__x86_64__)
@@ -132,13 +214,10 @@ static const struct jitring_cfi loop_cfi = {
 
 typedef void (*jit_fn)(uint64_t iterations);
 
-static struct jitring *jr;
 static unsigned char eh_frame[JITRING_EH_FRAME_MAX];
 static uint32_t eh_frame_size;
 static size_t slot_size;
 static size_t page_size;
-static pthread_barrier_t start_barrier;
-static atomic_bool stop;
 
 struct worker {
 	pthread_t thread;
@@ -154,13 +233,6 @@ struct worker {
 	uint64_t *calls_per_fn;
 	int setup_error;	/* negative errno of mmap/mprotect */
 };
-
-/* Iterations per call of function n in one round: 64 Ki for function 0,
- * halving down to a floor, so a few functions take most of the time. */
-static uint64_t iterations_of(unsigned int n)
-{
-	return n < 12 ? (UINT64_C(65536) >> n) : 16;
-}
 
 /*
  * The distinctive C frame the JIT code is called from: the call-graph test
@@ -267,52 +339,7 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static const char *engine_name(uint32_t engine)
-{
-	switch (engine) {
-	case JITRING_ENGINE_RINGS:
-		return "rings";
-	case JITRING_ENGINE_MUTEX:
-		return "mutex";
-	default:
-		return "?";
-	}
-}
-
-static void print_stats(const struct jitring_stats *st)
-{
-	printf("stats:\n");
-#define P(f) printf("  %-18s %" PRIu64 "\n", #f, (uint64_t)st->f)
-	P(entries_written);
-	P(records_written);
-	P(bytes_written);
-	P(refused_invalid);
-	P(refused_nomem);
-	P(refused_dropped);
-	P(refused_shutdown);
-	P(refused_io);
-	P(lost_io);
-	P(flushes);
-	P(ring_full_waits);
-	P(refills_ahead);
-	P(refills_waited);
-	P(batches);
-	P(late_entries);
-	P(holdback_max_ns);
-	P(threads_attached);
-	P(threads_total);
-#undef P
-	printf("  %-18s %d\n", "io_error", st->io_error);
-}
-
-static int run(void)
+static int run_asm(void)
 {
 	struct jitring_config cfg = JITRING_CONFIG_INIT;
 	struct jitring_stats st;
@@ -470,6 +497,7 @@ static int run(void)
 	span_s = (double)(t_created - t_start) / 1e9;
 	wall_rate = span_s > 0 ? (double)total_ok / span_s : 0.0;
 	printf("== testjit summary ==\n");
+	printf("mode: asm (hand-assembled loops, jitring_write)\n");
 	printf("pid: %d\n", (int)getpid());
 	printf("dump: %s/jit-%d.dump\n",
 	       opt.dir ? opt.dir :
@@ -517,23 +545,326 @@ static int run(void)
 
 #else /* !__x86_64__ */
 
-static int run(void)
+static int run_asm(void)
 {
-	printf("SKIP: testjit generates x86_64 code only\n");
+	printf("SKIP: --mode asm generates x86_64 code only\n");
 	return EXIT_SKIP;
 }
 
 #endif
 
+/* ------------------------------------------------------------------ */
+/* --mode runtime: functions are copies from the trampoline kit.        */
+
+typedef uint64_t (*eval_fn)(uint64_t fn, uint64_t work, uint64_t seed);
+/* The built-in template: calls its fourth argument with the first three. */
+typedef uint64_t (*tramp_fn)(uint64_t fn, uint64_t work, uint64_t seed,
+			     eval_fn eval);
+
+struct rt_worker {
+	pthread_t thread;
+	unsigned int id;
+	void **fns;
+	uint64_t *get_ns;	/* time inside each jitring_trampolines_get() */
+	uint64_t ok;
+	int error;		/* first failed get, or 0 */
+	uint64_t calls;
+	uint64_t rounds;
+	uint64_t created_ns;	/* when its last function was created */
+	uint64_t sink;
+};
+
+static struct jitring_trampolines *tramps;
+
+/*
+ * The runtime's evaluator, called through each function's trampoline:
+ * @work rounds of a function-specific LCG.  Out of line and with a frame
+ * pointer (tests/e2e/meson.build), so perf's call chains show it under
+ * the trampoline: jit_eval_hot <- <P><n> <- jit_runtime_loop.
+ */
+__attribute__((noinline)) uint64_t jit_eval_hot(uint64_t fn, uint64_t work,
+						uint64_t seed);
+__attribute__((noinline)) uint64_t jit_eval_hot(uint64_t fn, uint64_t work,
+						uint64_t seed)
+{
+	uint64_t x = seed ^ (fn * 0x9e3779b97f4a7c15ull);
+
+	for (uint64_t i = 0; i < work; i++) {
+		x = x * 6364136223846793005ull + (2 * fn + 1);
+		/* One step per iteration: no closed form, no vectors. */
+		__asm__ __volatile__("" : "+r"(x));
+	}
+	return x;
+}
+
+/* Create this thread's next function: a fresh trampoline copy. */
+static int create_function(struct rt_worker *w)
+{
+	unsigned int n = (unsigned int)w->ok;
+	char name[256];
+	uint64_t t0, t1;
+	void *addr = NULL;
+	int64_t idx;
+
+	snprintf(name, sizeof(name), "%s%u", opt.prefix, n);
+	t0 = now_ns();
+	idx = jitring_trampolines_get(tramps, name, &addr);
+	t1 = now_ns();
+	w->get_ns[n] = t1 - t0;
+	if (idx <= 0) {
+		w->error = (int)idx;
+		return -1;
+	}
+	/* Described: it may run now. */
+	w->fns[n] = addr;
+	w->ok++;
+	if (w->ok == opt.functions)
+		w->created_ns = t1;
+	return 0;
+}
+
+/*
+ * The runtime's dispatch loop.  Like a runtime warming up, a thread
+ * discovers its functions as it goes (a few more every round, all of them
+ * within about 64 rounds) while running every function it has once per
+ * round, function n doing iterations_of(n) work, so function 0 is the
+ * hottest.  Runs until stop, and at least until all functions exist.
+ */
+__attribute__((noinline)) void jit_runtime_loop(struct rt_worker *w);
+__attribute__((noinline)) void jit_runtime_loop(struct rt_worker *w)
+{
+	unsigned int n, k, batch = opt.functions / 64 ? opt.functions / 64 : 1;
+
+	while (w->ok < opt.functions ||
+	       !atomic_load_explicit(&stop, memory_order_relaxed)) {
+		for (k = 0; k < batch && w->ok < opt.functions; k++)
+			if (create_function(w))
+				return;
+		for (n = 0; n < w->ok; n++) {
+			tramp_fn f = (tramp_fn)(uintptr_t)w->fns[n];
+
+			w->sink += f(n, iterations_of(n), w->id, jit_eval_hot);
+		}
+		w->calls += w->ok;
+		w->rounds++;
+		__asm__ __volatile__("" ::: "memory");
+	}
+}
+
+static void *rt_worker_main(void *arg)
+{
+	struct rt_worker *w = arg;
+
+	pthread_barrier_wait(&start_barrier);
+	jit_runtime_loop(w);
+	return NULL;
+}
+
+static int run_runtime(void)
+{
+	struct jitring_config cfg = JITRING_CONFIG_INIT;
+	struct jitring_tramp_template tmpl;
+	struct jitring_stats st;
+	struct rt_worker *ws;
+	uint64_t total_ok = 0, total_calls = 0, first_ns = 0, steady_ns = 0;
+	uint64_t *times = NULL, nr_times = 0, hot_rounds = 0;
+	uint64_t t_start, t_created, t_end;
+	double span_s, steady_mean = 0.0;
+	unsigned int i, failed = 0;
+	int ret, status = 0, first_error = 0, eh;
+
+	ret = jitring_tramp_builtin(&tmpl);
+	if (ret == -EOPNOTSUPP) {
+		printf("SKIP: no built-in trampoline on this architecture\n");
+		return EXIT_SKIP;
+	}
+	if (ret)
+		return 1;
+	if (!opt.unwind)
+		tmpl.cfi = NULL;
+	eh = tmpl.cfi ? jitring_eh_frame_build(tmpl.cfi, tmpl.code_size,
+					       NULL, 0) : 0;
+
+	cfg.engine = opt.engine;
+	cfg.dir = opt.dir;
+	/* The marker mapping must exist before any JIT code is executable. */
+	ret = jitring_open(&cfg, &jr);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_open: %s\n", strerror(-ret));
+		return 1;
+	}
+	ret = jitring_trampolines_new(jr, &tmpl, &tramps);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_trampolines_new: %s\n",
+			strerror(-ret));
+		return 1;
+	}
+
+	ws = calloc(opt.threads, sizeof(*ws));
+	if (!ws)
+		return 1;
+	atomic_store(&stop, false);
+	pthread_barrier_init(&start_barrier, NULL, opt.threads + 1);
+	for (i = 0; i < opt.threads; i++) {
+		struct rt_worker *w = &ws[i];
+
+		w->id = i;
+		w->fns = calloc(opt.functions, sizeof(*w->fns));
+		w->get_ns = calloc(opt.functions, sizeof(*w->get_ns));
+		if (!w->fns || !w->get_ns) {
+			fprintf(stderr, "testjit: out of memory\n");
+			return 1;
+		}
+		ret = pthread_create(&w->thread, NULL, rt_worker_main, w);
+		if (ret) {
+			fprintf(stderr, "testjit: pthread_create: %s\n",
+				strerror(ret));
+			return 1;
+		}
+	}
+	pthread_barrier_wait(&start_barrier);
+	t_start = now_ns();
+	{
+		uint64_t ns = (uint64_t)(opt.seconds * 1e9);
+		struct timespec req = { (time_t)(ns / 1000000000u),
+					(long)(ns % 1000000000u) };
+
+		while (nanosleep(&req, &req) != 0 && errno == EINTR)
+			;
+	}
+	atomic_store(&stop, true);
+	t_created = t_start;
+	for (i = 0; i < opt.threads; i++) {
+		pthread_join(ws[i].thread, NULL);
+		if (ws[i].created_ns > t_created)
+			t_created = ws[i].created_ns;
+	}
+	t_end = now_ns();
+
+	ret = jitring_flush(jr);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_flush: %s\n", strerror(-ret));
+		status = 1;
+	}
+	ret = jitring_close(jr);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_close: %s\n", strerror(-ret));
+		status = 1;
+	}
+	memset(&st, 0, sizeof(st));
+	st.struct_size = sizeof(st);
+	jitring_stats(jr, &st);
+	/* No copy runs any more and the writer is closed. */
+	ret = jitring_trampolines_free(tramps);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_trampolines_free: %s\n",
+			strerror(-ret));
+		status = 1;
+	}
+
+	for (i = 0; i < opt.threads; i++) {
+		struct rt_worker *w = &ws[i];
+
+		if (w->error) {
+			failed++;
+			if (!first_error)
+				first_error = w->error;
+		}
+		total_ok += w->ok;
+		total_calls += w->calls;
+		hot_rounds += w->rounds;
+		if (w->ok)
+			first_ns += w->get_ns[0];
+	}
+	if (failed) {
+		fprintf(stderr, "testjit: jitring_trampolines_get failed on "
+			"%u threads, first: %s\n", failed,
+			strerror(-first_error));
+		status = 1;
+	}
+	if (st.tramp_copies != total_ok || st.entries_written != total_ok) {
+		fprintf(stderr, "testjit: tramp_copies %" PRIu64
+			", entries_written %" PRIu64 " != copies %" PRIu64
+			"\n", st.tramp_copies, st.entries_written, total_ok);
+		status = 1;
+	}
+
+	if (opt.functions > 1) {
+		times = calloc((size_t)opt.threads * (opt.functions - 1),
+			       sizeof(*times));
+		for (i = 0; times && i < opt.threads; i++) {
+			for (unsigned int n = 1; n < ws[i].ok; n++) {
+				times[nr_times++] = ws[i].get_ns[n];
+				steady_ns += ws[i].get_ns[n];
+			}
+		}
+		if (nr_times) {
+			qsort(times, nr_times, sizeof(*times), cmp_u64);
+			steady_mean = (double)steady_ns / (double)nr_times;
+		}
+	}
+	span_s = (double)(t_created - t_start) / 1e9;
+	printf("== testjit summary ==\n");
+	printf("mode: runtime (jitring_trampolines_get, built-in "
+	       "trampoline)\n");
+	printf("pid: %d\n", (int)getpid());
+	printf("dump: %s/jit-%d.dump\n",
+	       opt.dir ? opt.dir :
+	       getenv("JITRING_DIR") ? getenv("JITRING_DIR") : "/tmp",
+	       (int)getpid());
+	printf("engine: %s\n", engine_name(st.engine));
+	printf("threads: %u\n", opt.threads);
+	printf("functions: %" PRIu64 " (%u per thread, named %s0..%s%u; "
+	       "trampoline %u bytes, salt at %u, eh_frame %d bytes)\n",
+	       total_ok, opt.functions, opt.prefix, opt.prefix,
+	       opt.functions - 1, tmpl.code_size, tmpl.salt_offset, eh);
+	printf("jitring_trampolines_get first call: %.0f ns mean over %u "
+	       "threads%s\n", (double)first_ns / opt.threads, opt.threads,
+	       st.engine == JITRING_ENGINE_RINGS ?
+		       " (takes the thread's ring)" : "");
+	if (nr_times)
+		printf("jitring_trampolines_get other calls: %" PRIu64
+		       " calls, median %" PRIu64 " ns, p99 %" PRIu64
+		       " ns, mean %.0f ns\n", nr_times, times[nr_times / 2],
+		       times[nr_times * 99 / 100], steady_mean);
+	if (nr_times && times[nr_times / 2])
+		printf("entries/s: %.0f per thread (from the median time "
+		       "inside jitring_trampolines_get; the mean, %.0f ns, "
+		       "also counts preemption: %u busy threads on %ld "
+		       "CPUs); created at %.0f/s while running\n",
+		       1e9 / (double)times[nr_times / 2], steady_mean,
+		       opt.threads, sysconf(_SC_NPROCESSORS_ONLN),
+		       span_s > 0 ? (double)total_ok / span_s : 0.0);
+	printf("generation: all functions existed %.3f s after the start "
+	       "(created while running)\n", span_s);
+	printf("calls: %" PRIu64 " JIT calls in %.2f s (%" PRIu64
+	       " rounds over the functions a thread had)\n", total_calls,
+	       (double)(t_end - t_start) / 1e9, hot_rounds);
+	print_stats(&st);
+	printf("result: %s\n", status ? "FAIL" : "ok");
+
+	for (i = 0; i < opt.threads; i++) {
+		free(ws[i].fns);
+		free(ws[i].get_ns);
+	}
+	free(ws);
+	free(times);
+	pthread_barrier_destroy(&start_barrier);
+	return status;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: testjit [--threads T] [--functions F] [--seconds S]\n"
-		"               [--engine rings|mutex] [--dir D]\n"
+		"Usage: testjit [--mode runtime|asm] [--threads T] "
+		"[--functions F]\n"
+		"               [--seconds S] [--engine rings|mutex] "
+		"[--dir D]\n"
 		"               [--unwind|--no-unwind] [--name-prefix P]\n"
-		"Defaults: 4 threads, 64 functions each, 2 s, rings, "
-		"$JITRING_DIR or /tmp,\n"
-		"unwinding information on, prefix jit_func_.\n");
+		"Defaults: runtime mode, 4 threads, 64 functions each, 2 s, "
+		"rings,\n"
+		"$JITRING_DIR or /tmp, unwinding information on, prefix "
+		"py::func_ (runtime)\nor jit_func_ (asm).\n");
 }
 
 static bool parse_uint(const char *s, unsigned int lo, unsigned int hi,
@@ -553,6 +884,7 @@ static bool parse_uint(const char *s, unsigned int lo, unsigned int hi,
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
+		{ "mode", required_argument, NULL, 'm' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "functions", required_argument, NULL, 'f' },
 		{ "seconds", required_argument, NULL, 's' },
@@ -567,9 +899,17 @@ int main(int argc, char **argv)
 	char *end;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "t:f:s:e:d:uUp:h", opts, NULL)) !=
+	while ((c = getopt_long(argc, argv, "m:t:f:s:e:d:uUp:h", opts, NULL)) !=
 	       -1) {
 		switch (c) {
+		case 'm':
+			if (!strcmp(optarg, "runtime"))
+				opt.mode = MODE_RUNTIME;
+			else if (!strcmp(optarg, "asm"))
+				opt.mode = MODE_ASM;
+			else
+				goto bad;
+			break;
 		case 't':
 			if (!parse_uint(optarg, 1, 1024, &opt.threads))
 				goto bad;
@@ -621,7 +961,9 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return EXIT_USAGE;
 	}
-	return run();
+	if (!opt.prefix)
+		opt.prefix = opt.mode == MODE_ASM ? "jit_func_" : "py::func_";
+	return opt.mode == MODE_ASM ? run_asm() : run_runtime();
 bad:
 	fprintf(stderr, "testjit: bad option value '%s'\n", optarg);
 	usage(stderr);

@@ -6,8 +6,8 @@
  * the thread makes itself.  Entries stay in per-thread order across rings.
  *
  * The flusher is stalled deterministically through the test I/O hook: its
- * pwritev() waits at a gate the test opens and shuts, and the flusher_round
- * testpoint tells the test when a round has finished.  No sleeps.
+ * pwritev() waits at a gate the test opens and shuts, and two flushes in a
+ * row guarantee a whole round ran.  No sleeps.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,8 +32,7 @@ static struct {
 	pthread_cond_t cond;
 	bool open;
 	unsigned parked;  /* flusher calls waiting at the gate */
-	unsigned long rounds;
-} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, true, 0, 0 };
+} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, true, 0 };
 
 static ssize_t gated_pwritev(int fd, const struct iovec *iov, int cnt,
 			     off_t off)
@@ -46,17 +45,6 @@ static ssize_t gated_pwritev(int fd, const struct iovec *iov, int cnt,
 	gate.parked--;
 	pthread_mutex_unlock(&gate.lock);
 	return pwritev(fd, iov, cnt, off);
-}
-
-static void on_testpoint(const char *name, void *arg)
-{
-	(void)arg;
-	if (strcmp(name, "flusher_round"))
-		return;
-	pthread_mutex_lock(&gate.lock);
-	gate.rounds++;
-	pthread_cond_broadcast(&gate.cond);
-	pthread_mutex_unlock(&gate.lock);
 }
 
 static void gate_set(bool open)
@@ -75,14 +63,16 @@ static void wait_parked(void)
 	pthread_mutex_unlock(&gate.lock);
 }
 
-/* Wait until @n more flusher rounds have finished. */
-static void wait_rounds(unsigned long n)
+/*
+ * Make sure at least one whole flusher round (successors, recycling) ran
+ * after this call.  Counting rounds is not enough: an idle flusher sleeps
+ * and runs none.  A flush runs rounds until its ticket completes, and the
+ * round that completes it finishes before the next flush's first round.
+ */
+static void full_round(struct jitring *w)
 {
-	pthread_mutex_lock(&gate.lock);
-	n += gate.rounds;
-	while (gate.rounds < n)
-		pthread_cond_wait(&gate.cond, &gate.lock);
-	pthread_mutex_unlock(&gate.lock);
+	T_CHECK_EQ(jitring_flush(w), 0);
+	T_CHECK_EQ(jitring_flush(w), 0);
 }
 
 static struct jitring *jr;
@@ -117,7 +107,7 @@ static void stats(struct jitring_stats *st)
 /* Every thread's entries present once, in sequence order. */
 static void verify(const char *path, int threads, const unsigned *count)
 {
-	unsigned next[16] = { 0 };
+	unsigned next[32] = { 0 };
 	struct jitring_check_result res;
 	struct jitring_rd_header h;
 	struct jitring_rd_record rec;
@@ -166,12 +156,35 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+static pthread_barrier_t barrier;
+
+struct detacher {
+	int t;
+	unsigned n;
+	unsigned done;
+	int detached;
+};
+
+/* Pass half full, wait, then detach without filling the ring. */
+static void *detacher_main(void *arg)
+{
+	struct detacher *d = arg;
+
+	for (d->done = 0; d->done < d->n; d->done++)
+		if (put(d->t, d->done) <= 0)
+			break;
+	pthread_barrier_wait(&barrier);
+	pthread_barrier_wait(&barrier);
+	d->detached = jitring_thread_detach(jr);
+	return NULL;
+}
+
 int main(void)
 {
 	char dir[] = "/tmp/jitring-growth-XXXXXX", path[512];
 	struct jitring_config cfg;
 	struct jitring_stats st0, st;
-	unsigned count[16] = { 0 };
+	unsigned count[32] = { 0 };
 	unsigned seq = 0;
 
 	T_REQUIRE(mkdtemp(dir));
@@ -180,7 +193,6 @@ int main(void)
 		eh, sizeof(eh));
 	T_REQUIRE(ehlen > 0);
 	jitring_io_hook = gated_pwritev;
-	atomic_store(&jitring_testpoint_hook, on_testpoint);
 
 	jitring_config_init(&cfg);
 	cfg.dir = dir;
@@ -225,7 +237,7 @@ int main(void)
 		T_CHECK(put(0, seq++) > 0);
 	stats(&st0);
 	gate_set(true);
-	wait_rounds(2);
+	full_round(jr);
 	gate_set(false);
 	T_CHECK(put(0, seq++) > 0);
 	wait_parked();
@@ -258,6 +270,46 @@ int main(void)
 		gate_set(true);
 		T_CHECK_EQ(jitring_flush(jr), 0);
 		verify(path, 9, count);
+	}
+
+	/*
+	 * 4. Successors nobody takes: 16 threads pass half full while the
+	 * flusher is stalled (each asks to grow), one round gives each a
+	 * successor, then every thread detaches without filling its ring.
+	 * The flusher must free 16 unused successors while recycling their
+	 * predecessors in the same round (this once broke its registry walk;
+	 * ASan catches a regression).
+	 */
+	{
+		struct detacher d[16];
+		pthread_t tid[16];
+
+		pthread_barrier_init(&barrier, NULL, 17);
+		gate_set(false);
+		T_CHECK(put(0, seq++) > 0);
+		count[0] = seq;
+		wait_parked();
+		for (int t = 0; t < 16; t++) {
+			d[t] = (struct detacher){ .t = 9 + t, .n = 150 };
+			pthread_create(&tid[t], NULL, detacher_main, &d[t]);
+		}
+		pthread_barrier_wait(&barrier);	/* all past half full */
+		stats(&st0);
+		gate_set(true);
+		full_round(jr);			/* successors made */
+		pthread_barrier_wait(&barrier);	/* now detach */
+		for (int t = 0; t < 16; t++) {
+			pthread_join(tid[t], NULL);
+			T_CHECK_EQ(d[t].done, d[t].n);
+			T_CHECK_EQ(d[t].detached, 1);
+			count[9 + t] = d[t].done;
+		}
+		full_round(jr);			/* rings recycled */
+		stats(&st);
+		T_CHECK_EQ(st.rings_grown, st0.rings_grown);
+		T_CHECK_EQ(st.threads_attached, 1);	/* main's ring */
+		verify(path, 25, count);
+		pthread_barrier_destroy(&barrier);
 	}
 
 	T_CHECK_EQ(jitring_close(jr), 0);

@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The text perf map, /tmp/perf-<pid>.map: one "<hex addr> <hex size>
+ * <name>" line per CODE_LOAD, written by whoever writes the dump (the
+ * rings flusher, or the mutex engine under its lock), in the same order.
+ * Useful where `perf inject --jit` is too slow for hundreds of thousands of
+ * functions; perf reads it without inject.
+ */
+#ifndef JITRING_SRC_PERFMAP_H
+#define JITRING_SRC_PERFMAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct jitring;
+
+/* Longest line: two 16-digit numbers, spaces, the name, the newline. */
+#define JR_PERFMAP_LINE_MAX (40 + 4096)
+
+/**
+ * jitring_perfmap_line() - Format one line; control characters in @name
+ * (newlines included) become '?' so a line can never be split or forged.
+ * Return: bytes written to @buf (no NUL), at most JR_PERFMAP_LINE_MAX.
+ */
+size_t jitring_perfmap_line(char *buf, uint64_t addr, uint64_t size,
+			    const char *name, size_t name_len);
+
+/**
+ * jitring_perfmap_line_load() - Format the line of an encoded CODE_LOAD.
+ * @buf: JR_PERFMAP_LINE_MAX bytes.
+ * @group: an encoded group whose last record is a CODE_LOAD (or a MOVE,
+ *	for which nothing is formatted: a perf map has no moves).
+ * @len: bytes of the group.
+ * Return: bytes written, 0 for a MOVE.
+ */
+size_t jitring_perfmap_line_load(char *buf, const uint8_t *group, size_t len);
+
+/* Create the map for the current pid (JITRING_F_PERF_MAP); 0 or -errno. */
+int jitring_perfmap_open(struct jitring *jr);
+/* Append @len bytes; a failure is logged and stops the map, never the dump. */
+void jitring_perfmap_write(struct jitring *jr, const char *buf, size_t len);
+void jitring_perfmap_close(struct jitring *jr);
+
+#endif /* JITRING_SRC_PERFMAP_H */

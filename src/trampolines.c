@@ -1,0 +1,765 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The runtime kit: executable copies of a trampoline template, one per JIT
+ * function, handed out lock-free from arenas made ready ahead of demand.
+ *
+ * Layout.  An arena is one anonymous mapping [guard][slots][guard]: the two
+ * guard pages stay PROT_NONE for the arena's life, so the kernel never
+ * merges the slots with a neighbouring executable mapping (an mprotect that
+ * merged two arenas would report one mmap event covering both, and perf
+ * would drop the loads of the older one).  The slots are filled while
+ * PROT_READ|PROT_WRITE, the instruction cache is synchronised, and the
+ * slots are switched to PROT_READ|PROT_EXEC once, before any copy in them is
+ * handed out; they are never written, remapped or re-protected again (W^X).
+ * A slot is jitring_tramp_slot_size() bytes, 16-aligned and large enough
+ * for perf's extended mapping of the copy, [addr, addr + ALIGN_8(code_size)
+ * + mapped_size), so no copy lies inside another one's mapping (96 bytes
+ * for the built-in x86_64 template: 16 bytes of code and salt room + 80 of
+ * unwind data).  An arena has at least 64 KiB and 32 slots.
+ *
+ * Hand-out.  A set has a current arena (cur) and up to JR_TRAMP_READY_CAP
+ * ready ones in an array of pointer cells.
+ *   get:     a = cur (acquire); i = fetch_add(a->next, 1) (relaxed);
+ *            i < a->nslots: the copy is slot i, ours alone.  Else advance.
+ *   advance: the first thread to flag the exhausted arena (an exchange on
+ *            a->switching) takes a ready arena (exchange of a cell to NULL,
+ *            acquire), or makes one itself if none is ready (counted in
+ *            tramp_arenas_waited), then CASes cur from the exhausted arena
+ *            to it (release).  Threads that find the flag set wait for cur
+ *            to move, at most TR_SWITCH_WAIT_NS (a flagger preempted, or
+ *            lost in a fork), then do the same themselves; the loser of
+ *            the CAS parks its arena in the ready array and every thread
+ *            retries on whichever arena won.  Without the flag, a crowd of
+ *            threads that ran out together would each take an arena and
+ *            park all but one back, draining the array under the flusher.
+ *   ready:   the flusher (jitring_tramps_maintain(), once per round) and
+ *            losers put arenas in with a CAS of an empty cell (release);
+ *            takers exchange a cell with NULL (acquire).  An arena taken
+ *            by two threads is impossible: the exchange hands each value
+ *            to exactly one of them.
+ * So the steady-state cost of a copy is one relaxed fetch_add on the
+ * arena's counter and one jitring_write(); mmap and mprotect run on the
+ * flusher, which keeps at least `want` arenas ready per set and is woken
+ * when a taker leaves fewer than that.  `want` starts at 2 and doubles, up
+ * to 16, whenever a caller had to make an arena or took the last ready one
+ * (demand outran the flusher).
+ *
+ * Invariants: cur never goes back to an arena it left (only fresh arenas
+ * are ever installed, so the CAS has no ABA); an installed arena is never
+ * in the ready array again; every slot index below nslots is claimed by
+ * exactly one fetch_add; nready >= the number of filled cells (it is raised
+ * before a put and lowered after a take), so nready == 0 proves the array
+ * empty; every arena made is on the set's `all` list until
+ * jitring_trampolines_free().
+ *
+ * Ordering: the maker's writes to the slots and the arena header happen
+ * before its release CAS into a ready cell (or into cur); a taker's acquire
+ * exchange, then its release CAS of cur, then every getter's acquire load
+ * of cur extend that to the threads that run the copies.  On x86_64 the
+ * mprotect's TLB shootdown serialises other cores; elsewhere
+ * __builtin___clear_cache() does the cache maintenance before publication.
+ * Sets are pushed on jr->tramps with an acq_rel CAS and read by the flusher
+ * from an acquire load of the head; `next` links are immutable while the
+ * writer is open.
+ *
+ * Waking the flusher only touches jr->sleep (part of the handle, never
+ * freed), so no jitring_enter() is needed on the get path.  No wake is
+ * missed: a take lowers nready seq_cst and then reads the sleep word
+ * seq_cst; the flusher stores its sleep mode seq_cst and then checks every
+ * set's nready against its mark (jitring_tramps_wanted()).  The mutex engine has no background thread:
+ * jitring_trampolines_new() makes the first arena and each later one is
+ * made by the get() that exhausted the previous one (tramp_arenas_waited).
+ *
+ * Close and fork: the set and its arenas do not depend on the engine state,
+ * so a get() racing jitring_close() touches only memory that stays valid
+ * (the handle is a tombstone, the set lives until jitring_trampolines_free())
+ * and ends with -ESHUTDOWN from its own state check or jitring_write().  A
+ * fork child inherits the arenas (same addresses, still mapped) and keeps
+ * handing out copies from them into its own dump; its salt key is redrawn
+ * so its dumped bytes differ from the parent's.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "clock.h"
+#include "internal.h"
+#include "rings.h"
+#include "trampolines.h"
+
+#define TR_TEMPLATE_V1_SIZE ((uint32_t)sizeof(struct jitring_tramp_template))
+/* How long a caller waits for another one's arena switch. */
+#define TR_SWITCH_WAIT_NS (2 * 1000000ull)
+
+struct tr_arena {
+	/* Claimed slots; may run past nslots once exhausted. */
+	alignas(JITRING_CACHELINE) _Atomic uint64_t next;
+	_Atomic uint32_t switching; /* a thread is replacing this arena */
+
+	/* Immutable once published. */
+	alignas(JITRING_CACHELINE) uint8_t *base; /* slot 0 */
+	uint64_t nslots;
+	void *map;                 /* the mapping, guards included */
+	struct tr_arena *all_next; /* the set's `all` list */
+};
+
+struct jitring_trampolines {
+	/* Immutable after jitring_trampolines_new(). */
+	alignas(JITRING_CACHELINE) struct jitring *jr;
+	uint8_t *code;          /* the template's bytes */
+	uint8_t *eh_frame;      /* built once for every copy, or NULL */
+	uint32_t code_size;
+	uint32_t salt_offset;
+	uint32_t eh_frame_size;
+	uint32_t slot_size;
+	uint64_t nslots;        /* per arena */
+	size_t slots_len;       /* bytes of slots per arena */
+	size_t map_len;         /* slots_len plus two guard pages */
+	size_t page;
+	uint64_t serial;        /* set number, mixed into the salt */
+	/* jr->tramps: written before the push, changed only once closed. */
+	struct jitring_trampolines *next;
+
+	/* The arena copies are carved from. */
+	alignas(JITRING_CACHELINE) _Atomic(struct tr_arena *) cur;
+
+	/* Ready arenas and the low-water mark. */
+	alignas(JITRING_CACHELINE) _Atomic int32_t nready;
+	_Atomic uint32_t want;
+	_Atomic(struct tr_arena *) all; /* every arena made */
+	bool warned;                    /* flusher-private */
+	_Atomic(struct tr_arena *) ready[JR_TRAMP_READY_CAP];
+};
+
+/* ------------------------------------------------------------------ */
+/* Salts.                                                               */
+
+static pthread_once_t tr_once = PTHREAD_ONCE_INIT;
+static _Atomic uint64_t tr_key;     /* per process, redrawn after fork */
+static _Atomic uint64_t tr_serial;  /* sets made in this process */
+
+/* splitmix64's finaliser: a bijection on 64-bit values. */
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 30;
+	x *= 0xbf58476d1ce4e5b9ull;
+	x ^= x >> 27;
+	x *= 0x94d049bb133111ebull;
+	x ^= x >> 31;
+	return x;
+}
+
+static void tr_rekey(void)
+{
+	uint64_t k = 0;
+
+	if (getrandom(&k, sizeof(k), GRND_NONBLOCK) != (ssize_t)sizeof(k))
+		k = jitring_clock_ns() ^ (uintptr_t)&k;
+	k ^= atomic_load_explicit(&tr_key, memory_order_relaxed);
+	k ^= (uint64_t)getpid() << 32;
+	atomic_store_explicit(&tr_key, mix64(k), memory_order_relaxed);
+}
+
+static void tr_init(void)
+{
+	tr_rekey();
+	/* The child's dumped bytes must differ from the parent's. */
+	pthread_atfork(NULL, NULL, tr_rekey);
+}
+
+/*
+ * The 8-byte salt of the copy at @code: distinct for every (set, address)
+ * pair of the process while addresses stay below 2^48 and fewer than 65536
+ * sets are made, because mix64() is a bijection.
+ */
+static uint64_t salt_of(const struct jitring_trampolines *t, const void *code)
+{
+	uint64_t v = (uint64_t)(uintptr_t)code ^ (t->serial << 48);
+
+	return mix64(v ^ atomic_load_explicit(&tr_key, memory_order_relaxed));
+}
+
+/* ------------------------------------------------------------------ */
+/* The built-in template.                                               */
+
+#if defined(__x86_64__)
+/* jitring_tramp_x86_64[] then 8 bytes of salt room (int3, never run). */
+static const unsigned char builtin_code[] = {
+	0x55,			/* push %rbp */
+	0x48, 0x89, 0xe5,	/* mov %rsp,%rbp */
+	0xff, 0xd1,		/* call *%rcx */
+	0x5d,			/* pop %rbp */
+	0xc3,			/* ret */
+	0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc,
+};
+#define BUILTIN_SALT 8u
+#define ARENA_FILL 0xcc		/* int3 between copies */
+#elif defined(__aarch64__)
+/* jitring_tramp_aarch64[] then 8 bytes of salt room (brk #0, never run). */
+static const unsigned char builtin_code[] = {
+	0xfd, 0x7b, 0xbf, 0xa9,	/* stp x29, x30, [sp, #-16]! */
+	0xfd, 0x03, 0x00, 0x91,	/* mov x29, sp */
+	0x60, 0x00, 0x3f, 0xd6,	/* blr x3 */
+	0xfd, 0x7b, 0xc1, 0xa8,	/* ldp x29, x30, [sp], #16 */
+	0xc0, 0x03, 0x5f, 0xd6,	/* ret */
+	0x00, 0x00, 0x20, 0xd4, 0x00, 0x00, 0x20, 0xd4,
+};
+#define BUILTIN_SALT 20u
+#define ARENA_FILL 0x00		/* udf #0 between copies */
+#else
+#define ARENA_FILL 0x00
+#endif
+
+int jitring_tramp_builtin(struct jitring_tramp_template *t)
+{
+	if (!t)
+		return -EINVAL;
+#if defined(__x86_64__) || defined(__aarch64__)
+	memset(t, 0, sizeof(*t));
+	t->struct_size = sizeof(*t);
+	t->code_size = sizeof(builtin_code);
+	t->code = builtin_code;
+	t->cfi = jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE);
+	t->salt_offset = BUILTIN_SALT;
+	return 0;
+#else
+	return -EOPNOTSUPP;
+#endif
+}
+
+/* ------------------------------------------------------------------ */
+/* Arenas.                                                              */
+
+/*
+ * Map, fill and seal one arena, and put it on the set's `all` list.  Any
+ * thread; makes system calls.
+ * Return: 0 or -errno of mmap(2)/mprotect(2) (-ENOMEM if malloc fails).
+ */
+static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
+{
+	struct tr_arena *a, *head;
+	uint8_t *map, *base;
+	int ret;
+
+	a = aligned_alloc(JITRING_CACHELINE, sizeof(*a));
+	if (!a)
+		return -ENOMEM;
+	map = mmap(NULL, t->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
+		   -1, 0);
+	if (map == MAP_FAILED) {
+		ret = -errno;
+		goto err_free;
+	}
+	base = map + t->page;
+	if (mprotect(base, t->slots_len, PROT_READ | PROT_WRITE)) {
+		ret = -errno;
+		goto err_unmap;
+	}
+	if (ARENA_FILL)
+		memset(base, ARENA_FILL, t->slots_len);
+	for (uint64_t i = 0; i < t->nslots; i++)
+		memcpy(base + i * t->slot_size, t->code, t->code_size);
+	__builtin___clear_cache((char *)base, (char *)base + t->slots_len);
+	if (mprotect(base, t->slots_len, PROT_READ | PROT_EXEC)) {
+		ret = -errno;
+		goto err_unmap;
+	}
+
+	atomic_init(&a->next, 0);
+	atomic_init(&a->switching, 0);
+	a->base = base;
+	a->nslots = t->nslots;
+	a->map = map;
+	head = atomic_load_explicit(&t->all, memory_order_relaxed);
+	do {
+		a->all_next = head;
+		/* Only jitring_trampolines_free() walks the list, after
+		 * jitring_close(): relaxed is enough. */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&t->all, &head, a, memory_order_relaxed, memory_order_relaxed));
+	*out = a;
+	return 0;
+
+err_unmap:
+	munmap(map, t->map_len);
+err_free:
+	free(a);
+	return ret;
+}
+
+/* Park @a in an empty ready cell.  Return: false if every cell is full. */
+static bool ready_put(struct jitring_trampolines *t, struct tr_arena *a)
+{
+	/* Raised first: nready never undercounts the filled cells. */
+	atomic_fetch_add_explicit(&t->nready, 1, memory_order_relaxed);
+	for (uint32_t i = 0; i < JR_TRAMP_READY_CAP; i++) {
+		struct tr_arena *none = NULL;
+
+		/* Pairs with the acquire exchange in ready_take(): the taker
+		 * sees the arena's slots and header. */
+		if (atomic_compare_exchange_strong_explicit(
+			    &t->ready[i], &none, a, memory_order_release,
+			    memory_order_relaxed))
+			return true;
+	}
+	atomic_fetch_sub_explicit(&t->nready, 1, memory_order_relaxed);
+	return false;
+}
+
+static struct tr_arena *ready_take(struct jitring_trampolines *t)
+{
+	if (atomic_load_explicit(&t->nready, memory_order_relaxed) <= 0)
+		return NULL;
+	for (uint32_t i = 0; i < JR_TRAMP_READY_CAP; i++) {
+		struct tr_arena *a;
+
+		if (!atomic_load_explicit(&t->ready[i], memory_order_relaxed))
+			continue;
+		/* Pairs with the release CAS in ready_put(). */
+		a = atomic_exchange_explicit(&t->ready[i], NULL,
+					     memory_order_acquire);
+		if (a) {
+			/*
+			 * seq_cst: with the seq_cst load of jr->sleep in
+			 * wake_flusher() this is a Dekker pair with the
+			 * flusher, which stores its sleep mode and then reads
+			 * nready (jitring_tramps_wanted()): no missed refill.
+			 */
+			atomic_fetch_sub_explicit(&t->nready, 1,
+						  memory_order_seq_cst);
+			return a;
+		}
+	}
+	return NULL;
+}
+
+static void wake_flusher(struct jitring_trampolines *t)
+{
+	struct jitring *jr = t->jr;
+
+	/* jr->sleep lives in the handle: valid even after close. */
+	if (jr->engine == JITRING_ENGINE_RINGS)
+		jitring_rings_wake(jr, true);
+}
+
+/* Demand outran the flusher: double the low-water mark (once per @seen). */
+static void want_grow(struct jitring_trampolines *t, uint32_t seen)
+{
+	uint32_t w = seen * 2 < JR_TRAMP_WANT_MAX ? seen * 2 :
+						    JR_TRAMP_WANT_MAX;
+
+	if (seen < JR_TRAMP_WANT_MAX)
+		atomic_compare_exchange_strong_explicit(&t->want, &seen, w,
+							memory_order_relaxed,
+							memory_order_relaxed);
+}
+
+/*
+ * Another thread is switching from @old: wait for it rather than take or
+ * make an arena too (a crowd of threads that ran out at the same moment
+ * would otherwise each take one and park all but one back, draining the
+ * ready array under the flusher).  Bounded, so a switcher that was
+ * preempted, or that died with the parent of a fork, costs at most
+ * TR_SWITCH_WAIT_NS.  Return: true once cur has moved on.
+ */
+static bool wait_switch(struct jitring_trampolines *t, struct tr_arena *old)
+{
+	uint64_t start = 0, now;
+
+	for (unsigned int spins = 0;; spins++) {
+		if (atomic_load_explicit(&t->cur, memory_order_relaxed) != old)
+			return true;
+		if (spins < 64) {
+			jr_cpu_relax();
+			continue;
+		}
+		now = jitring_clock_ns();
+		if (!start)
+			start = now;
+		else if (now - start > TR_SWITCH_WAIT_NS)
+			return false;
+		sched_yield();
+	}
+}
+
+/*
+ * The current arena @old is used up: install the next one.  Return: 0 (the
+ * caller reloads cur) or -ENOMEM if no arena could be had.
+ */
+static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
+				     struct tr_arena *old)
+{
+	struct jitring *jr = t->jr;
+	struct tr_arena *n, *expect = old;
+	uint32_t want;
+
+	/* Someone moved on already: use theirs. */
+	if (atomic_load_explicit(&t->cur, memory_order_relaxed) != old)
+		return 0;
+	/* The first to get here switches; the others wait for it. */
+	if (atomic_exchange_explicit(&old->switching, 1,
+				     memory_order_relaxed) &&
+	    wait_switch(t, old))
+		return 0;
+	want = atomic_load_explicit(&t->want, memory_order_relaxed);
+	n = ready_take(t);
+	if (n) {
+		int32_t left = atomic_load_explicit(&t->nready,
+						    memory_order_relaxed);
+
+		/* The last one: nearly had to wait, keep more from now on. */
+		if (left <= 0)
+			want_grow(t, want);
+		if (left < (int32_t)want)
+			wake_flusher(t);
+	} else {
+		int ret;
+
+		/* Installed while we looked: no arena needed. */
+		if (atomic_load_explicit(&t->cur, memory_order_relaxed) != old)
+			return 0;
+		ret = arena_make(t, &n);
+		if (ret) {
+			jitring_count(&jr->c.refused_nomem, 1);
+			return -ENOMEM;
+		}
+		jitring_count(&jr->c.tramp_arenas_waited, 1);
+		want_grow(t, want);
+		wake_flusher(t);
+	}
+	/* Pairs with the acquire load of cur in jitring_trampolines_get(). */
+	if (atomic_compare_exchange_strong_explicit(&t->cur, &expect, n,
+						    memory_order_release,
+						    memory_order_relaxed))
+		return 0;
+	/*
+	 * Another thread installed an arena first.  Ours is fresh: park it
+	 * for the next switch.  If the array is full (more racing threads
+	 * than cells) it stays mapped, unused, until the set is freed.
+	 */
+	ready_put(t, n);
+	return 0;
+}
+
+bool jitring_tramps_wanted(struct jitring *jr)
+{
+	/* Pairs with the acq_rel CAS that pushes a set. */
+	for (struct jitring_trampolines *t = atomic_load_explicit(
+		     &jr->tramps, memory_order_acquire);
+	     t; t = t->next)
+		/* Pairs with the seq_cst fetch_sub in ready_take().  A set
+		 * whose arenas cannot be made (warned) must not keep the
+		 * flusher from sleeping. */
+		if (!t->warned &&
+		    atomic_load_explicit(&t->nready, memory_order_seq_cst) <
+		    (int32_t)atomic_load_explicit(&t->want,
+						  memory_order_relaxed))
+			return true;
+	return false;
+}
+
+void jitring_tramps_maintain(struct jitring *jr)
+{
+	struct jitring_trampolines *t;
+	struct tr_arena *a;
+	uint32_t added;
+	int ret;
+
+	/* Pairs with the acq_rel CAS that pushes a set in
+	 * jitring_trampolines_new(). */
+	for (t = atomic_load_explicit(&jr->tramps, memory_order_acquire); t;
+	     t = t->next) {
+		uint32_t want = atomic_load_explicit(&t->want,
+						     memory_order_relaxed);
+
+		added = 0;
+		while (atomic_load_explicit(&t->nready, memory_order_relaxed) <
+		       (int32_t)want) {
+			ret = arena_make(t, &a);
+			if (ret) {
+				if (!t->warned)
+					jitring_log(jr, JITRING_LOG_WARNING,
+						    "trampoline arena: %s",
+						    strerror(-ret));
+				t->warned = true;
+				break;
+			}
+			if (!ready_put(t, a))
+				break; /* full of parked arenas: enough */
+			added++;
+		}
+		if (added)
+			jitring_count(&jr->c.tramp_arenas_ahead, added);
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* Sets.                                                                */
+
+static void set_destroy(struct jitring_trampolines *t)
+{
+	struct tr_arena *a, *n;
+
+	for (a = atomic_load_explicit(&t->all, memory_order_relaxed); a;
+	     a = n) {
+		n = a->all_next;
+		munmap(a->map, t->map_len);
+		free(a);
+	}
+	free(t->code);
+	free(t->eh_frame);
+	free(t);
+}
+
+static int template_check(const struct jitring_tramp_template *ut,
+			  struct jitring_tramp_template *tp, int *eh_size)
+{
+	uint32_t sz;
+
+	if (ut->struct_size < TR_TEMPLATE_V1_SIZE)
+		return -EINVAL;
+	sz = ut->struct_size < sizeof(*tp) ? ut->struct_size : sizeof(*tp);
+	memset(tp, 0, sizeof(*tp));
+	memcpy(tp, ut, sz);
+	if (!tp->code || !tp->code_size || tp->code_size > JITRING_TRAMP_MAX ||
+	    tp->reserved)
+		return -EINVAL;
+	if (tp->salt_offset != JITRING_TRAMP_NO_SALT &&
+	    (tp->code_size >= JR_TRAMP_SALT_SIZE ?
+		     tp->salt_offset > tp->code_size - JR_TRAMP_SALT_SIZE :
+		     tp->salt_offset != 0))
+		return -EINVAL;
+	*eh_size = 0;
+	if (tp->cfi) {
+		*eh_size = jitring_eh_frame_build(tp->cfi, tp->code_size, NULL,
+						  0);
+		if (*eh_size <= 0)
+			return -EINVAL;
+	}
+	return 0;
+}
+
+int jitring_trampolines_new(struct jitring *jr,
+			    const struct jitring_tramp_template *ut,
+			    struct jitring_trampolines **out)
+{
+	struct jitring_tramp_template tp;
+	struct jitring_trampolines *t, *head;
+	struct tr_arena *a;
+	uint64_t slot;
+	uint32_t s, made = 0;
+	int eh_size, ret;
+
+	if (!jr || jr->magic != JR_MAGIC || !ut || !out)
+		return -EINVAL;
+	ret = template_check(ut, &tp, &eh_size);
+	if (ret)
+		return ret;
+	/* An early out only (no arenas for a closed writer): the check that
+	 * counts is the one under jitring_enter() below. */
+	s = atomic_load_explicit(&jr->state, memory_order_relaxed);
+	if (s >= JR_CLOSING)
+		return jitring_refuse_state(jr, s);
+	pthread_once(&tr_once, tr_init);
+
+	t = aligned_alloc(JITRING_CACHELINE, sizeof(*t));
+	if (!t)
+		return -ENOMEM;
+	memset(t, 0, sizeof(*t));
+	t->jr = jr;
+	t->code_size = tp.code_size;
+	t->salt_offset = tp.salt_offset;
+	t->eh_frame_size = (uint32_t)eh_size;
+	t->code = malloc(tp.code_size);
+	t->eh_frame = eh_size ? malloc((size_t)eh_size) : NULL;
+	if (!t->code || (eh_size && !t->eh_frame)) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	memcpy(t->code, tp.code, tp.code_size);
+	if (eh_size && jitring_eh_frame_build(tp.cfi, tp.code_size,
+					      t->eh_frame,
+					      (size_t)eh_size) != eh_size) {
+		ret = -EINVAL;
+		goto err;
+	}
+	slot = jitring_tramp_slot_size(tp.code_size, (uint64_t)eh_size);
+	t->slot_size = (uint32_t)slot;
+	t->page = (size_t)sysconf(_SC_PAGESIZE);
+	t->slots_len = slot * JR_TRAMP_ARENA_MIN_SLOTS;
+	if (t->slots_len < JR_TRAMP_ARENA_BYTES)
+		t->slots_len = JR_TRAMP_ARENA_BYTES;
+	t->slots_len = JR_ALIGN(t->slots_len, t->page);
+	t->nslots = t->slots_len / slot;
+	t->map_len = t->slots_len + 2 * t->page;
+	t->serial = atomic_fetch_add_explicit(&tr_serial, 1,
+					      memory_order_relaxed);
+	atomic_init(&t->nready, 0);
+	atomic_init(&t->want, JR_TRAMP_WANT_INIT);
+	atomic_init(&t->all, NULL);
+	for (uint32_t i = 0; i < JR_TRAMP_READY_CAP; i++)
+		atomic_init(&t->ready[i], NULL);
+
+	/* The first arena now; with the rings engine the low-water mark's
+	 * worth too, so the first switch finds one ready. */
+	ret = arena_make(t, &a);
+	if (ret)
+		goto err;
+	atomic_init(&t->cur, a);
+	made++;
+	if (jr->engine == JITRING_ENGINE_RINGS) {
+		while (made <= JR_TRAMP_WANT_INIT && !arena_make(t, &a)) {
+			ready_put(t, a);
+			made++;
+		}
+	}
+
+	/* Publish inside the cold-path bracket: once close has drained the
+	 * users, no set appears on the list any more. */
+	s = jitring_enter(jr);
+	if (s >= JR_CLOSING) {
+		ret = jitring_refuse_state(jr, s);
+		goto err;
+	}
+	head = atomic_load_explicit(&jr->tramps, memory_order_acquire);
+	do {
+		t->next = head;
+		/* Release: pairs with the acquire load of the head in
+		 * jitring_tramps_maintain() (the set is complete); acquire:
+		 * so is every set pushed before us. */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&jr->tramps, &head, t, memory_order_acq_rel,
+		memory_order_acquire));
+	jitring_exit(jr);
+	jitring_count(&jr->c.tramp_arenas_ahead, made);
+	*out = t;
+	return 0;
+
+err:
+	set_destroy(t);
+	return ret;
+}
+
+int64_t jitring_trampolines_get(struct jitring_trampolines *t,
+				const char *name, void **addr)
+{
+	unsigned char dumped[JITRING_TRAMP_MAX];
+	struct jitring_entry e;
+	struct jitring *jr;
+	struct tr_arena *a;
+	uint8_t *code;
+	uint64_t i, salt;
+	size_t len;
+	uint32_t s;
+	int64_t idx;
+
+	if (!t)
+		return -EINVAL;
+	jr = t->jr;
+	len = name ? strnlen(name, (size_t)JITRING_NAME_MAX + 1) : 0;
+	if (!addr || !len || len > JITRING_NAME_MAX) {
+		jitring_count(&jr->c.refused_invalid, 1);
+		return -EINVAL;
+	}
+	/* An early out only: jitring_write() decides (a slot is wasted if
+	 * close starts in between). */
+	s = atomic_load_explicit(&jr->state, memory_order_relaxed);
+	if (unlikely(s >= JR_CLOSING))
+		return jitring_refuse_state(jr, s);
+
+	for (;;) {
+		/* Pairs with the release CAS of cur in arena_advance() (and
+		 * the set's publication for the first arena). */
+		a = atomic_load_explicit(&t->cur, memory_order_acquire);
+		i = atomic_fetch_add_explicit(&a->next, 1,
+					      memory_order_relaxed);
+		if (likely(i < a->nslots))
+			break;
+		idx = arena_advance(t, a);
+		if (idx)
+			return idx;
+	}
+	code = a->base + i * t->slot_size;
+
+	memset(&e, 0, sizeof(e));
+	e.name = name;
+	e.code_addr = code;
+	e.code_size = t->code_size;
+	e.code_bytes = t->code;
+	e.eh_frame = t->eh_frame;
+	e.eh_frame_size = t->eh_frame_size;
+	if (t->salt_offset != JITRING_TRAMP_NO_SALT) {
+		salt = salt_of(t, code);
+		memcpy(dumped, t->code, t->code_size);
+		if (t->code_size >= JR_TRAMP_SALT_SIZE) {
+			memcpy(dumped + t->salt_offset, &salt, sizeof(salt));
+		} else {
+			const unsigned char *sb = (const unsigned char *)&salt;
+
+			for (uint32_t k = 0; k < t->code_size; k++)
+				dumped[k] ^= sb[k];
+		}
+		e.code_bytes = dumped;
+	}
+	idx = jitring_write(jr, &e);
+	if (idx > 0) {
+		jitring_count(&jr->c.tramp_copies, 1);
+		*addr = code;
+	}
+	return idx;
+}
+
+void jitring_tramps_state(const struct jitring_trampolines *t,
+			  struct jitring_tramps_state *st)
+{
+	struct jitring_trampolines *m = (struct jitring_trampolines *)t;
+	struct tr_arena *a;
+	uint64_t used;
+
+	/* Pairs with the release CAS of cur in arena_advance(). */
+	a = atomic_load_explicit(&m->cur, memory_order_acquire);
+	used = atomic_load_explicit(&a->next, memory_order_relaxed);
+	st->nready = atomic_load_explicit(&m->nready, memory_order_relaxed);
+	st->want = atomic_load_explicit(&m->want, memory_order_relaxed);
+	st->cur_left = used < a->nslots ? a->nslots - used : 0;
+	st->nslots = t->nslots;
+	st->slot_size = t->slot_size;
+}
+
+int jitring_trampolines_free(struct jitring_trampolines *t)
+{
+	struct jitring_trampolines **pp, *head;
+	struct jitring *jr;
+
+	if (!t)
+		return 0;
+	jr = t->jr;
+	/* Pairs with the release store of JR_CLOSED in jitring_close(): the
+	 * flusher is gone and no set is pushed any more. */
+	if (atomic_load_explicit(&jr->state, memory_order_acquire) !=
+	    JR_CLOSED)
+		return -EBUSY;
+	/* Other frees of the same writer's sets; fork. */
+	pthread_mutex_lock(&jr->lock);
+	head = atomic_load_explicit(&jr->tramps, memory_order_relaxed);
+	if (head == t) {
+		atomic_store_explicit(&jr->tramps, t->next,
+				      memory_order_relaxed);
+	} else {
+		for (pp = head ? &head->next : NULL; pp && *pp;
+		     pp = &(*pp)->next) {
+			if (*pp == t) {
+				*pp = t->next;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&jr->lock);
+	set_destroy(t);
+	return 0;
+}

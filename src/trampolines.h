@@ -1,0 +1,73 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Trampoline sets (the runtime kit): layout constants shared by
+ * trampolines.c and its unit test.  The entry points are public
+ * (jitring_trampolines_*() in jitring.h); jitring_tramps_maintain(), called
+ * by the rings engine's flusher, is declared in internal.h.
+ */
+#ifndef JITRING_SRC_TRAMPOLINES_H
+#define JITRING_SRC_TRAMPOLINES_H
+
+#include <stdint.h>
+
+/* Copies start on this boundary. */
+#define JR_TRAMP_SLOT_ALIGN 16u
+/* An arena holds at least this many bytes of slots, rounded up to pages, */
+#define JR_TRAMP_ARENA_BYTES (64u << 10)
+/* and at least this many slots. */
+#define JR_TRAMP_ARENA_MIN_SLOTS 32u
+/* Ready arenas kept per set: the low-water mark starts here, doubles each
+ * time a caller had to make an arena itself, and stops at the maximum. */
+#define JR_TRAMP_WANT_INIT 2u
+#define JR_TRAMP_WANT_MAX 16u
+/* Capacity of a set's ready array (above the maximum: losers of the race
+ * to install an arena park theirs here too). */
+#define JR_TRAMP_READY_CAP 64u
+
+/* Bytes of the salt a copy's dumped bytes get. */
+#define JR_TRAMP_SALT_SIZE 8u
+
+/**
+ * jitring_tramp_slot_size() - Bytes one copy takes in an arena.
+ * @code_size: the template's code_size.
+ * @eh_frame_size: bytes jitring_eh_frame_build() gives for its CFI (0 for
+ *	none).
+ *
+ * perf maps a copy as [addr, addr + ALIGN_8(code_size) + mapped_size) with
+ * mapped_size = ALIGN_16(eh_frame_size + 20), 0 without CFI; a slot holds
+ * all of it, so no copy lies inside another's mapping.
+ */
+static inline uint64_t jitring_tramp_slot_size(uint64_t code_size,
+					       uint64_t eh_frame_size)
+{
+	uint64_t ext = ((code_size + 7) & ~(uint64_t)7) +
+		       (eh_frame_size ? ((eh_frame_size + 20 + 15) &
+					 ~(uint64_t)15) : 0);
+
+	return (ext + JR_TRAMP_SLOT_ALIGN - 1) &
+	       ~(uint64_t)(JR_TRAMP_SLOT_ALIGN - 1);
+}
+
+struct jitring_trampolines;
+
+/**
+ * struct jitring_tramps_state - A set's hand-out state, for tests.
+ * @nready: arenas in the ready array (an upper bound while puts run).
+ * @want: the low-water mark the flusher refills to.
+ * @cur_left: slots left in the current arena.
+ * @nslots: slots per arena.
+ * @slot_size: bytes per slot.
+ */
+struct jitring_tramps_state {
+	int32_t nready;
+	uint32_t want;
+	uint64_t cur_left;
+	uint64_t nslots;
+	uint32_t slot_size;
+};
+
+/* Read @t's state (relaxed; exact only while no thread uses the set). */
+void jitring_tramps_state(const struct jitring_trampolines *t,
+			  struct jitring_tramps_state *st);
+
+#endif /* JITRING_SRC_TRAMPOLINES_H */

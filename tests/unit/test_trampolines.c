@@ -1,0 +1,1211 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * The runtime kit (src/trampolines.c), for both engines, each writer in its
+ * own mkdtemp() directory that is removed afterwards.  Dumps are read back
+ * with the independent reader (src/reader.c) and jitring_check() with
+ * JITRING_CHECK_SORTED.
+ *
+ *  1. jitring_tramp_builtin(): the host preset's bytes, salt room, CFI;
+ *  2. bad input to new/get/free: each -EINVAL, *out and *addr untouched;
+ *     free while open -EBUSY, after close 0;
+ *  3. 64 threads take copies at once: every copy is called through the
+ *     built-in template into a C callback and back; addresses distinct,
+ *     16-aligned, extended mappings (code + ALIGN_8 + mapped_size) disjoint;
+ *     every copy in an r-xp mapping between ---p guards, no rwx mapping
+ *     ever seen by a thread polling /proc/self/maps during the run; every
+ *     copy in the dump once with its name and code_index, right after its
+ *     UNWINDING_INFO, its bytes the template's but for a distinct salt, the
+ *     executable copy unsalted; the counters;
+ *  4. rings engine: the flusher refills ahead (a phase that cannot need a
+ *     caller-made arena needs none; the flusher's next rounds refill), and
+ *     a second 64-thread burst after warm-up rarely has to wait;
+ *  5. templates without CFI or salt, the XOR salt of a short template, the
+ *     largest template;
+ *  6. get racing close: every call returns a copy or -ESHUTDOWN, and every
+ *     copy handed out is in the file;
+ *  7. fork: the child keeps handing out copies of the inherited arenas into
+ *     its own dump, salted differently from the parent's.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cfi_presets.h"
+#include "harness.h"
+#include "jitring.h"
+#include "reader.h"
+#include "trampolines.h"
+
+#define ALIGN_UP(x, a) (((uint64_t)(x) + ((a) - 1)) / (a) * (a))
+#define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+#define NR_THREADS 64
+#define PER_THREAD 200
+/* Runs of each copy in the paced burst: a runtime's pace.  TSan slows the
+ * flusher far more than this loop, so a sanitised runtime's pace is
+ * slower too. */
+#define WORK_CALLS_PLAIN 4000
+
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define T_TSAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(T_TSAN)
+/* The fork test's child restarts the rings engine's flusher thread, which
+ * TSan allows only with die_after_fork=0 (TSAN_OPTIONS still wins). */
+const char *__tsan_default_options(void);
+const char *__tsan_default_options(void)
+{
+	return "die_after_fork=0";
+}
+#endif
+
+#if defined(__SANITIZE_THREAD__) || defined(T_TSAN)
+#define WORK_CALLS (4 * WORK_CALLS_PLAIN)
+#else
+#define WORK_CALLS WORK_CALLS_PLAIN
+#endif
+
+static const uint32_t engines[] = { JITRING_ENGINE_RINGS,
+				    JITRING_ENGINE_MUTEX };
+
+static const char *engine_name(uint32_t engine)
+{
+	return engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings";
+}
+
+/* ------------------------------------------------------------------ */
+/* Directories, files, writers.                                        */
+
+struct tdir {
+	char path[64];
+	char dump[128];
+};
+
+static void tdir_make(struct tdir *d)
+{
+	snprintf(d->path, sizeof(d->path), "/tmp/jitring-tramp.XXXXXX");
+	T_REQUIRE(mkdtemp(d->path) != NULL);
+	snprintf(d->dump, sizeof(d->dump), "%s/jit-%d.dump", d->path,
+		 (int)getpid());
+}
+
+static void tdir_remove(const struct tdir *d)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->path);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", d->path);
+}
+
+static unsigned char *slurp(const char *path, size_t *len)
+{
+	FILE *f = fopen(path, "rb");
+	unsigned char *buf = NULL;
+	size_t cap = 0, n = 0, r;
+
+	if (!f)
+		return NULL;
+	do {
+		if (n == cap) {
+			cap = cap ? cap * 2 : 1 << 20;
+			buf = realloc(buf, cap);
+			T_REQUIRE(buf != NULL);
+		}
+		r = fread(buf + n, 1, cap - n, f);
+		n += r;
+	} while (r > 0);
+	fclose(f);
+	*len = n;
+	return buf;
+}
+
+static struct jitring *open_writer(const struct tdir *d, uint32_t engine)
+{
+	struct jitring_config cfg = JITRING_CONFIG_INIT;
+	struct jitring *jr = NULL;
+
+	cfg.engine = engine;
+	cfg.dir = d->path;
+	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
+	return jr;
+}
+
+static struct jitring_stats stats_of(const struct jitring *jr)
+{
+	struct jitring_stats st;
+
+	memset(&st, 0, sizeof(st));
+	st.struct_size = sizeof(st);
+	jitring_stats(jr, &st);
+	return st;
+}
+
+/* The dump must be valid and sorted; returns its bytes. */
+static unsigned char *dump_checked(const char *path, size_t *len,
+				   struct jitring_check_result *res)
+{
+	unsigned char *buf = slurp(path, len);
+
+	T_REQUIRE(buf != NULL);
+	T_CHECK_EQ(jitring_check(buf, *len, JITRING_CHECK_SORTED, res), 0);
+	if (res->rule)
+		fprintf(stderr, "%s: %s at %llu: %s\n", path, res->rule,
+			(unsigned long long)res->off, res->detail);
+	return buf;
+}
+
+/* ------------------------------------------------------------------ */
+/* Calling copies.                                                      */
+
+typedef uint64_t (*callback_fn)(uint64_t, uint64_t, uint64_t);
+typedef uint64_t (*tramp_fn)(uint64_t, uint64_t, uint64_t, callback_fn);
+
+static _Atomic uint64_t callbacks;
+
+static uint64_t expected(uint64_t a, uint64_t b, uint64_t c)
+{
+	return a * 1000003u + (b ^ (c << 17));
+}
+
+/* What the trampolines call: proves the call reached C with its three
+ * arguments intact, and came back with the result. */
+__attribute__((noinline)) static uint64_t callback(uint64_t a, uint64_t b,
+						   uint64_t c)
+{
+	atomic_fetch_add_explicit(&callbacks, 1, memory_order_relaxed);
+	__asm__ __volatile__("" ::: "memory");
+	return expected(a, b, c);
+}
+
+static bool call_copy(void *addr, uint64_t a, uint64_t b, uint64_t c)
+{
+	tramp_fn f = (tramp_fn)(uintptr_t)addr;
+
+	return f(a, b, c, callback) == expected(a, b, c);
+}
+
+/* A runtime's work between two new functions: run the copy @n times. */
+__attribute__((noinline)) static uint64_t step(uint64_t a, uint64_t b,
+					       uint64_t c)
+{
+	return a * 31 + (b ^ c);
+}
+
+static uint64_t run_copy(void *addr, uint32_t n)
+{
+	tramp_fn f = (tramp_fn)(uintptr_t)addr;
+	uint64_t acc = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		acc = f(acc, i, 7, step);
+	return acc;
+}
+
+static uint64_t work_expected(uint32_t n)
+{
+	uint64_t acc = 0;
+
+	for (uint32_t i = 0; i < n; i++)
+		acc = step(acc, i, 7);
+	return acc;
+}
+
+/* ------------------------------------------------------------------ */
+/* /proc/self/maps.                                                      */
+
+struct map_ent {
+	uint64_t lo, hi;
+	char perms[5];
+};
+
+static size_t maps_read(struct map_ent **out)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	struct map_ent *v = NULL;
+	size_t n = 0, cap = 0;
+	char line[512];
+
+	T_REQUIRE(f != NULL);
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long long lo, hi;
+		char perms[5];
+
+		if (sscanf(line, "%llx-%llx %4s", &lo, &hi, perms) != 3)
+			continue;
+		if (n == cap) {
+			cap = cap ? cap * 2 : 256;
+			v = realloc(v, cap * sizeof(*v));
+			T_REQUIRE(v != NULL);
+		}
+		v[n].lo = lo;
+		v[n].hi = hi;
+		memcpy(v[n].perms, perms, sizeof(perms));
+		n++;
+	}
+	fclose(f);
+	*out = v;
+	return n;
+}
+
+/* The mapping containing @addr (maps are sorted), or NULL. */
+static const struct map_ent *maps_find(const struct map_ent *v, size_t n,
+				       uint64_t addr)
+{
+	size_t lo = 0, hi = n;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (addr < v[mid].lo)
+			hi = mid;
+		else if (addr >= v[mid].hi)
+			lo = mid + 1;
+		else
+			return &v[mid];
+	}
+	return NULL;
+}
+
+/* A thread that keeps reading /proc/self/maps while copies are made and
+ * remembers every writable-and-executable mapping it sees. */
+struct watcher {
+	pthread_t thread;
+	atomic_bool stop;
+	uint64_t rounds;
+	size_t nr_wx;
+	struct map_ent wx[64];
+};
+
+static void *watcher_main(void *arg)
+{
+	struct watcher *w = arg;
+
+	do {
+		struct map_ent *v;
+		size_t n = maps_read(&v);
+
+		for (size_t i = 0; i < n; i++)
+			if (v[i].perms[1] == 'w' && v[i].perms[2] == 'x' &&
+			    w->nr_wx < ARRAY_SIZE(w->wx))
+				w->wx[w->nr_wx++] = v[i];
+		free(v);
+		w->rounds++;
+	} while (!atomic_load_explicit(&w->stop, memory_order_acquire));
+	return NULL;
+}
+
+/* ------------------------------------------------------------------ */
+/* Copies handed out, and their checks.                                 */
+
+struct copy {
+	uint64_t addr;
+	int64_t idx;
+	uint32_t phase;
+	uint32_t thread;
+	uint32_t n;
+};
+
+struct copies {
+	struct copy *v;
+	size_t n, cap;
+};
+
+static void copies_add(struct copies *c, const struct copy *x)
+{
+	if (c->n == c->cap) {
+		c->cap = c->cap ? c->cap * 2 : 1024;
+		c->v = realloc(c->v, c->cap * sizeof(*c->v));
+		T_REQUIRE(c->v != NULL);
+	}
+	c->v[c->n++] = *x;
+}
+
+static void name_of(char *buf, size_t len, const struct copy *c)
+{
+	snprintf(buf, len, "tramp_p%u_t%u_%u", c->phase, c->thread, c->n);
+}
+
+static int cmp_addr(const void *a, const void *b)
+{
+	const struct copy *x = a, *y = b;
+
+	return x->addr < y->addr ? -1 : x->addr > y->addr;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+struct tmpl_info {
+	const struct jitring_tramp_template *t;
+	uint64_t mapped_size; /* 0 without CFI */
+	uint64_t eh_frame_size;
+};
+
+static struct tmpl_info tmpl_info(const struct jitring_tramp_template *t)
+{
+	struct tmpl_info ti = { t, 0, 0 };
+
+	if (t->cfi) {
+		int n = jitring_eh_frame_build(t->cfi, t->code_size, NULL, 0);
+
+		T_REQUIRE(n > 0);
+		ti.eh_frame_size = (uint64_t)n;
+		ti.mapped_size = ALIGN_UP(ti.eh_frame_size + 20, 16);
+	}
+	return ti;
+}
+
+/*
+ * Layout: distinct, 16-aligned, perf's extended mappings disjoint, the
+ * executable bytes the template's, each in an r-xp arena between ---p
+ * guards.  Sorts @c by address.
+ */
+static void check_layout(struct copies *c, const struct tmpl_info *ti)
+{
+	const struct jitring_tramp_template *t = ti->t;
+	uint64_t ext = ALIGN_UP(t->code_size, 8) + ti->mapped_size;
+	unsigned long bad_align = 0, overlap = 0, bytes = 0, perms = 0;
+	unsigned long guards = 0;
+	struct map_ent *v;
+	size_t n;
+
+	qsort(c->v, c->n, sizeof(*c->v), cmp_addr);
+	n = maps_read(&v);
+	for (size_t i = 0; i < c->n; i++) {
+		const struct copy *x = &c->v[i];
+		const struct map_ent *m = maps_find(v, n, x->addr);
+
+		if (x->addr % 16)
+			bad_align++;
+		if (i + 1 < c->n && x->addr + ext > c->v[i + 1].addr)
+			overlap++;
+		if (memcmp((const void *)(uintptr_t)x->addr, t->code,
+			   t->code_size))
+			bytes++;
+		if (!m || strcmp(m->perms, "r-xp") ||
+		    x->addr + ext > m->hi) {
+			perms++;
+		} else {
+			const struct map_ent *below, *above;
+
+			below = maps_find(v, n, m->lo - 1);
+			above = maps_find(v, n, m->hi);
+
+			if (!below || !above || strcmp(below->perms, "---p") ||
+			    strcmp(above->perms, "---p"))
+				guards++;
+		}
+	}
+	T_CHECK_EQ(bad_align, 0);
+	T_CHECK_EQ(overlap, 0);
+	T_CHECK_EQ(bytes, 0);
+	T_CHECK_EQ(perms, 0);
+	T_CHECK_EQ(guards, 0);
+	free(v);
+}
+
+/*
+ * The dump: every copy of @c exactly once, named, with its code_index,
+ * right after its UNWINDING_INFO (with CFI), its bytes the template's but
+ * for the salt, salts distinct.  @c must be sorted by address.
+ */
+static void check_dump(const char *path, const struct copies *c,
+		       const struct tmpl_info *ti)
+{
+	const struct jitring_tramp_template *t = ti->t;
+	const unsigned char *code = t->code;
+	struct jitring_check_result res;
+	struct jitring_reader rd;
+	struct jitring_rd_record rec, prev = { 0 };
+	unsigned long missing = 0, dup = 0, name = 0, index = 0, group = 0;
+	unsigned long bytes = 0, salts_dup = 0;
+	uint64_t *salts = calloc(c->n + 1, sizeof(*salts));
+	unsigned char *seen = calloc(c->n + 1, 1);
+	unsigned char *buf;
+	size_t len, nsalt = 0;
+	bool have_prev = false, unw;
+	char want[64];
+
+	T_REQUIRE(salts && seen);
+	buf = dump_checked(path, &len, &res);
+	T_REQUIRE(jitring_reader_init(&rd, buf, len, 0, NULL) == 0);
+	while (jitring_reader_next(&rd, &rec) == 1) {
+		struct copy key = { .addr = rec.code_addr };
+		const struct copy *x;
+
+		if (rec.id != JITRING_RD_CODE_LOAD)
+			goto next;
+		x = bsearch(&key, c->v, c->n, sizeof(*c->v), cmp_addr);
+		if (!x)
+			goto next; /* another copy at a reused address */
+		if (seen[x - c->v]++)
+			dup++;
+		name_of(want, sizeof(want), x);
+		if (strcmp(rec.name, want))
+			name++;
+		if ((int64_t)rec.code_index != x->idx)
+			index++;
+		unw = have_prev && prev.id == JITRING_RD_CODE_UNWINDING_INFO;
+		if (t->cfi ? !unw || prev.mapped_size != ti->mapped_size ||
+				     prev.eh_frame_size != ti->eh_frame_size :
+			     unw)
+			group++;
+		if (rec.code_size != t->code_size) {
+			bytes++;
+		} else if (t->salt_offset == JITRING_TRAMP_NO_SALT) {
+			if (memcmp(rec.code, code, t->code_size))
+				bytes++;
+		} else if (t->code_size < 8) {
+			uint64_t s = 0;
+
+			for (uint32_t k = 0; k < t->code_size; k++)
+				s |= (uint64_t)(rec.code[k] ^ code[k]) << 8 * k;
+			salts[nsalt++] = s;
+		} else {
+			uint32_t so = t->salt_offset;
+			uint64_t s;
+
+			if (memcmp(rec.code, code, so) ||
+			    memcmp(rec.code + so + 8, code + so + 8,
+				   t->code_size - so - 8))
+				bytes++;
+			memcpy(&s, rec.code + so, 8);
+			salts[nsalt++] = s;
+		}
+next:
+		prev = rec;
+		have_prev = true;
+	}
+	T_CHECK_EQ(rd.state, 1);
+	for (size_t i = 0; i < c->n; i++)
+		if (!seen[i])
+			missing++;
+	qsort(salts, nsalt, sizeof(*salts), cmp_u64);
+	for (size_t i = 1; i < nsalt; i++)
+		if (salts[i] == salts[i - 1])
+			salts_dup++;
+	T_CHECK_EQ(missing, 0);
+	T_CHECK_EQ(dup, 0);
+	T_CHECK_EQ(name, 0);
+	T_CHECK_EQ(index, 0);
+	T_CHECK_EQ(group, 0);
+	T_CHECK_EQ(bytes, 0);
+	T_CHECK_EQ(salts_dup, 0);
+	if (t->salt_offset != JITRING_TRAMP_NO_SALT)
+		T_CHECK_EQ(nsalt, c->n);
+	free(buf);
+	free(salts);
+	free(seen);
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. The built-in template.                                            */
+
+static void test_builtin(void)
+{
+	struct jitring_tramp_template t;
+	const unsigned char *host;
+	unsigned host_size;
+
+#if defined(__x86_64__)
+	host = jitring_tramp_x86_64;
+	host_size = jitring_tramp_x86_64_size;
+#else
+	host = jitring_tramp_aarch64;
+	host_size = jitring_tramp_aarch64_size;
+#endif
+	T_CHECK_EQ(jitring_tramp_builtin(NULL), -EINVAL);
+	memset(&t, 0x5a, sizeof(t));
+	T_REQUIRE(jitring_tramp_builtin(&t) == 0);
+	T_CHECK_EQ(t.struct_size, sizeof(t));
+	T_CHECK_EQ(t.code_size, host_size + 8);
+	T_CHECK(memcmp(t.code, host, host_size) == 0);
+	T_CHECK(t.cfi == jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE));
+	T_CHECK_EQ(t.salt_offset, host_size);
+	T_CHECK_EQ(t.reserved, 0);
+}
+
+/* ------------------------------------------------------------------ */
+/* 2. Bad input.                                                        */
+
+static void test_bad_input(uint32_t engine)
+{
+	static const unsigned char code[8] = { 0xc3 };
+	struct jitring_tramp_template good, t;
+	struct jitring_trampolines *set = NULL, *out;
+	struct jitring_cfi bad_cfi;
+	struct jitring *jr;
+	struct tdir d;
+	char longname[JITRING_NAME_MAX + 2];
+	void *addr = (void *)&good;
+	uint64_t refused;
+
+	tdir_make(&d);
+	jr = open_writer(&d, engine);
+	T_REQUIRE(jitring_tramp_builtin(&good) == 0);
+	out = (struct jitring_trampolines *)&good;
+
+	T_CHECK_EQ(jitring_trampolines_new(NULL, &good, &out), -EINVAL);
+	T_CHECK_EQ(jitring_trampolines_new(jr, NULL, &out), -EINVAL);
+	T_CHECK_EQ(jitring_trampolines_new(jr, &good, NULL), -EINVAL);
+#define BAD(field, value)                                                   \
+	do {                                                                \
+		t = good;                                                   \
+		t.field = value;                                            \
+		T_CHECK_EQ(jitring_trampolines_new(jr, &t, &out), -EINVAL); \
+	} while (0)
+	BAD(struct_size, 0);
+	BAD(struct_size, sizeof(t) - 1);
+	BAD(code_size, 0);
+	BAD(code_size, JITRING_TRAMP_MAX + 1);
+	BAD(code, NULL);
+	BAD(salt_offset, good.code_size - 7);
+	BAD(salt_offset, good.code_size);
+	BAD(reserved, 1);
+	bad_cfi = *good.cfi;
+	bad_cfi.code_align = 0;
+	BAD(cfi, &bad_cfi);
+	/* Short templates: the salt is XORed over the code, offset 0 only. */
+	t = good;
+	t.code = code;
+	t.code_size = 4;
+	t.cfi = NULL;
+	t.salt_offset = 1;
+	T_CHECK_EQ(jitring_trampolines_new(jr, &t, &out), -EINVAL);
+#undef BAD
+	T_CHECK(out == (struct jitring_trampolines *)&good);
+
+	/* A larger struct from a newer caller is fine. */
+	{
+		struct {
+			struct jitring_tramp_template t;
+			uint64_t future;
+		} big;
+
+		memset(&big, 0, sizeof(big));
+		big.t = good;
+		big.t.struct_size = sizeof(big);
+		T_REQUIRE(jitring_trampolines_new(jr, &big.t, &set) == 0);
+	}
+
+	refused = stats_of(jr).refused_invalid;
+	memset(longname, 'x', sizeof(longname) - 1);
+	longname[sizeof(longname) - 1] = '\0';
+	T_CHECK_EQ(jitring_trampolines_get(NULL, "f", &addr), -EINVAL);
+	T_CHECK_EQ(jitring_trampolines_get(set, NULL, &addr), -EINVAL);
+	T_CHECK_EQ(jitring_trampolines_get(set, "f", NULL), -EINVAL);
+	T_CHECK_EQ(jitring_trampolines_get(set, "", &addr), -EINVAL);
+	T_CHECK_EQ(jitring_trampolines_get(set, longname, &addr), -EINVAL);
+	T_CHECK(addr == (void *)&good);
+	T_CHECK_EQ(stats_of(jr).refused_invalid - refused, 4);
+	T_CHECK_EQ(stats_of(jr).tramp_copies, 0);
+	/* The longest name is fine. */
+	longname[JITRING_NAME_MAX] = '\0';
+	T_CHECK(jitring_trampolines_get(set, longname, &addr) > 0);
+	T_CHECK(addr != (void *)&good);
+
+	T_CHECK_EQ(jitring_trampolines_free(NULL), 0);
+	T_CHECK_EQ(jitring_trampolines_free(set), -EBUSY);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	addr = NULL;
+	T_CHECK_EQ(jitring_trampolines_get(set, "late", &addr), -ESHUTDOWN);
+	T_CHECK(addr == NULL);
+	T_CHECK_EQ(jitring_trampolines_new(jr, &good, &out), -ESHUTDOWN);
+	T_CHECK(out == (struct jitring_trampolines *)&good);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	tdir_remove(&d);
+}
+
+/* ------------------------------------------------------------------ */
+/* 3, 4. Many threads at once.                                          */
+
+struct worker {
+	pthread_t thread;
+	struct jitring_trampolines *set;
+	pthread_barrier_t *barrier;
+	uint32_t phase;
+	uint32_t id;
+	uint32_t count;
+	uint32_t work;
+	int nice;
+	struct copy *out;
+	uint32_t got;
+	uint32_t errors;
+	uint32_t bad_calls;
+	int first_error;
+};
+
+static void *worker_main(void *arg)
+{
+	struct worker *w = arg;
+	char name[64];
+
+	if (w->nice)
+		setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), w->nice);
+	pthread_barrier_wait(w->barrier);
+	for (uint32_t i = 0; i < w->count; i++) {
+		struct copy c = { 0, 0, w->phase, w->id, i };
+		void *addr = NULL;
+
+		name_of(name, sizeof(name), &c);
+		c.idx = jitring_trampolines_get(w->set, name, &addr);
+		if (c.idx <= 0) {
+			if (!w->errors++)
+				w->first_error = (int)c.idx;
+			continue;
+		}
+		c.addr = (uint64_t)(uintptr_t)addr;
+		/* Described: it may run now. */
+		if (!call_copy(addr, i, w->id, c.addr))
+			w->bad_calls++;
+		if (run_copy(addr, w->work) != work_expected(w->work))
+			w->bad_calls++;
+		w->out[w->got++] = c;
+	}
+	return NULL;
+}
+
+/* @n threads x @per copies at once into @all, each copy also run @work
+ * times.  Returns copies made. */
+static size_t burst(struct jitring_trampolines *set, uint32_t phase,
+		    uint32_t n, uint32_t per, uint32_t work,
+		    struct copies *all)
+{
+	struct worker *ws = calloc(n, sizeof(*ws));
+	pthread_barrier_t barrier;
+	uint64_t calls_before;
+	uint32_t errors = 0, bad = 0, got = 0;
+
+	T_REQUIRE(ws != NULL);
+	pthread_barrier_init(&barrier, NULL, n);
+	calls_before = atomic_load(&callbacks);
+	for (uint32_t i = 0; i < n; i++) {
+		ws[i].set = set;
+		ws[i].barrier = &barrier;
+		ws[i].phase = phase;
+		ws[i].id = i;
+		ws[i].count = per;
+		ws[i].work = work;
+		/*
+		 * The paced burst is about the refill protocol, not about
+		 * the scheduler's share for one flusher among 64 busy
+		 * threads (or 128, with a parallel test) on two cores: its
+		 * threads run at nice 10.
+		 */
+		ws[i].nice = work ? 10 : 0;
+		ws[i].out = calloc(per, sizeof(struct copy));
+		T_REQUIRE(ws[i].out != NULL);
+		T_REQUIRE(pthread_create(&ws[i].thread, NULL, worker_main,
+					 &ws[i]) == 0);
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		pthread_join(ws[i].thread, NULL);
+		errors += ws[i].errors;
+		bad += ws[i].bad_calls;
+		got += ws[i].got;
+		if (ws[i].errors)
+			fprintf(stderr, "thread %u: %u errors, first %d\n", i,
+				ws[i].errors, ws[i].first_error);
+		for (uint32_t k = 0; k < ws[i].got; k++)
+			copies_add(all, &ws[i].out[k]);
+		free(ws[i].out);
+	}
+	T_CHECK_EQ(errors, 0);
+	T_CHECK_EQ(bad, 0);
+	T_CHECK_EQ(got, (uint64_t)n * per);
+	/* Every call went through the callback. */
+	T_CHECK_EQ(atomic_load(&callbacks) - calls_before, got);
+	pthread_barrier_destroy(&barrier);
+	free(ws);
+	return got;
+}
+
+static uint64_t slots_per_arena(const struct tmpl_info *ti)
+{
+	uint64_t slot = jitring_tramp_slot_size(ti->t->code_size,
+						ti->eh_frame_size);
+	uint64_t len = slot * JR_TRAMP_ARENA_MIN_SLOTS;
+	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+
+	if (len < JR_TRAMP_ARENA_BYTES)
+		len = JR_TRAMP_ARENA_BYTES;
+	return ALIGN_UP(len, page) / slot;
+}
+
+/* Two flushes: the flusher has run at least one full round (its
+ * maintenance included) after the first one returned. */
+static void two_rounds(struct jitring *jr)
+{
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+}
+
+static void test_threads(uint32_t engine)
+{
+	struct jitring_tramp_template tmpl;
+	struct jitring_trampolines *set = NULL;
+	struct jitring_stats s1, s2, s3, s4;
+	struct copies all = { 0 };
+	struct tmpl_info ti;
+	struct watcher w;
+	struct jitring *jr;
+	struct tdir d;
+	uint64_t per_arena, total = 0, arenas;
+	char name[64];
+
+	tdir_make(&d);
+	jr = open_writer(&d, engine);
+	T_REQUIRE(jitring_tramp_builtin(&tmpl) == 0);
+	ti = tmpl_info(&tmpl);
+	per_arena = slots_per_arena(&ti);
+	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
+
+	memset(&w, 0, sizeof(w));
+	T_REQUIRE(pthread_create(&w.thread, NULL, watcher_main, &w) == 0);
+
+	/* Phase 0: 64 threads at once (the warm-up for phase 2). */
+	total += burst(set, 0, NR_THREADS, PER_THREAD, 0, &all);
+	two_rounds(jr);
+	s1 = stats_of(jr);
+	arenas = (total + per_arena - 1) / per_arena;
+	if (engine == JITRING_ENGINE_MUTEX) {
+		/* No background thread: the first arena comes from new(),
+		 * every other one from the get() that needed it. */
+		T_CHECK_EQ(s1.tramp_arenas_ahead, 1);
+		T_CHECK(s1.tramp_arenas_waited >= arenas - 1);
+	} else {
+		T_CHECK(s1.tramp_arenas_ahead >= 1 + JR_TRAMP_WANT_INIT);
+	}
+
+	if (engine == JITRING_ENGINE_RINGS) {
+		struct jitring_tramps_state st;
+		uint64_t k, n;
+
+		/*
+		 * Phase 1: after the flusher's round at least the low-water
+		 * mark's worth is ready.  One thread takes enough copies to
+		 * leave fewer than that (k arenas), never more than are
+		 * ready: it never makes an arena itself, and the flusher's
+		 * next rounds refill.
+		 */
+		jitring_tramps_state(set, &st);
+		T_CHECK_EQ(st.nslots, per_arena);
+		T_REQUIRE(st.nready >= (int32_t)st.want);
+		k = (uint64_t)(st.nready - (int32_t)st.want) + 1;
+		n = st.cur_left + (k - 1) * st.nslots + 1;
+		for (uint32_t i = 0; i < n; i++) {
+			struct copy c = { 0, 0, 1, 0, i };
+			void *addr = NULL;
+
+			name_of(name, sizeof(name), &c);
+			c.idx = jitring_trampolines_get(set, name, &addr);
+			T_REQUIRE(c.idx > 0);
+			c.addr = (uint64_t)(uintptr_t)addr;
+			T_REQUIRE(call_copy(addr, i, 1, 2));
+			copies_add(&all, &c);
+			total++;
+		}
+		s2 = stats_of(jr);
+		T_CHECK_EQ(s2.tramp_arenas_waited, s1.tramp_arenas_waited);
+		two_rounds(jr);
+		s3 = stats_of(jr);
+		T_CHECK(s3.tramp_arenas_ahead > s1.tramp_arenas_ahead);
+		jitring_tramps_state(set, &st);
+		T_CHECK(st.nready >= (int32_t)st.want);
+
+		/*
+		 * Phase 2: a burst of threads that also run their copies (a
+		 * runtime's pace); the flusher keeps ahead.  Another test
+		 * running in parallel can starve the flusher of CPU for the
+		 * whole burst: one more burst before calling that a failure.
+		 */
+		arenas = (uint64_t)NR_THREADS * PER_THREAD / per_arena + 1;
+		for (int attempt = 0; attempt < 2; attempt++) {
+			total += burst(set, 2 + attempt, NR_THREADS, PER_THREAD,
+				       WORK_CALLS, &all);
+			two_rounds(jr);
+			s4 = stats_of(jr);
+			printf("rings: phase 0: %" PRIu64 " ahead, %" PRIu64
+			       " waited; phase 1: %" PRIu64 " arenas taken; "
+			       "phase %d (%" PRIu64 " arenas): %" PRIu64
+			       " ahead, %" PRIu64 " waited\n",
+			       s1.tramp_arenas_ahead, s1.tramp_arenas_waited,
+			       k, 2 + attempt, arenas,
+			       s4.tramp_arenas_ahead - s3.tramp_arenas_ahead,
+			       s4.tramp_arenas_waited - s3.tramp_arenas_waited);
+			if (s4.tramp_arenas_waited - s3.tramp_arenas_waited <=
+			    arenas / 4)
+				break;
+			s3 = s4;
+		}
+		T_CHECK(s4.tramp_arenas_ahead > s3.tramp_arenas_ahead);
+		T_CHECK(s4.tramp_arenas_waited - s3.tramp_arenas_waited <=
+			arenas / 4);
+	}
+
+	atomic_store_explicit(&w.stop, true, memory_order_release);
+	pthread_join(w.thread, NULL);
+	T_CHECK(w.rounds > 0);
+	T_CHECK_EQ(w.nr_wx, 0);
+	for (size_t i = 0; i < w.nr_wx; i++)
+		fprintf(stderr, "writable+executable: %llx-%llx %s\n",
+			(unsigned long long)w.wx[i].lo,
+			(unsigned long long)w.wx[i].hi, w.wx[i].perms);
+
+	T_CHECK_EQ(all.n, total);
+	check_layout(&all, &ti);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	check_dump(d.dump, &all, &ti);
+	s4 = stats_of(jr);
+	T_CHECK_EQ(s4.tramp_copies, total);
+	T_CHECK_EQ(s4.entries_written, total);
+
+	T_CHECK_EQ(jitring_trampolines_free(set), -EBUSY);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	/* Still mapped and callable after close, until freed. */
+	T_CHECK(call_copy((void *)(uintptr_t)all.v[0].addr, 1, 2, 3));
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	free(all.v);
+	tdir_remove(&d);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. Other templates.                                                  */
+
+#if defined(__x86_64__)
+/* mov $42,%eax; ret */
+static const unsigned char ret42[] = { 0xb8, 0x2a, 0x00, 0x00, 0x00, 0xc3 };
+#elif defined(__aarch64__)
+/* mov w0, #42; ret */
+static const unsigned char ret42[] = { 0x40, 0x05, 0x80, 0x52,
+				       0xc0, 0x03, 0x5f, 0xd6 };
+#endif
+
+/* @n copies from one thread; each called (ret42 or the built-in shape). */
+static void take(struct jitring_trampolines *set, uint32_t phase, uint32_t n,
+		 bool is_ret42, struct copies *c)
+{
+	unsigned long bad = 0;
+	char name[64];
+
+	for (uint32_t i = 0; i < n; i++) {
+		struct copy x = { 0, 0, phase, 0, i };
+		void *addr = NULL;
+
+		name_of(name, sizeof(name), &x);
+		x.idx = jitring_trampolines_get(set, name, &addr);
+		T_REQUIRE(x.idx > 0);
+		x.addr = (uint64_t)(uintptr_t)addr;
+		if (is_ret42 ? ((uint32_t (*)(void))(uintptr_t)addr)() != 42 :
+			       !call_copy(addr, i, phase, 7))
+			bad++;
+		copies_add(c, &x);
+	}
+	T_CHECK_EQ(bad, 0);
+}
+
+static void test_templates(uint32_t engine)
+{
+	struct jitring_tramp_template base, t;
+	struct jitring_trampolines *set[3] = { NULL };
+	struct copies c[3] = { { 0 } };
+	struct tmpl_info ti[3];
+	unsigned char *big;
+	struct jitring *jr;
+	struct tdir d;
+
+	tdir_make(&d);
+	jr = open_writer(&d, engine);
+	T_REQUIRE(jitring_tramp_builtin(&base) == 0);
+
+	/* No CFI, no salt: 16-byte slots, no UNWINDING_INFO, bytes as is. */
+	t = base;
+	t.code = ret42;
+	t.code_size = sizeof(ret42);
+	t.cfi = NULL;
+	t.salt_offset = JITRING_TRAMP_NO_SALT;
+	ti[0] = tmpl_info(&t);
+	T_REQUIRE(jitring_trampolines_new(jr, &t, &set[0]) == 0);
+	T_CHECK_EQ(jitring_tramp_slot_size(t.code_size, 0), 16);
+	take(set[0], 10, 5000, true, &c[0]);
+
+	/* Shorter than the salt (x86_64): XORed over the code. */
+	t.salt_offset = 0;
+	T_REQUIRE(jitring_trampolines_new(jr, &t, &set[1]) == 0);
+	take(set[1], 11, 3000, true, &c[1]);
+	/* The 8-byte aarch64 ret42 gets an ordinary 8-byte salt at 0. */
+
+	/* The largest template: the trampoline, then filler, salt last. */
+	big = malloc(JITRING_TRAMP_MAX);
+	T_REQUIRE(big != NULL);
+	memset(big, 0, JITRING_TRAMP_MAX);
+	memcpy(big, base.code, base.salt_offset);
+	t = base;
+	t.code = big;
+	t.code_size = JITRING_TRAMP_MAX;
+	t.salt_offset = JITRING_TRAMP_MAX - 8;
+	T_REQUIRE(jitring_trampolines_new(jr, &t, &set[2]) == 0);
+	take(set[2], 12, 2 * JR_TRAMP_ARENA_MIN_SLOTS + 1, false, &c[2]);
+
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	for (int i = 0; i < 3; i++) {
+		struct jitring_tramp_template ts = t;
+
+		if (i < 2) {
+			ts = base;
+			ts.code = ret42;
+			ts.code_size = sizeof(ret42);
+			ts.cfi = NULL;
+			ts.salt_offset = i ? 0 : JITRING_TRAMP_NO_SALT;
+		}
+		ti[i] = tmpl_info(&ts);
+		check_layout(&c[i], &ti[i]);
+		check_dump(d.dump, &c[i], &ti[i]);
+	}
+	T_CHECK_EQ(stats_of(jr).tramp_copies, c[0].n + c[1].n + c[2].n);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	for (int i = 0; i < 3; i++) {
+		T_CHECK_EQ(jitring_trampolines_free(set[i]), 0);
+		free(c[i].v);
+	}
+	free(big);
+	tdir_remove(&d);
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. get racing close.                                                 */
+
+#define RACE_THREADS 16
+
+struct racer {
+	pthread_t thread;
+	struct jitring_trampolines *set;
+	pthread_barrier_t *barrier;
+	_Atomic uint64_t *handed;
+	uint32_t id;
+	uint64_t got;
+	uint64_t bad;
+	int last;
+};
+
+static void *racer_main(void *arg)
+{
+	struct racer *r = arg;
+	char name[64];
+
+	pthread_barrier_wait(r->barrier);
+	for (uint32_t i = 0;; i++) {
+		void *addr = NULL;
+		int64_t idx;
+
+		snprintf(name, sizeof(name), "race_t%u_%u", r->id, i);
+		idx = jitring_trampolines_get(r->set, name, &addr);
+		if (idx <= 0) {
+			r->last = (int)idx;
+			break;
+		}
+		if (!call_copy(addr, i, r->id, 5))
+			r->bad++;
+		r->got++;
+		atomic_fetch_add_explicit(r->handed, 1, memory_order_relaxed);
+	}
+	return NULL;
+}
+
+static void test_close_race(uint32_t engine)
+{
+	struct jitring_tramp_template tmpl;
+	struct jitring_trampolines *set = NULL;
+	struct jitring_check_result res;
+	struct racer rs[RACE_THREADS];
+	pthread_barrier_t barrier;
+	_Atomic uint64_t handed = 0;
+	uint64_t got = 0, bad = 0, shut = 0;
+	unsigned char *buf;
+	struct jitring *jr;
+	struct tdir d;
+	size_t len;
+
+	tdir_make(&d);
+	jr = open_writer(&d, engine);
+	T_REQUIRE(jitring_tramp_builtin(&tmpl) == 0);
+	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
+	pthread_barrier_init(&barrier, NULL, RACE_THREADS + 1);
+	memset(rs, 0, sizeof(rs));
+	for (uint32_t i = 0; i < RACE_THREADS; i++) {
+		rs[i].set = set;
+		rs[i].barrier = &barrier;
+		rs[i].handed = &handed;
+		rs[i].id = i;
+		T_REQUIRE(pthread_create(&rs[i].thread, NULL, racer_main,
+					 &rs[i]) == 0);
+	}
+	pthread_barrier_wait(&barrier);
+	/* Close in the middle of the stream (a few arenas in). */
+	while (atomic_load_explicit(&handed, memory_order_relaxed) < 3000)
+		sched_yield();
+	T_CHECK_EQ(jitring_close(jr), 0);
+	for (uint32_t i = 0; i < RACE_THREADS; i++) {
+		pthread_join(rs[i].thread, NULL);
+		got += rs[i].got;
+		bad += rs[i].bad;
+		shut += rs[i].last == -ESHUTDOWN;
+	}
+	T_CHECK_EQ(bad, 0);
+	T_CHECK_EQ(shut, RACE_THREADS);
+	T_CHECK_EQ(stats_of(jr).tramp_copies, got);
+	buf = dump_checked(d.dump, &len, &res);
+	T_CHECK_EQ(res.count[JITRING_RD_CODE_LOAD], got);
+	T_CHECK_EQ(res.count[JITRING_RD_CODE_UNWINDING_INFO], got);
+	free(buf);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	pthread_barrier_destroy(&barrier);
+	tdir_remove(&d);
+}
+
+/* ------------------------------------------------------------------ */
+/* 7. Fork.                                                             */
+
+#define FORK_COPIES 100
+
+/* The salt of the copy at @addr in the dump at @path, or 0. */
+static uint64_t salt_in(const char *path, uint64_t addr, uint32_t so)
+{
+	struct jitring_reader rd;
+	struct jitring_rd_record rec;
+	unsigned char *buf;
+	uint64_t s = 0;
+	size_t len;
+
+	buf = slurp(path, &len);
+	if (!buf)
+		return 0;
+	if (jitring_reader_init(&rd, buf, len, 0, NULL) == 0)
+		while (jitring_reader_next(&rd, &rec) == 1)
+			if (rec.id == JITRING_RD_CODE_LOAD &&
+			    rec.code_addr == addr)
+				memcpy(&s, rec.code + so, 8);
+	free(buf);
+	return s;
+}
+
+static int child_run(struct jitring *jr, struct jitring_trampolines *set,
+		     const struct tmpl_info *ti, const char *dir)
+{
+	struct copies c = { 0 };
+	char dump[160];
+
+	take(set, 20, FORK_COPIES, false, &c);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_CHECK_EQ(stats_of(jr).tramp_copies, FORK_COPIES);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
+	check_layout(&c, ti);
+	check_dump(dump, &c, ti);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	free(c.v);
+	return t_failed ? 1 : 0;
+}
+
+static void test_fork(uint32_t engine)
+{
+	struct jitring_tramp_template tmpl;
+	struct jitring_trampolines *set = NULL;
+	struct copies before = { 0 }, after = { 0 };
+	struct tmpl_info ti;
+	struct jitring *jr;
+	struct tdir d;
+	char child_dump[160];
+	int status = -1;
+	pid_t pid;
+
+	tdir_make(&d);
+	jr = open_writer(&d, engine);
+	T_REQUIRE(jitring_tramp_builtin(&tmpl) == 0);
+	ti = tmpl_info(&tmpl);
+	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
+	take(set, 19, 10, false, &before);
+	fflush(NULL);
+
+	pid = fork();
+	T_REQUIRE(pid >= 0);
+	if (pid == 0) {
+		t_passed = t_failed = 0;
+		_exit(child_run(jr, set, &ti, d.path));
+	}
+	take(set, 21, 10, false, &after);
+	T_CHECK_EQ(waitpid(pid, &status, 0), pid);
+	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+
+	/* Both went on from the same slot: same address, different salt. */
+	snprintf(child_dump, sizeof(child_dump), "%s/jit-%d.dump", d.path,
+		 (int)pid);
+	{
+		uint64_t a = after.v[0].addr;
+		uint64_t ours = salt_in(d.dump, a, tmpl.salt_offset);
+		uint64_t theirs = salt_in(child_dump, a, tmpl.salt_offset);
+
+		T_CHECK(ours != 0);
+		if (theirs)
+			T_CHECK(ours != theirs);
+		else
+			printf("fork: the child's copies start elsewhere\n");
+	}
+	for (size_t i = 0; i < before.n; i++)
+		copies_add(&after, &before.v[i]);
+	check_layout(&after, &ti);
+	check_dump(d.dump, &after, &ti);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	free(before.v);
+	free(after.v);
+	tdir_remove(&d);
+}
+
+/* ------------------------------------------------------------------ */
+
+static void run(const char *what, uint32_t engine, void (*fn)(uint32_t))
+{
+	unsigned long before = t_failed;
+
+	fn(engine);
+	if (t_failed != before)
+		fprintf(stderr, "  ^ in %s, engine %s\n", what,
+			engine_name(engine));
+}
+
+int main(void)
+{
+	struct jitring_tramp_template t;
+
+	if (jitring_tramp_builtin(&t) == -EOPNOTSUPP)
+		t_skip("no built-in trampoline on this architecture");
+	test_builtin();
+	for (size_t i = 0; i < ARRAY_SIZE(engines); i++) {
+		run("bad input", engines[i], test_bad_input);
+		run("threads", engines[i], test_threads);
+		run("templates", engines[i], test_templates);
+		run("close race", engines[i], test_close_race);
+		run("fork", engines[i], test_fork);
+	}
+	return t_report();
+}
