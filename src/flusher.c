@@ -754,8 +754,10 @@ static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t W,
 		if (held >= hold_ns &&
 		    atomic_compare_exchange_strong_explicit(
 			    &b->pub, &v, v | JR_PUB_LATE, memory_order_seq_cst,
-			    memory_order_relaxed))
+			    memory_order_relaxed)) {
+			b->late_marked = true;
 			continue;
+		}
 		if (held < hold_ns && b->busy_since + hold_ns < *deadline)
 			*deadline = b->busy_since + hold_ns;
 		nw = nw < b->lb ? nw : b->lb;
@@ -910,6 +912,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 			r->flush_target = tail;
 		if (!(v & JR_PUB_BUSY)) {
 			r->busy_since = 0;
+			r->late_marked = false;
 			r->lb = T;
 		} else {
 			any_busy = true;
@@ -917,6 +920,12 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 				uint64_t st = atomic_load_explicit(
 					&r->stamp, memory_order_relaxed);
 
+				/* Back from LATE to re-stamp: a fresh start,
+				 * not an old stall to mark again at once. */
+				if (r->late_marked) {
+					r->late_marked = false;
+					r->busy_since = 0;
+				}
 				if (!r->busy_since || r->busy_tail != tail) {
 					r->busy_since = T;
 					r->busy_tail = tail;

@@ -23,10 +23,11 @@
  *   8. commits: CAS pub from (tail|BUSY) to (new_tail), seq_cst          (C)
  *      If that fails the flusher has marked the ring LATE: it stopped
  *      waiting for us and may already have written entries stamped after
- *      our timestamp.  We then re-read the clock, re-stamp our records and
- *      publish with a seq_cst store.  The new stamp is read after the
- *      flusher's mark, so it is after every entry it wrote, and before this
- *      call returns, so perf still sees the code before it can run;
+ *      our timestamp.  We then clear LATE (back to plain BUSY, seq_cst),
+ *      re-read the clock, re-stamp our records and commit again (see
+ *      commit_late()).  The new stamp is after every entry the flusher
+ *      wrote while it left us out, and before this call returns, so perf
+ *      still sees the code before it can run;
  *   9. reads the flusher's sleep word (seq_cst) and wakes it if needed  (D)
  *
  * Invariants: pub has BUSY exactly while the owner is between (A) and (C);
@@ -527,28 +528,50 @@ static JR_NOINLINE int back_out(struct jitring *jr, struct jr_ring *r,
 }
 
 /*
- * The flusher marked us LATE while we were between timestamp and commit.
- * Re-stamp after that mark and publish.
+ * The flusher marked us LATE while we were between timestamp and commit: it
+ * stopped waiting for us and may have written entries stamped after our
+ * timestamp.  First turn LATE back into plain BUSY (seq_cst), then read the
+ * clock: a flusher round that still saw LATE issued its fence (F) before
+ * that RMW in the single total order, so its T is at most our new stamp;
+ * every later round sees an ordinary BUSY ring and bounds its watermark by
+ * our stamp again.  (Reading the clock while still LATE was a bug: a round
+ * starting after the read but scanning before the publish left us out and
+ * wrote later-stamped entries first.)  If we are marked LATE again before
+ * the commit, go round again.
  */
 static JR_NOINLINE void commit_late(struct jitring *jr, struct jr_ring *r,
 				    uint8_t *dst, uint32_t ring_bytes,
 				    uint64_t new_pub)
 {
-	uint64_t ts = jitring_clock_ns();
+	const uint64_t busy = JR_PUB(r->tail) | JR_PUB_BUSY;
 	struct jr_jumbo j;
+	uint64_t ts, v;
 
-	memcpy(&j, dst, sizeof(j.id));
-	if (j.id == JR_ID_JUMBO) {
-		memcpy(&j, dst, sizeof(j));
-		jitring_record_restamp((void *)(uintptr_t)j.ptr, j.len, ts);
-		j.timestamp = ts;
-		memcpy(dst, &j, sizeof(j));
-	} else {
-		jitring_record_restamp(dst, ring_bytes, ts);
-	}
 	jitring_count(&jr->c.late_entries, 1);
-	/* Pairs with the acquire load of pub in the flusher's scan. */
-	atomic_store_explicit(&r->pub, new_pub, memory_order_seq_cst);
+	memcpy(&j, dst, sizeof(j.id));
+	do {
+		v = busy | JR_PUB_LATE;
+		/* Pairs with the CAS that set LATE in mark_late() and with
+		 * the fence (F) of every later flusher round. */
+		atomic_compare_exchange_strong_explicit(&r->pub, &v, busy,
+							memory_order_seq_cst,
+							memory_order_relaxed);
+		ts = jitring_clock_ns();
+		atomic_store_explicit(&r->stamp, ts, memory_order_relaxed);
+		if (j.id == JR_ID_JUMBO) {
+			memcpy(&j, dst, sizeof(j));
+			jitring_record_restamp((void *)(uintptr_t)j.ptr, j.len,
+					       ts);
+			j.timestamp = ts;
+			memcpy(dst, &j, sizeof(j));
+		} else {
+			jitring_record_restamp(dst, ring_bytes, ts);
+		}
+		v = busy;
+		/* (C) again: pairs with the acquire load of pub in the scan. */
+	} while (!atomic_compare_exchange_strong_explicit(
+		&r->pub, &v, new_pub, memory_order_seq_cst,
+		memory_order_relaxed));
 }
 
 struct jr_move_args {

@@ -108,6 +108,7 @@ struct jr_ring {
 	uint64_t pk_jlen;      /* and that buffer's length */
 	uint32_t head_local;   /* the head we last published */
 	bool trimmed;          /* pages discarded since the last commit */
+	bool late_marked;      /* we set LATE on it and it has not committed */
 	bool grow_asked;       /* owner-private: grow_req already set */
 };
 
