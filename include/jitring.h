@@ -385,8 +385,10 @@ JITRING_API int jitring_move(struct jitring *jr, uint64_t code_index,
  * Context: any thread, concurrently with every call; blocks; not
  * async-signal-safe.
  * Return: 0; -EINVAL for a NULL @jr; -ESHUTDOWN once jitring_close() has
- * started; or the negative errno with which the file failed (-ENOSPC, -EIO,
- * -EFBIG, ...), in which case struct jitring_stats counts what was lost.
+ * started; -EDEADLK (mutex engine) from a signal handler that interrupted
+ * a call on the same thread, which holds the engine's lock; or the
+ * negative errno with which the file failed (-ENOSPC, -EIO, -EFBIG, ...),
+ * in which case struct jitring_stats counts what was lost.
  */
 JITRING_API int jitring_flush(struct jitring *jr);
 

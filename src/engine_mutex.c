@@ -22,6 +22,8 @@
  * file size the kernel has and always a group boundary.
  */
 #include <errno.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdio_ext.h>
 #include <stdlib.h>
@@ -47,8 +49,33 @@ struct mutex_eng {
 	uint64_t pend_records;
 };
 
-/* Nested call from a signal handler on a thread holding the lock. */
-static __thread int in_write;
+/*
+ * Set on this thread from before it asks for the lock until after it gave
+ * the lock back, so that a signal handler interrupting it anywhere in
+ * between (even inside pthread_mutex_lock/unlock) sees it and returns
+ * -EDEADLK instead of blocking on a lock its own thread holds.  Only the
+ * thread itself and its signal handlers touch it: volatile plus a signal
+ * fence is the whole synchronization.
+ */
+static __thread volatile sig_atomic_t in_write;
+
+/* Take the engine lock, or -EDEADLK if this thread is already inside. */
+static int lock_take(struct mutex_eng *m)
+{
+	if (in_write)
+		return -EDEADLK;
+	in_write = 1;
+	atomic_signal_fence(memory_order_seq_cst); /* pairs: lock_drop() */
+	pthread_mutex_lock(&m->lock);
+	return 0;
+}
+
+static void lock_drop(struct mutex_eng *m)
+{
+	pthread_mutex_unlock(&m->lock);
+	atomic_signal_fence(memory_order_seq_cst); /* pairs: lock_take() */
+	in_write = 0;
+}
 
 static int open_stream(struct jitring *jr, struct mutex_eng *m)
 {
@@ -184,23 +211,23 @@ static int reserve_locked(struct jitring *jr, struct mutex_eng *m,
 static int lock_open(struct jitring *jr, struct mutex_eng *m)
 {
 	uint32_t s;
+	int ret = lock_take(m);
 
-	if (in_write)
-		return -EDEADLK;
-	pthread_mutex_lock(&m->lock);
+	if (ret) {
+		jitring_count(&jr->c.refused_invalid, 1);
+		return ret;
+	}
 	s = atomic_load_explicit(&jr->state, memory_order_acquire);
 	if (unlikely(s != JR_OPEN && s != JR_FORKED)) {
-		pthread_mutex_unlock(&m->lock);
+		lock_drop(m);
 		return jitring_refuse_state(jr, s);
 	}
-	in_write = 1;
 	return 0;
 }
 
 static void unlock(struct mutex_eng *m)
 {
-	in_write = 0;
-	pthread_mutex_unlock(&m->lock);
+	lock_drop(m);
 }
 
 /* After a group went into the FILE: account it, or fail the writer. */
@@ -223,11 +250,8 @@ int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
 	int ret;
 
 	ret = lock_open(jr, m);
-	if (ret) {
-		if (ret == -EDEADLK)
-			jitring_count(&jr->c.refused_invalid, 1);
+	if (ret)
 		return ret;
-	}
 	ret = reserve_locked(jr, m, g->total);
 	if (ret)
 		goto out;
@@ -291,6 +315,8 @@ int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
 	ret = commit_locked(jr, m, g->total, g->nr_records);
 out:
 	unlock(m);
+	if (ret) /* the file failed under this call: nothing of it is in */
+		jitring_count(&jr->c.refused_io, 1);
 	return ret ? ret : (int64_t)code_index;
 }
 
@@ -303,11 +329,8 @@ int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
 	int ret;
 
 	ret = lock_open(jr, m);
-	if (ret) {
-		if (ret == -EDEADLK)
-			jitring_count(&jr->c.refused_invalid, 1);
+	if (ret)
 		return ret;
-	}
 	/* Indices are handed out densely from 1 under the lock. */
 	if (code_index == 0 ||
 	    code_index >= atomic_load_explicit(&jr->next_id,
@@ -327,17 +350,20 @@ int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
 		ret = commit_locked(jr, m, sizeof(rec), 1);
 	}
 	unlock(m);
+	if (ret) /* as in jitring_mutex_write() */
+		jitring_count(&jr->c.refused_io, 1);
 	return ret;
 }
 
 int jitring_mutex_flush(struct jitring *jr)
 {
 	struct mutex_eng *m = jr->eng;
-	int ret;
+	int ret = lock_take(m);
 
-	pthread_mutex_lock(&m->lock);
+	if (ret)
+		return ret;
 	ret = flush_locked(jr, m);
-	pthread_mutex_unlock(&m->lock);
+	lock_drop(m);
 	return ret;
 }
 

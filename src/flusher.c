@@ -898,6 +898,17 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	m->round_groups = 0;
 	for (uint32_t i = 0; i < e->nreg; i++) {
 		struct jr_ring *r = e->reg[i];
+		/*
+		 * stamp before pub.  Pairs with the release store of stamp in
+		 * produce()/commit_late(): if this reads the stamp of a write
+		 * that began after the one in flight below committed, that
+		 * commit happens-before the load of pub, which then shows it.
+		 * So st is never above the entry pub shows in flight.  (Read
+		 * after pub, st could already belong to the next write, and
+		 * lift lb past an entry this scan did not see.)
+		 */
+		uint64_t st = atomic_load_explicit(&r->stamp,
+						   memory_order_acquire);
 		/* Pairs with the seq_cst commit (C) in produce(). */
 		uint64_t v = atomic_load_explicit(&r->pub,
 						  memory_order_acquire);
@@ -917,9 +928,6 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		} else {
 			any_busy = true;
 			if (!(v & JR_PUB_LATE)) {
-				uint64_t st = atomic_load_explicit(
-					&r->stamp, memory_order_relaxed);
-
 				/* Back from LATE to re-stamp: a fresh start,
 				 * not an old stall to mark again at once. */
 				if (r->late_marked) {

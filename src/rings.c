@@ -30,6 +30,10 @@
  *      still sees the code before it can run;
  *   9. reads the flusher's sleep word (seq_cst) and wakes it if needed  (D)
  *
+ * Steps 1-9 run with a thread-local "inside" flag set, so that a signal
+ * handler interrupting them (even in step 2, before BUSY) gets -EDEADLK
+ * rather than writing at the same tail as the call it interrupted.
+ *
  * Invariants: pub has BUSY exactly while the owner is between (A) and (C);
  * LATE only ever appears together with BUSY and is cleared by the commit;
  * timestamps in one ring never decrease; code_index values are unique
@@ -72,6 +76,9 @@
 
 /* The calling thread's rings, most recently used first. */
 static __thread struct jr_ring *tls_rings
+	__attribute__((tls_model("initial-exec")));
+/* Set while this thread is inside produce(); see there. */
+static __thread volatile sig_atomic_t tls_inside
 	__attribute__((tls_model("initial-exec")));
 static pthread_key_t tls_key;
 static pthread_once_t tls_once = PTHREAD_ONCE_INIT;
@@ -161,6 +168,44 @@ int jitring_rings_thread_detach(struct jitring *jr)
 }
 
 /*
+ * A producer makes a ring itself (pool empty, or growth without a ready
+ * successor) and pushes it to the attach stack.  Between the two the ring
+ * is reachable only from the producer's locals, so a fork() in that window
+ * would leak it in the child; the read side of make_lock spans the window
+ * and fork takes the write side.  Writer-preferring, so a storm of new
+ * threads cannot hold a fork off; a producer never takes it twice (nested
+ * calls from signal handlers are refused before they get here).
+ */
+static void make_lock_init(struct jr_rings *e)
+{
+	pthread_rwlockattr_t a;
+
+	pthread_rwlockattr_init(&a);
+	pthread_rwlockattr_setkind_np(
+		&a, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+	pthread_rwlock_init(&e->make_lock, &a);
+	pthread_rwlockattr_destroy(&a);
+}
+
+/* A ring made by a producer, make_lock read-held on success: push it to
+ * the attach stack (ring_push_attach()) and then call make_done(). */
+static struct jr_ring *make_ring(struct jr_rings *e, uint32_t size)
+{
+	struct jr_ring *r;
+
+	pthread_rwlock_rdlock(&e->make_lock);
+	r = jitring_ring_alloc(e, size, 0);
+	if (!r)
+		pthread_rwlock_unlock(&e->make_lock);
+	return r;
+}
+
+static void make_done(struct jr_rings *e)
+{
+	pthread_rwlock_unlock(&e->make_lock);
+}
+
+/*
  * Take a ready ring.  The flusher keeps the pool above its low-water mark;
  * in a burst of new threads it may fall behind, and a thread that then
  * waited for it could wait long (the flusher is one thread among many
@@ -203,7 +248,7 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 			atomic_store_explicit(&e->pool_want, 1,
 					      memory_order_seq_cst);
 			jitring_rings_wake(jr, true);
-			r = jitring_ring_alloc(e, jr->ring_min, 0);
+			r = make_ring(e, jr->ring_min);
 			if (r) {
 				*made = true;
 				return r;
@@ -284,6 +329,7 @@ static JR_NOINLINE struct jr_ring *ring_attach(struct jitring *jr, int *err)
 		if (made) {
 			wake = true;
 			ring_push_attach(e, r);
+			make_done(e);
 		}
 		r->tls_next = tls_rings;
 		tls_rings = r;
@@ -359,9 +405,10 @@ static JR_NOINLINE struct jr_ring *grow_ring(struct jitring *jr,
 	if (n) {
 		ring_switch(jr, r, n);
 	} else if (r->size * 2 <= jitring_ring_target(e) &&
-		   (n = jitring_ring_alloc(e, r->size * 2, 0))) {
+		   (n = make_ring(e, r->size * 2))) {
 		/* Before the switch: the attach push fences. */
 		ring_push_attach(e, n);
+		make_done(e);
 		ring_switch(jr, r, n);
 		jitring_count(&jr->c.refills_waited, 1);
 	}
@@ -484,8 +531,9 @@ static bool id_issued(struct jitring *jr, uint64_t id)
 }
 
 /*
- * fetch_or found BUSY or TRIM already set.  BUSY: we interrupted our own
- * write (a signal handler): nothing was changed, refuse.  TRIM: the
+ * fetch_or found BUSY or TRIM already set.  BUSY: only the owner sets it,
+ * and produce() already refuses a nested call, so this is a second line of
+ * defence: nothing was changed, refuse.  TRIM: the
  * flusher is discarding this idle ring's pages; wait for it to finish.
  */
 static JR_NOINLINE int busy_conflict(struct jitring *jr, struct jr_ring *r,
@@ -557,7 +605,8 @@ static JR_NOINLINE void commit_late(struct jitring *jr, struct jr_ring *r,
 							memory_order_seq_cst,
 							memory_order_relaxed);
 		ts = jitring_clock_ns();
-		atomic_store_explicit(&r->stamp, ts, memory_order_relaxed);
+		/* Pairs with the acquire load of stamp in round_run(). */
+		atomic_store_explicit(&r->stamp, ts, memory_order_release);
 		if (j.id == JR_ID_JUMBO) {
 			memcpy(&j, dst, sizeof(j));
 			jitring_record_restamp((void *)(uintptr_t)j.ptr, j.len,
@@ -586,8 +635,8 @@ struct jr_move_args {
  * Inlined into both callers so the hot path has no indirect calls.
  */
 static inline __attribute__((always_inline)) int64_t
-produce(struct jitring *jr, const struct jitring_group *g,
-	const struct jr_move_args *mv)
+produce_body(struct jitring *jr, const struct jitring_group *g,
+	     const struct jr_move_args *mv)
 {
 	struct jr_ring *r = tls_rings;
 	uint32_t ring_bytes, pos, to_end, need, tail, s;
@@ -666,10 +715,12 @@ again:
 	ts = jitring_clock_ns();
 	/*
 	 * A lower bound for this entry that the flusher may read while we are
-	 * BUSY: exact for the entry in flight, and never above it.  Relaxed:
-	 * a stale value is an older, still valid bound.
+	 * BUSY: exact for the entry in flight, and never above it.  Release:
+	 * pairs with the acquire load of stamp in round_run(), which reads it
+	 * before pub; a flusher that sees this stamp then also sees the
+	 * commit of our previous entry.
 	 */
-	atomic_store_explicit(&r->stamp, ts, memory_order_relaxed);
+	atomic_store_explicit(&r->stamp, ts, memory_order_release);
 	dst = r->buf + pos;
 	if (ring_bytes > to_end) {
 		/* Pad to the end of the buffer; the group starts at 0. */
@@ -736,6 +787,32 @@ again:
 
 err:
 	free(jumbo);
+	return ret;
+}
+
+/*
+ * produce_body() with the nesting guard.  A signal handler that interrupts
+ * produce_body() anywhere -- before BUSY is set too, e.g. while waiting for
+ * ring space, when it would otherwise encode at the same tail and have the
+ * outer call overwrite its entry -- finds tls_inside set and gets -EDEADLK.
+ * Only this thread and its handlers touch tls_inside: volatile plus signal
+ * fences order it against the ring accesses.
+ */
+static inline __attribute__((always_inline)) int64_t
+produce(struct jitring *jr, const struct jitring_group *g,
+	const struct jr_move_args *mv)
+{
+	int64_t ret;
+
+	if (unlikely(tls_inside)) {
+		jitring_count(&jr->c.refused_invalid, 1);
+		return -EDEADLK;
+	}
+	tls_inside = 1;
+	atomic_signal_fence(memory_order_seq_cst); /* pairs: the one below */
+	ret = produce_body(jr, g, mv);
+	atomic_signal_fence(memory_order_seq_cst); /* pairs: the one above */
+	tls_inside = 0;
 	return ret;
 }
 
@@ -822,6 +899,7 @@ int jitring_rings_start(struct jitring *jr)
 	ck_ring_init(&e->pool, e->pool_cap);
 	atomic_init(&e->pool_low, JR_POOL_LOW_INIT);
 	pthread_mutex_init(&e->fork_lock, NULL);
+	make_lock_init(e);
 	/* 64-aligned blocks: each is one idmap word. */
 	atomic_store_explicit(&jr->next_id, JR_ID_BLOCK, memory_order_relaxed);
 	e->file_off = sizeof(struct jitdump_header);
@@ -916,16 +994,20 @@ void jitring_rings_fork_prepare(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
 
-	if (e)
+	if (e) {
 		pthread_mutex_lock(&e->fork_lock);
+		pthread_rwlock_wrlock(&e->make_lock);
+	}
 }
 
 void jitring_rings_fork_parent(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
 
-	if (e)
+	if (e) {
+		pthread_rwlock_unlock(&e->make_lock);
 		pthread_mutex_unlock(&e->fork_lock);
+	}
 }
 
 void jitring_rings_fork_child(struct jitring *jr)
@@ -943,6 +1025,7 @@ void jitring_rings_fork_child(struct jitring *jr)
 	if (!e)
 		return;
 	pthread_mutex_init(&e->fork_lock, NULL);
+	make_lock_init(e);
 	/* No flusher in the child; everything buffered is the parent's. */
 	e->running = false;
 	jitring_flusher_release_rings(e, true);

@@ -142,6 +142,12 @@ struct jr_rings {
 	_Atomic uint32_t stop;         /* close asked the flusher to finish */
 	_Atomic(_Atomic uint64_t *) idmap[JR_IDMAP_CHUNKS];
 	pthread_mutex_t fork_lock;     /* held by the flusher during a round */
+	/*
+	 * Read-held by a producer from making a ring until it is on the
+	 * attach stack; write-held across fork() so that no ring is in
+	 * between (reachable from nowhere, leaked in the child).
+	 */
+	pthread_rwlock_t make_lock;
 
 	/* Flusher-private from here on. */
 	struct jr_ring **reg;          /* every ring this engine made */

@@ -141,7 +141,8 @@ int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
 			int k = iovcnt < (int)JR_ARRAY_SIZE(local) ?
 				iovcnt : (int)JR_ARRAY_SIZE(local);
 
-			memcpy(local, cur, sizeof(*cur) * (size_t)k);
+			/* cur may already point into local: memmove. */
+			memmove(local, cur, sizeof(*cur) * (size_t)k);
 			local[0].iov_base = (char *)local[0].iov_base + n;
 			local[0].iov_len -= (size_t)n;
 			if (k < iovcnt) {
