@@ -10,7 +10,7 @@ PY ?= python3
 JOBS ?= 2
 
 .PHONY: all deps deps-bench deps-clang build demo test test-unit test-asan test-tsan \
-	bench bench-full format clean
+	stress bench bench-full format clean
 
 all: build
 
@@ -70,6 +70,11 @@ test-tsan: build-tsan/build.ninja
 		--print-errorlogs --suite unit --suite stress \
 		> build-tsan/test-output.txt 2>&1; tail -n 40 build-tsan/test-output.txt
 	@$(PY) scripts/test-summary.py build-tsan/meson-logs/testlog.json
+
+# The long stress runs, fault injection and a short fuzz run
+# (docs/reliability.md); minutes, not part of `make test`.
+stress: build deps-clang
+	bash stress/run-long.sh build
 
 # Benchmarks against the mutex design (bench/README.md).  A release build
 # without test hooks; results go to bench/results/.

@@ -225,6 +225,9 @@ int main(int argc, char **argv)
 	};
 	T_CHECK_EQ(st_verify(&v), 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
+	st_result("churn", opts.engine, created, st.entries_written,
+		  t_failed ? 0 : st.entries_written, st.lost_io, 0,
+		  t_failed == 0);
 
 	for (uint64_t i = 0; i < opts.count; i++)
 		st_log_fini(&workers[i].log);

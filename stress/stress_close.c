@@ -259,6 +259,10 @@ int main(int argc, char **argv)
 		.engine = opts.engine,
 	};
 	T_CHECK_EQ(st_verify(&v), 0);
+	/* Faults: the close racing the writers. */
+	st_result("close-under-load", opts.engine, created, st.entries_written,
+		  t_failed ? 0 : st.entries_written, st.lost_io, 1,
+		  t_failed == 0);
 
 	for (unsigned i = 0; i < created; i++)
 		st_log_fini(&prods[i].log);

@@ -403,6 +403,8 @@ int64_t st_write(struct jitring *jr, const struct st_spec *spec,
 	if (code != small)
 		free(code);
 	log->ret[seq] = ret;
+	/* ret[seq] before n: the crash test reads logs of a killed child. */
+	atomic_signal_fence(memory_order_seq_cst);
 	log->n = seq + 1;
 	if (ret > 0)
 		log->ok++;
@@ -412,13 +414,17 @@ int64_t st_write(struct jitring *jr, const struct st_spec *spec,
 		log->eshutdown++;
 	else if (ret == -ENOMEM)
 		log->enomem++;
+	else if (ret == -ENOSPC || ret == -EIO || ret == -EFBIG ||
+		 ret == -EDQUOT)
+		log->ioerr++;
 	else {
 		log->other++;
 		fprintf(stderr, "%s: unexpected jitring_write() result %" PRId64
 			" (%s)\n", name, ret,
 			ret < 0 ? strerror((int)-ret) : "zero");
 	}
-	atomic_store_explicit(&log->done, log->n, memory_order_relaxed);
+	/* Release: a thread that reads done may flush and rely on it. */
+	atomic_store_explicit(&log->done, log->n, memory_order_release);
 	return ret;
 }
 
@@ -436,6 +442,7 @@ void st_totals(struct st_log *const *logs, unsigned n, struct st_totals *t)
 		t->eshutdown += l->eshutdown;
 		t->enomem += l->enomem;
 		t->other += l->other;
+		t->ioerr += l->ioerr;
 	}
 }
 
@@ -446,6 +453,7 @@ struct vstate {
 	const struct st_verify *v;
 	unsigned long fails;
 	unsigned long printed;
+	uint64_t inflight; /* entries accepted ahead of their log */
 };
 
 #define VFAIL(vs, ...)                                                      \
@@ -570,13 +578,17 @@ static void check_load(struct vstate *vs, const struct jitring_rd_record *l,
 		return;
 	}
 	if (thread >= v->nlogs || !v->logs[thread] ||
-	    seq >= v->logs[thread]->n) {
+	    seq > v->logs[thread]->n ||
+	    (seq == v->logs[thread]->n && !v->inflight_ok)) {
 		VFAIL(vs, "CODE_LOAD at %zu: \"%s\" was never written", l->off,
 		      name);
 		return;
 	}
 	log = v->logs[thread];
-	if (log->ret[seq] <= 0)
+	if (seq == log->n || (v->inflight_ok && log->ret[seq] == 0))
+		/* Written, but the killed thread had not logged it yet. */
+		vs->inflight++;
+	else if (log->ret[seq] <= 0)
 		VFAIL(vs, "CODE_LOAD at %zu: \"%s\" is present but its write "
 		      "returned %" PRId64, l->off, name, log->ret[seq]);
 	else if ((uint64_t)log->ret[seq] != l->code_index)
@@ -659,6 +671,10 @@ unsigned long st_verify(const struct st_verify *v)
 	struct jitring_rd_record rec, u, d;
 	bool have_u = false, have_d = false;
 	uint64_t loads = 0, records = 0, prev_ts = 0, want_ok = 0;
+	uint64_t missing = 0, must_checked = 0;
+	bool cut_group = false;
+	unsigned cflags = v->check_flags ? v->check_flags :
+					   JITRING_CHECK_SORTED;
 	uint8_t **seen;
 	int64_t *last;
 	size_t len = 0;
@@ -669,10 +685,22 @@ unsigned long st_verify(const struct st_verify *v)
 		VFAIL(&vs, "cannot read: %s", strerror(errno));
 		return vs.fails;
 	}
-	r = jitring_check(buf, len, JITRING_CHECK_SORTED, &res);
+	r = jitring_check(buf, len, cflags, &res);
+	/*
+	 * A kill can also cut a group exactly at a record boundary: whole
+	 * records, with the group's UNWINDING_INFO/DEBUG_INFO last and no
+	 * CODE_LOAD.  jitring_check() reports that as group-orphan before
+	 * EOF even with ALLOW_TRUNCATED; it is the same cut tail.
+	 */
+	if (r == 1 && (cflags & JITRING_CHECK_ALLOW_TRUNCATED) && res.rule &&
+	    !strcmp(res.rule, "group-orphan") &&
+	    strstr(res.detail, "before EOF")) {
+		cut_group = true;
+		r = 0;
+	}
 	if (r != 0)
-		VFAIL(&vs, "jitring_check --sorted: %d, rule %s at %" PRIu64
-		      ": %s", r, res.rule ? res.rule : "-", res.off,
+		VFAIL(&vs, "jitring_check (flags %#x): %d, rule %s at %" PRIu64
+		      ": %s", cflags, r, res.rule ? res.rule : "-", res.off,
 		      res.detail);
 	if (res.header.pid != v->pid)
 		VFAIL(&vs, "header pid %u, want %u", res.header.pid, v->pid);
@@ -684,13 +712,15 @@ unsigned long st_verify(const struct st_verify *v)
 	for (unsigned i = 0; i < v->nlogs; i++) {
 		last[i] = -1;
 		if (v->logs[i]) {
-			seen[i] = calloc(v->logs[i]->n ? v->logs[i]->n : 1, 1);
+			/* +1: the in-flight write of a killed thread. */
+			seen[i] = calloc(v->logs[i]->n + 1, 1);
 			if (!seen[i])
 				abort();
 		}
 	}
 
-	r = jitring_reader_init(&rd, buf, len, 0, &h);
+	r = jitring_reader_init(&rd, buf, len,
+				cflags & JITRING_CHECK_ALLOW_TRUNCATED, &h);
 	if (r)
 		VFAIL(&vs, "reader: header: %s", rd.rule ? rd.rule : "?");
 	while (r == 0 && (r = jitring_reader_next(&rd, &rec)) == 1) {
@@ -736,23 +766,48 @@ unsigned long st_verify(const struct st_verify *v)
 	if (r < 0)
 		VFAIL(&vs, "reader stopped at %zu: %s: %s", rd.err_off,
 		      rd.rule ? rd.rule : "?", rd.detail);
-	if (have_u || have_d)
+	/*
+	 * A group cut short by a kill may leave its UNWINDING_INFO or
+	 * DEBUG_INFO without the CODE_LOAD (perf drops those): allowed only
+	 * where a truncated tail is.
+	 */
+	if ((have_u || have_d) && !(cflags & JITRING_CHECK_ALLOW_TRUNCATED))
 		VFAIL(&vs, "group without CODE_LOAD at the end");
 
 	/* Every write that returned a code_index is there. */
 	for (unsigned i = 0; i < v->nlogs; i++) {
 		const struct st_log *log = v->logs[i];
+		int64_t first_missing = -1;
 
 		if (!log)
 			continue;
 		for (uint64_t s = 0; s < log->n; s++) {
+			bool must = !v->must || s < v->must[i];
+
 			if (log->ret[s] <= 0)
 				continue;
 			want_ok++;
-			if (!seen[i][s])
-				VFAIL(&vs, "%st%u_s%" PRIu64 " (code_index %"
-				      PRId64 ") is missing", v->spec->prefix,
-				      i, s, log->ret[s]);
+			if (v->must && must)
+				must_checked++;
+			if (!seen[i][s]) {
+				if (must && !v->lost_ok)
+					VFAIL(&vs, "%st%u_s%" PRIu64
+					      " (code_index %" PRId64
+					      ") is missing%s",
+					      v->spec->prefix, i, s,
+					      log->ret[s], v->must ?
+					      " (a completed flush covered "
+					      "it)" : "");
+				missing++;
+				if (first_missing < 0)
+					first_missing = (int64_t)s;
+			} else if (v->lost_ok && first_missing >= 0) {
+				VFAIL(&vs, "%st%u_s%" PRIu64 " is in the file "
+				      "but the earlier s%" PRId64
+				      " of the same thread was lost (a hole)",
+				      v->spec->prefix, i, s, first_missing);
+				first_missing = -1;
+			}
 		}
 		free(seen[i]);
 	}
@@ -772,16 +827,19 @@ unsigned long st_verify(const struct st_verify *v)
 			      (uint64_t)(st->field), (uint64_t)(want));     \
 	} while (0)
 		STAT_EQ(entries_written, loads);
-		STAT_EQ(entries_written, want_ok);
+		STAT_EQ(entries_written, want_ok - missing);
 		STAT_EQ(records_written, records);
 		STAT_EQ(bytes_written, len);
 		STAT_EQ(refused_dropped, t.eagain);
 		STAT_EQ(refused_shutdown, t.eshutdown + v->extra_shutdown);
 		STAT_EQ(refused_nomem, t.enomem);
 		STAT_EQ(refused_invalid, 0);
-		STAT_EQ(refused_io, 0);
-		STAT_EQ(lost_io, 0);
-		STAT_EQ(io_error, 0);
+		/* Writes that returned a code_index and are not in the file
+		 * are exactly lost_io; refusals with the file's error are
+		 * refused_io (both 0 unless a fault test says otherwise). */
+		STAT_EQ(refused_io, t.ioerr);
+		STAT_EQ(lost_io, missing);
+		STAT_EQ(io_error, v->io_error);
 		if (v->engine && st->engine != v->engine)
 			VFAIL(&vs, "stats.engine %u, want %u", st->engine,
 			      v->engine);
@@ -789,11 +847,36 @@ unsigned long st_verify(const struct st_verify *v)
 	}
 	if (len)
 		munmap((void *)(uintptr_t)buf, len);
+	if (v->out)
+		*v->out = (struct st_vout){
+			.present = loads,
+			.verified = loads - vs.inflight,
+			.missing = missing,
+			.must_checked = must_checked,
+			.records = records,
+			.file_size = len,
+			.truncated = rd.truncated,
+			.zero_tail = rd.zero_tail,
+			.cut_group = cut_group || have_u || have_d,
+		};
 	if (!v->quiet || vs.fails)
 		printf("verify %s: %" PRIu64 " records, %" PRIu64
-		       " entries, %lu violations\n",
-		       v->path, records, loads, vs.fails);
+		       " entries, %" PRIu64 " missing, %lu violations\n",
+		       v->path, records, loads, missing, vs.fails);
 	return vs.fails;
+}
+
+void st_result(const char *scenario, uint32_t engine, uint64_t threads,
+	       uint64_t written, uint64_t verified, uint64_t lost,
+	       uint64_t faults, bool passed)
+{
+	printf("RESULT scenario=%s engine=%s threads=%" PRIu64
+	       " written=%" PRIu64 " verified=%" PRIu64 " lost=%" PRIu64
+	       " faults=%" PRIu64 " outcome=%s\n",
+	       scenario, engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings",
+	       threads, written, verified, lost, faults,
+	       passed ? "PASS" : "FAIL");
+	fflush(stdout);
 }
 
 /* ------------------------------------------------------------------ */
@@ -864,4 +947,53 @@ void st_progress_stop(void)
 	pthread_join(prog.thread, NULL);
 	pthread_cond_destroy(&prog.cond);
 	prog.running = false;
+}
+
+unsigned st_child_finish(struct jitring *jr, const char *who,
+			 const char *dir, const struct st_spec *spec,
+			 struct st_log *const *logs, unsigned nlogs,
+			 uint32_t engine)
+{
+	struct jitring_stats st = { .struct_size = sizeof(st) };
+	struct st_totals tot;
+	char path[4200];
+	unsigned fails = 0;
+	int ret;
+
+	ret = jitring_flush(jr);
+	if (ret) {
+		fprintf(stderr, "%s: flush %d\n", who, ret);
+		fails++;
+	}
+	ret = jitring_close(jr);
+	if (ret) {
+		fprintf(stderr, "%s: close %d\n", who, ret);
+		fails++;
+	}
+	jitring_stats(jr, &st);
+	st_totals(logs, nlogs, &tot);
+	if (tot.ok != tot.attempts) {
+		fprintf(stderr, "%s: %" PRIu64 " of %" PRIu64
+			" writes refused\n", who, tot.attempts - tot.ok,
+			tot.attempts);
+		fails++;
+	}
+	st_dump_path(dir, getpid(), path, sizeof(path));
+	struct st_verify v = {
+		.path = path,
+		.pid = (uint32_t)getpid(),
+		.spec = spec,
+		.logs = logs,
+		.nlogs = nlogs,
+		.stats = &st,
+		.engine = engine,
+		.quiet = true,
+	};
+	fails += (unsigned)st_verify(&v);
+	if (fails)
+		fprintf(stderr, "%s (pid %d): %u failures\n", who,
+			(int)getpid(), fails);
+	else
+		unlink(path);
+	return fails;
 }

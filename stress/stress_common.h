@@ -147,6 +147,8 @@ bool st_spec_init(void);
  * @cap: room at @ret.
  * @ret: @ret[seq] is the code_index returned (> 0) or the -errno.
  * @ok, @eagain, @eshutdown, @enomem, @other: results by kind.
+ * @ioerr: refusals with the file's error (-ENOSPC, -EIO, -EFBIG, -EDQUOT);
+ *	counted apart from @other and not printed (the fault programs).
  * @attaches: rings this thread is expected to have taken (see churn).
  * @done: @n, readable by the progress thread.
  * @inl: storage for small logs.
@@ -158,6 +160,7 @@ struct st_log {
 	uint64_t cap;
 	int64_t *ret;
 	uint64_t ok, eagain, eshutdown, enomem, other;
+	uint64_t ioerr;
 	uint64_t attaches;
 	_Atomic uint64_t done;
 	int64_t inl[ST_LOG_INLINE];
@@ -171,7 +174,9 @@ void st_log_fini(struct st_log *log);
  * Write entry number log->n of thread log->thread, shaped by @spec, and
  * record the result.  Records the caller's tid on first use.  Returns what
  * jitring_write() returned.  Unexpected results (anything but a
- * code_index, -EAGAIN, -ESHUTDOWN or -ENOMEM) are printed.
+ * code_index, -EAGAIN, -ESHUTDOWN, -ENOMEM or a file error) are printed.
+ * Stores ret[seq], then n, then done (release), so a reader of a log in
+ * shared memory (the crash test) never sees n cover an unset ret.
  */
 int64_t st_write(struct jitring *jr, const struct st_spec *spec,
 		 struct st_log *log);
@@ -194,6 +199,25 @@ int64_t st_write(struct jitring *jr, const struct st_spec *spec,
  * @engine: the writer's engine: RINGS demands one timestamp per group;
  *	0 skips that check and the stats.engine check.
  * @quiet: print nothing on success.
+ * @check_flags: flags for jitring_check(); 0 means JITRING_CHECK_SORTED.
+ *	With JITRING_CHECK_ALLOW_TRUNCATED (the crash test) the record walk
+ *	tolerates a truncated last record too, and a last group cut at a
+ *	record boundary (its UNWINDING_INFO/DEBUG_INFO without the CODE_LOAD:
+ *	jitring_check() says group-orphan before EOF) counts as the same cut
+ *	tail.
+ * @must: crash test: @must[i] is how many of thread i's first writes a
+ *	completed jitring_flush() covered; only those (that returned a
+ *	code_index) must be present, later ones may be missing.  NULL: every
+ *	write that returned a code_index must be present.
+ * @inflight_ok: crash test: the logs may lag the file by one write per
+ *	thread (killed between jitring_write() returning and the log update):
+ *	an entry with seq == log->n, or with a zero ret, is accepted.
+ * @lost_ok: fault tests: writes that returned a code_index may be missing,
+ *	but only as a suffix of each thread's writes (never a hole), and then
+ *	the counters must say so: lost_io == missing, refused_io == the
+ *	writes refused with the file's error, io_error == @io_error.
+ * @io_error: expected stats.io_error (with @lost_ok).
+ * @out: if non-NULL, receives what was found.
  */
 struct st_verify {
 	const char *path;
@@ -206,14 +230,64 @@ struct st_verify {
 	uint64_t extra_shutdown;
 	uint32_t engine;
 	bool quiet;
+	unsigned check_flags;
+	const uint64_t *must;
+	bool inflight_ok;
+	bool lost_ok;
+	int32_t io_error;
+	struct st_vout *out;
+};
+
+/**
+ * struct st_vout - What st_verify() found.
+ * @present: CODE_LOADs in the file.
+ * @verified: of those, entries checked field by field against their log.
+ * @missing: writes that returned a code_index and are not in the file.
+ * @must_checked: writes that @must said must be present (crash test).
+ * @records: records in the file.
+ * @file_size: bytes in the file.
+ * @truncated: bytes of a truncated last record (crash test).
+ * @zero_tail: zero bytes at the end of the file.
+ * @cut_group: the file ends inside a group (its CODE_LOAD is missing or
+ *	truncated); only accepted with JITRING_CHECK_ALLOW_TRUNCATED.
+ */
+struct st_vout {
+	uint64_t present, verified, missing, must_checked, records;
+	uint64_t file_size, truncated, zero_tail;
+	bool cut_group;
 };
 
 /* Check the dump; prints each violation (capped) and returns their count. */
 unsigned long st_verify(const struct st_verify *v);
 
+/*
+ * The end of a fork child's run (fork and fork-storm tests): flush and
+ * close @jr, demand that every write returned a code_index, and verify the
+ * child's own dump in @dir (removed if it passed).  Problems are printed
+ * with @who.  Return: the number of failures.
+ */
+unsigned st_child_finish(struct jitring *jr, const char *who,
+			 const char *dir, const struct st_spec *spec,
+			 struct st_log *const *logs, unsigned nlogs,
+			 uint32_t engine);
+
+/*
+ * The machine-readable last word of a scenario, collected by
+ * stress/run-long.sh into the summary table and docs/reliability.md:
+ *   RESULT scenario=<s> engine=<e> threads=<n> written=<n> verified=<n>
+ *          lost=<n> faults=<n> outcome=PASS|FAIL
+ * @written: entries the writer reported in the file(s); @verified: entries
+ * checked by the verifier; @lost: entries that returned a code_index but
+ * are not in the file (counted in lost_io, or unflushed at a kill);
+ * @faults: faults injected (errors, kills, signals, forks...).
+ */
+void st_result(const char *scenario, uint32_t engine, uint64_t threads,
+	       uint64_t written, uint64_t verified, uint64_t lost,
+	       uint64_t faults, bool passed);
+
 /* Sum of log->ok etc. over @logs. */
 struct st_totals {
-	uint64_t attempts, ok, eagain, eshutdown, enomem, other;
+	uint64_t attempts, ok, eagain, eshutdown, enomem, other, ioerr;
 };
 void st_totals(struct st_log *const *logs, unsigned n, struct st_totals *t);
 

@@ -143,8 +143,13 @@ static int start(struct prod *p, unsigned n, void *(*fn)(void *))
 	return 0;
 }
 
-static unsigned long verify(const char *path, struct prod *p, unsigned n,
-			    const struct jitring_stats *st)
+/*
+ * Verify the dump against the producers' logs, check that it passed and
+ * print the scenario's RESULT line; @faults is what the scenario injected.
+ */
+static void verify(const char *scenario, const char *path, struct prod *p,
+		   unsigned n, const struct jitring_stats *st,
+		   uint64_t faults)
 {
 	struct st_log **lp = calloc(n, sizeof(*lp));
 	unsigned long fails;
@@ -164,7 +169,10 @@ static unsigned long verify(const char *path, struct prod *p, unsigned n,
 	};
 	fails = st_verify(&v);
 	free(lp);
-	return fails;
+	T_CHECK_EQ(fails, 0);
+	st_result(scenario, JITRING_ENGINE_RINGS, n, st->entries_written,
+		  fails ? 0 : st->entries_written, st->lost_io, faults,
+		  fails == 0);
 }
 
 /* ------------------------------------------------------------------ */
@@ -219,7 +227,7 @@ static void phase_drop(void)
 	gate_set(true);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	jitring_stats(jr, &st);
-	T_CHECK_EQ(verify(path, p, opts.threads, &st), 0);
+	verify("drop-stalled-flusher", path, p, opts.threads, &st, tot.eagain);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	for (unsigned i = 0; i < opts.threads; i++)
 		st_log_fini(&p[i].log);
@@ -280,7 +288,8 @@ static void phase_lossless(void)
 	printf("lossless: %u threads, %" PRIu64 " entries, %" PRIu64
 	       " ring-full waits\n", opts.threads, ok, st.ring_full_waits);
 	T_CHECK(st.ring_full_waits >= opts.threads);
-	T_CHECK_EQ(verify(path, p, opts.threads, &st), 0);
+	verify("lossless-stalled-flusher", path, p, opts.threads, &st,
+	       st.ring_full_waits);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	for (unsigned i = 0; i < opts.threads; i++)
 		st_log_fini(&p[i].log);
@@ -342,7 +351,7 @@ static void phase_attach_stall(void)
 	T_CHECK_EQ(tot.enomem, 0);
 	T_CHECK_EQ(tot.ok, n);
 	T_CHECK_EQ(st.refused_nomem, 0);
-	T_CHECK_EQ(verify(path, p, n, &st), 0);
+	verify("attach-stalled-flusher", path, p, n, &st, n);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	for (unsigned i = 0; i < n; i++)
 		st_log_fini(&p[i].log);
@@ -427,7 +436,7 @@ static void phase_budget_burst(void)
 	T_CHECK_EQ(tot.enomem, 0);
 	T_CHECK_EQ(tot.ok, n);
 	T_CHECK_EQ(st.refused_nomem, 0);
-	T_CHECK_EQ(verify(path, p, n, &st), 0);
+	verify("budget-burst", path, p, n, &st, n);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	for (unsigned i = 0; i < n; i++)
 		st_log_fini(&p[i].log);

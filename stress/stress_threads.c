@@ -156,6 +156,9 @@ int main(int argc, char **argv)
 	jitring_stats(jr, &st);
 	v.nlogs = created + 1;
 	T_CHECK_EQ(st_verify(&v), 0);
+	st_result("threads", o.engine, created, st.entries_written,
+		  t_failed ? 0 : st.entries_written, st.lost_io, 0,
+		  t_failed == 0);
 	{
 		FILE *f = fopen(path, "rb");
 		uint8_t tail[16];

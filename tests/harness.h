@@ -7,7 +7,9 @@
 #ifndef JITRING_TESTS_HARNESS_H
 #define JITRING_TESTS_HARNESS_H
 
+#include <ftw.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -15,7 +17,8 @@
 #define T_EXIT_FAIL 1
 #define T_EXIT_SKIP 77
 
-static unsigned long t_passed, t_failed;
+/* Atomic: checks run on many threads (and in signal handlers). */
+static _Atomic unsigned long t_passed, t_failed;
 
 #define T_CHECK(c)                                                          \
 	do {                                                                \
@@ -54,7 +57,8 @@ static unsigned long t_passed, t_failed;
 
 static inline int t_report(void)
 {
-	printf("%lu passed, %lu failed\n", t_passed, t_failed);
+	printf("%lu passed, %lu failed\n", atomic_load(&t_passed),
+	       atomic_load(&t_failed));
 	fflush(stdout);
 	return t_failed ? T_EXIT_FAIL : T_EXIT_PASS;
 }
@@ -64,6 +68,22 @@ static inline void t_skip(const char *why)
 	printf("SKIP: %s\n0 passed, 0 failed\n", why);
 	fflush(stdout);
 	exit(T_EXIT_SKIP);
+}
+
+static inline int t_rm_one(const char *path, const struct stat *sb,
+			   int flag, struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	remove(path); /* carry on past what cannot be removed */
+	return 0;
+}
+
+/* Remove @dir and everything below it (a test's scratch directory). */
+static inline void t_rmtree(const char *dir)
+{
+	nftw(dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 #endif /* JITRING_TESTS_HARNESS_H */

@@ -495,16 +495,6 @@ static void test_not_stalled(void)
 	T_CHECK_EQ(jitring_close(jr), 0);
 }
 
-static int rm_one(const char *path, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 int main(void)
 {
 	const char *tmp = getenv("TMPDIR");
@@ -518,7 +508,7 @@ int main(void)
 	test_not_stalled();
 	atomic_store(&jitring_testpoint_hook, NULL);
 	if (t_failed == 0)
-		nftw(base, rm_one, 8, FTW_DEPTH | FTW_PHYS);
+		t_rmtree(base);
 	else
 		printf("dumps kept in %s\n", base);
 	return t_report();
