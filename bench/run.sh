@@ -5,10 +5,10 @@
 #   bash bench/run.sh quick|full [BUILD_DIR]
 #
 # quick: CPython shape at 1..4096 threads, the other shapes at 1/8/256/4096,
-#        one repetition, 150k entries per round, 3 rounds (~5 minutes).
+#        one repetition, 150k entries per round, 3 rounds (2.5 minutes idle).
 # full:  every shape at every thread count, 3 repetitions (interleaved:
 #        the whole matrix once, then again), 400k entries per round,
-#        5 rounds (~25-30 minutes on 2 cores).
+#        5 rounds (5 minutes on an idle 2-core VM).
 # Both then run the callgrind instruction counts and the RSS drivers and
 # write bench/results/summary-<mode>.md, summary-<mode>.json and PNG plots,
 # and print the ratio table.
