@@ -83,10 +83,6 @@ int main(int argc, char **argv)
 
 	opts = (struct st_opts){ .threads = 256, .entries = 4, .count = 20 };
 	st_setup(argc, argv, &opts, "stress_burst");
-	if (!st_spec_init()) {
-		st_cleanup(&opts, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	T_REQUIRE(opts.threads > 0 && opts.entries > 0);
 	spec = (struct st_spec){ opts.seed, ST_F_UNW | ST_F_DBG | ST_F_JUMBO,
 				 "" };

@@ -101,10 +101,6 @@ int main(int argc, char **argv)
 
 	opts = (struct st_opts){ .count = 20000, .alive = 64, .entries = 4 };
 	st_setup(argc, argv, &opts, "stress_churn");
-	if (!st_spec_init()) {
-		st_cleanup(&opts, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	T_REQUIRE(opts.count > 0 && opts.count < UINT32_MAX && opts.alive > 0 &&
 		  opts.entries > 0 && opts.entries + 1 <= ST_LOG_INLINE);
 	spec = (struct st_spec){ opts.seed, ST_F_UNW | ST_F_DBG | ST_F_JUMBO,

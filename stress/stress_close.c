@@ -176,10 +176,6 @@ int main(int argc, char **argv)
 
 	opts = (struct st_opts){ .threads = 64, .entries = 16, .count = 30 };
 	st_setup(argc, argv, &opts, "stress_close");
-	if (!st_spec_init()) {
-		st_cleanup(&opts, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	spec = (struct st_spec){ opts.seed, ST_F_UNW | ST_F_DBG, "" };
 	T_REQUIRE(opts.threads > 0);
 

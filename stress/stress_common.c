@@ -184,6 +184,10 @@ void st_setup(int argc, char **argv, struct st_opts *o, const char *prog)
 	}
 	if (!o->engine)
 		o->engine = JITRING_ENGINE_RINGS;
+	if (!st_spec_init()) {
+		printf("skipped: no call frame preset for this architecture\n");
+		exit(ST_EXIT_SKIP);
+	}
 	if (o->dir[0]) {
 		if (mkdir(o->dir, 0700) && errno != EEXIST) {
 			fprintf(stderr, "mkdir %s: %s\n", o->dir,

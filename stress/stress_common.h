@@ -85,7 +85,9 @@ struct st_opts {
 
 /*
  * Parse argv over the program's defaults in @o, print the seed and the
- * settings, make the dump directory.  Exits 1 on a bad command line.
+ * settings, build the entries' eh_frame (st_spec_init()), make the dump
+ * directory.  Exits 1 on a bad command line, 77 (skip) where the host has
+ * no call frame preset.
  */
 void st_setup(int argc, char **argv, struct st_opts *o, const char *prog);
 /* Remove the dumps and the directory if the harness made it and @passed. */

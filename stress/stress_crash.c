@@ -307,10 +307,6 @@ int main(int argc, char **argv)
 	opts = (struct st_opts){ .threads = 8, .entries = 4000, .count = 20,
 				 .alive = 1 };
 	st_setup(argc, argv, &opts, "stress_crash");
-	if (!st_spec_init()) {
-		st_cleanup(&opts, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	T_REQUIRE(opts.threads > 0 && opts.threads <= MAX_THREADS);
 	T_REQUIRE(opts.entries > 0);
 	sh_size = sizeof(*sh) +

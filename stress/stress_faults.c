@@ -480,10 +480,6 @@ int main(int argc, char **argv)
 	}
 	if (mode == M_READONLY)
 		return run_readonly();
-	if (!st_spec_init()) {
-		st_cleanup(&opts, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	if (mode >= M_EIO && mode <= M_SLOW_DROP) {
 		if (opts.engine == JITRING_ENGINE_MUTEX) {
 			st_cleanup(&opts, true);

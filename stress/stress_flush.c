@@ -241,10 +241,6 @@ int main(int argc, char **argv)
 
 	opts = (struct st_opts){ .threads = 16, .count = 16, .entries = 2000 };
 	st_setup(argc, argv, &opts, "stress_flush");
-	if (!st_spec_init()) {
-		st_cleanup(&opts, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	T_REQUIRE(opts.count > 0);
 	spec = (struct st_spec){ opts.seed, ST_F_UNW | ST_F_DBG, "" };
 

@@ -206,10 +206,6 @@ int main(int argc, char **argv)
 	opts = (struct st_opts){ .threads = 8, .count = 8, .alive = 4,
 				 .entries = 200 };
 	st_setup(argc, argv, &opts, "stress_fork");
-	if (!st_spec_init()) {
-		st_cleanup(&opts, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	parent_spec = (struct st_spec){ opts.seed, ST_F_UNW | ST_F_DBG, "" };
 
 	jitring_config_init(&cfg);

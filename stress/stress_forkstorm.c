@@ -281,10 +281,6 @@ int main(int argc, char **argv)
 	opts = (struct st_opts){ .threads = 8, .alive = 4, .count = 32,
 				 .entries = 50 };
 	st_setup(argc, argv, &opts, "stress_forkstorm");
-	if (!st_spec_init()) {
-		st_cleanup(&opts, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	T_REQUIRE(opts.alive > 0);
 #if ST_ASAN
 	if (opts.alive > 1) {

@@ -53,10 +53,6 @@ int main(int argc, char **argv)
 	uint64_t t0, deadline = 0;
 
 	st_setup(argc, argv, &o, "stress_growth");
-	if (!st_spec_init()) {
-		st_cleanup(&o, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	spec = (struct st_spec){ o.seed, ST_F_UNW, "" };
 	max_entries = o.entries ? o.entries : 3000;
 	if (!o.count)

@@ -63,10 +63,6 @@ int main(int argc, char **argv)
 	int ret;
 
 	st_setup(argc, argv, &o, "stress_threads");
-	if (!st_spec_init()) {
-		st_cleanup(&o, true);
-		t_skip("no call frame preset for this architecture");
-	}
 	spec = (struct st_spec){ o.seed, ST_F_UNW | ST_F_DBG | ST_F_JUMBO,
 				 "" };
 	max_entries = o.entries;
