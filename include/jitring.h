@@ -338,8 +338,9 @@ JITRING_API int jitring_open(const struct jitring_config *cfg,
  * Context: any thread, concurrently with every call on the same writer.
  * Not async-signal-safe: a call from a signal handler that interrupted
  * jitring_write() or jitring_move() on the same thread returns -EDEADLK and
- * writes nothing; calls from handlers that interrupted other code work but
- * may wait on a full ring.
+ * writes nothing; one that interrupted jitring_close() on the same thread
+ * lands before the close or returns -ESHUTDOWN; calls from handlers that
+ * interrupted other code work but may wait on a full ring.
  * Return: the code_index (> 0, unique in the process) given to the
  * CODE_LOAD; -EINVAL for a NULL argument, empty name, code_size 0, an
  * eh_frame that is malformed or not a multiple of 4, a line table with a

@@ -210,9 +210,17 @@ static int reserve_locked(struct jitring *jr, struct mutex_eng *m,
 
 static int lock_open(struct jitring *jr, struct mutex_eng *m)
 {
-	uint32_t s;
-	int ret = lock_take(m);
+	uint32_t s = atomic_load_explicit(&jr->state, memory_order_acquire);
+	int ret;
 
+	/*
+	 * Closing: refuse before the lock, which close holds while it
+	 * flushes (a handler interrupting jitring_close() on this thread
+	 * gets -ESHUTDOWN rather than a self-deadlock).
+	 */
+	if (unlikely(s != JR_OPEN && s != JR_FORKED))
+		return jitring_refuse_state(jr, s);
+	ret = lock_take(m);
 	if (ret) {
 		jitring_count(&jr->c.refused_invalid, 1);
 		return ret;
