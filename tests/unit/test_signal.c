@@ -852,6 +852,16 @@ static void window_handler(int sig, siginfo_t *si, void *uc)
 	errno = saved;
 }
 
+/* Point window_handler at @jr, reset its results, install it. */
+static void window_arm(struct jitring *jr)
+{
+	atomic_store(&h_jr, jr);
+	atomic_store(&n5_selflock, 0);
+	atomic_store(&n5_runs, 0);
+	atomic_store(&n5_nested, 1);
+	install(SIGUSR1, window_handler, 0);
+}
+
 static void test_mutex_window(void)
 {
 	static const char *const where[] = {
@@ -875,11 +885,7 @@ static void test_mutex_window(void)
 
 		tdir_make(&d);
 		jr = open_in(&d, JITRING_ENGINE_MUTEX, 0);
-		atomic_store(&h_jr, jr);
-		atomic_store(&n5_selflock, 0);
-		atomic_store(&n5_runs, 0);
-		atomic_store(&n5_nested, 1);
-		install(SIGUSR1, window_handler, 0);
+		window_arm(jr);
 
 		tl_arm = arm;
 		i_outer = jitring_write(jr, &outer);
@@ -935,11 +941,7 @@ static void test_mutex_close_window(void)
 		tdir_make(&d);
 		jr = open_in(&d, JITRING_ENGINE_MUTEX, 0);
 		T_CHECK(jitring_write(jr, &pre) > 0);
-		atomic_store(&h_jr, jr);
-		atomic_store(&n5_selflock, 0);
-		atomic_store(&n5_runs, 0);
-		atomic_store(&n5_nested, 1);
-		install(SIGUSR1, window_handler, 0);
+		window_arm(jr);
 		tl_countdown = k;
 		tl_arm = 3;
 		T_CHECK_EQ(jitring_close(jr), 0);
