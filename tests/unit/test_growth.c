@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -104,6 +105,33 @@ static void stats(struct jitring_stats *st)
 	jitring_stats(jr, st);
 }
 
+/*
+ * Watchdog: a run normally takes well under a second (ASan included).  If
+ * one hangs, say in which phase and with which counters before meson's
+ * timeout kills it silently (a hang was seen once under ASan on a loaded
+ * machine and never reproduced; this is what the next one will tell).
+ */
+static volatile sig_atomic_t phase;
+
+static void watchdog(int sig)
+{
+	struct jitring_stats st;
+
+	(void)sig;
+	stats(&st);
+	fprintf(stderr, "test_growth: stuck in phase %d (gate %s, %u parked): "
+		"entries_written %llu, rings_grown %llu, refills_waited "
+		"%llu, ring_full_waits %llu, threads_attached %llu, "
+		"flushes %llu\n", (int)phase, gate.open ? "open" : "shut",
+		gate.parked, (unsigned long long)st.entries_written,
+		(unsigned long long)st.rings_grown,
+		(unsigned long long)st.refills_waited,
+		(unsigned long long)st.ring_full_waits,
+		(unsigned long long)st.threads_attached,
+		(unsigned long long)st.flushes);
+	abort();
+}
+
 /* Every thread's entries present once, in sequence order. */
 static void verify(const char *path, int threads, const unsigned *count)
 {
@@ -193,6 +221,8 @@ int main(void)
 		eh, sizeof(eh));
 	T_REQUIRE(ehlen > 0);
 	jitring_io_hook = gated_pwritev;
+	signal(SIGALRM, watchdog);
+	alarm(30);
 
 	jitring_config_init(&cfg);
 	cfg.dir = dir;
@@ -200,6 +230,7 @@ int main(void)
 	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
 	snprintf(path, sizeof(path), "%s/jit-%d.dump", dir, (int)getpid());
 
+	phase = 1;
 	/*
 	 * 1. Flusher stalled: a 64 KiB ring fills after ~260 entries, no
 	 * successor can be made, so the thread makes larger rings itself and
@@ -223,6 +254,7 @@ int main(void)
 	count[0] = seq;
 	verify(path, 1, count);
 
+	phase = 2;
 	/*
 	 * 2. A successor made ahead: the ring passes half full while the
 	 * flusher is stalled (it asks to grow), one round runs (the flusher
@@ -252,6 +284,7 @@ int main(void)
 	count[0] = seq;
 	verify(path, 1, count);
 
+	phase = 3;
 	/* 3. Several threads growing at once, stalled then flowing. */
 	{
 		struct worker w[8];
@@ -272,6 +305,7 @@ int main(void)
 		verify(path, 9, count);
 	}
 
+	phase = 4;
 	/*
 	 * 4. Successors nobody takes: 16 threads pass half full while the
 	 * flusher is stalled (each asks to grow), one round gives each a
@@ -312,7 +346,9 @@ int main(void)
 		pthread_barrier_destroy(&barrier);
 	}
 
+	phase = 5;
 	T_CHECK_EQ(jitring_close(jr), 0);
+	alarm(0);
 	stats(&st);
 	T_CHECK_EQ(st.threads_attached, 0);
 	T_CHECK_EQ(st.lost_io, 0);
