@@ -23,7 +23,9 @@
  *	again: rss_registered.  After IDLE_SECONDS (default 2.5; the rings
  *	engine trims rings idle for >= 1 s) with every thread idle:
  *	rss_idle.  Reports (rss_registered - rss_unregistered) / THREADS and
- *	(rss_idle - rss_unregistered) / THREADS in bytes.
+ *	(rss_idle - rss_unregistered) / THREADS in bytes, and the process's
+ *	CPU time and voluntary context switches over the idle period (every
+ *	thread parked on a futex: what is left is the flusher's).
  *
  * Thread stacks are 256 KiB, as in bench_write.  Prints one JSON object.
  */
@@ -150,6 +152,11 @@ static void *idle_thread(void *arg)
 	return NULL;
 }
 
+static double tv_ms(const struct timeval *tv)
+{
+	return (double)tv->tv_sec * 1e3 + (double)tv->tv_usec / 1e3;
+}
+
 static double sec_since(struct timespec *t0)
 {
 	struct timespec t1;
@@ -260,6 +267,9 @@ int main(int argc, char **argv)
 	} else {
 		uint64_t r0, r1, r2;
 		struct timespec d;
+		struct rusage ru0;
+		double idle_cpu_ms;
+		long idle_switches;
 		struct jitring_stats st = { .struct_size = sizeof(st) };
 
 		wait_arrived((unsigned)n);
@@ -273,8 +283,13 @@ int main(int argc, char **argv)
 			jitring_stats(jr, &st);
 		d.tv_sec = (time_t)idle_s;
 		d.tv_nsec = (long)((idle_s - (double)d.tv_sec) * 1e9);
+		getrusage(RUSAGE_SELF, &ru0);
 		while (nanosleep(&d, &d) && errno == EINTR)
 			;
+		getrusage(RUSAGE_SELF, &ru);
+		idle_cpu_ms = tv_ms(&ru.ru_utime) - tv_ms(&ru0.ru_utime) +
+			      tv_ms(&ru.ru_stime) - tv_ms(&ru0.ru_stime);
+		idle_switches = ru.ru_nvcsw - ru0.ru_nvcsw;
 		r2 = bench_rss_bytes();
 		set_phase(2);
 		for (unsigned long i = 0; i < n; i++)
@@ -287,12 +302,14 @@ int main(int argc, char **argv)
 		       "\"rss_registered_bytes\": %llu, \"rss_idle_bytes\": %llu, "
 		       "\"per_thread_registered_bytes\": %.1f, "
 		       "\"per_thread_idle_bytes\": %.1f, \"maxrss_bytes\": %llu, "
+		       "\"idle_cpu_ms\": %.2f, \"idle_voluntary_switches\": %ld, "
 		       "\"errors\": %lu, \"last_error\": %ld, \"refused_nomem\": %llu}\n",
 		       argv[2], n, idle_s, (unsigned long long)r0,
 		       (unsigned long long)r1, (unsigned long long)r2,
 		       ((double)r1 - (double)r0) / (double)n,
 		       ((double)r2 - (double)r0) / (double)n,
 		       (unsigned long long)ru.ru_maxrss * 1024ull,
+		       idle_cpu_ms, idle_switches,
 		       (unsigned long)atomic_load(&errors),
 		       (long)atomic_load(&last_error),
 		       (unsigned long long)st.refused_nomem);
