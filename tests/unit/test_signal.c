@@ -47,10 +47,10 @@
  *     the check fails.  (Was a bug in both windows: in_write was set
  *     after pthread_mutex_lock() and cleared before pthread_mutex_unlock()
  *     in src/engine_mutex.c; docs/reliability.md, bug 4.)
- *  6. a handler interrupting jitring_close() (mutex engine, not under TSan)
- *     right after each lock close takes in turn: its jitring_write()
- *     lands before the close or gets -ESHUTDOWN, and never blocks on the
- *     engine lock close holds while it flushes.
+ *  6. a handler interrupting jitring_close() (both engines, not under
+ *     TSan) right after each lock close takes in turn: its jitring_write()
+ *     lands before the close or gets -ESHUTDOWN, and never blocks on a
+ *     lock close holds (the mutex engine's while it flushes).
  */
 #include <dirent.h>
 #include <dlfcn.h>
@@ -918,13 +918,28 @@ static void test_mutex_window(void)
 }
 
 /*
- * 6. A handler interrupting jitring_close() (mutex engine) right after
- * each pthread_mutex_lock() close makes in turn -- the writer's, the
- * engine's while it flushes: its jitring_write() either lands before the
- * close (a code_index, and the entry is in the file) or is refused with
- * -ESHUTDOWN; it never blocks on a lock its own thread holds.
+ * 6. A handler interrupting jitring_close() right after each
+ * pthread_mutex_lock() close makes in turn (mutex: the writer's, then the
+ * engine's while it flushes; rings: the writer's, then whatever the
+ * flusher's shutdown takes on this thread), and (testpoint builds) right
+ * after close published CLOSING: its jitring_write() either lands before
+ * the close (a code_index, and the entry is in the file) or is refused
+ * with -ESHUTDOWN; it never blocks on a lock its own thread holds.
  */
-static void test_mutex_close_window(void)
+#ifdef JITRING_TESTPOINTS
+static _Thread_local bool tl_close_raise;
+
+static void closing_hook(const char *name, void *arg)
+{
+	(void)arg;
+	if (tl_close_raise && !strcmp(name, "close_closing")) {
+		tl_close_raise = false;
+		raise(SIGUSR1);
+	}
+}
+#endif
+
+static void test_close_window(uint32_t engine)
 {
 	unsigned k, shut = 0, landed = 0;
 
@@ -939,7 +954,7 @@ static void test_mutex_close_window(void)
 		int64_t nested;
 
 		tdir_make(&d);
-		jr = open_in(&d, JITRING_ENGINE_MUTEX, 0);
+		jr = open_in(&d, engine, 0);
 		T_CHECK(jitring_write(jr, &pre) > 0);
 		window_arm(jr);
 		tl_countdown = k;
@@ -970,10 +985,44 @@ static void test_mutex_close_window(void)
 		tdir_remove(&d);
 	}
 	T_CHECK(k > 1 && k < 64);
-	T_CHECK(shut > 0);
-	printf("mutex close windows: a handler after each of the %u lock(s) "
+	/* The mutex engine's flush lock comes after CLOSING; the rings
+	 * engine's close takes no lock after it on this thread. */
+	if (engine == JITRING_ENGINE_MUTEX)
+		T_CHECK(shut > 0);
+#ifdef JITRING_TESTPOINTS
+	{
+		/* Right after close published CLOSING: -ESHUTDOWN. */
+		struct tdir d;
+		struct jitring *jr;
+		struct jitring_entry pre = entry_of("pre_close", 0x2000);
+		struct dump du;
+
+		tdir_make(&d);
+		jr = open_in(&d, engine, 0);
+		T_CHECK(jitring_write(jr, &pre) > 0);
+		window_arm(jr);
+		tl_close_raise = true;
+		atomic_store(&jitring_testpoint_hook, closing_hook);
+		T_CHECK_EQ(jitring_close(jr), 0);
+		atomic_store(&jitring_testpoint_hook, NULL);
+		tl_close_raise = false;
+		uninstall(SIGUSR1);
+		T_CHECK_EQ(atomic_load(&n5_runs), 1);
+		T_CHECK_EQ(atomic_load(&n5_selflock), 0);
+		T_CHECK_EQ(atomic_load(&n5_nested), -ESHUTDOWN);
+		shut += atomic_load(&n5_nested) == -ESHUTDOWN;
+		dump_read(d.dump, &du);
+		T_CHECK_EQ(du.check, 0);
+		T_CHECK(dump_find(&du, "pre_close") != NULL);
+		T_CHECK(dump_find(&du, "window_handler_entry") == NULL);
+		free(du.loads);
+		tdir_remove(&d);
+	}
+#endif
+	printf("close windows, %s: a handler after each of the %u lock(s) "
 	       "close takes: %u write(s) landed before the close, %u got "
-	       "-ESHUTDOWN, none blocked\n", k - 1, landed, shut);
+	       "-ESHUTDOWN, none blocked\n", engine_name(engine), k - 1,
+	       landed, shut);
 }
 #endif
 
@@ -993,7 +1042,8 @@ int main(void)
 	test_other_code(JITRING_ENGINE_MUTEX);
 #if !TS_TSAN
 	test_mutex_window();
-	test_mutex_close_window();
+	test_close_window(JITRING_ENGINE_MUTEX);
+	test_close_window(JITRING_ENGINE_RINGS);
 #else
 	printf("TSan build: case 5 not run (TSan owns pthread_mutex_lock)\n");
 #endif
