@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: all deps deps-bench deps-clang build demo test test-unit test-asan test-tsan \
+.PHONY: all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean
 
 all: build
@@ -23,6 +23,11 @@ deps-bench:
 deps-clang:
 	@bash scripts/deps.sh fuzz
 
+# Best effort: without them the aarch64 trampoline test skips.
+deps-cross:
+	-@bash scripts/deps.sh cross || \
+		echo "jitring: no aarch64 cross tools; tramp_unwind_aarch64 will skip"
+
 build/build.ninja: | deps
 	$(MESON) setup build -Dtestpoints=true -Dbench=disabled
 
@@ -34,7 +39,7 @@ demo: build
 
 # Every test: unit, e2e (through real perf where permitted) and the short
 # stress runs.  The last line is the summary.
-test: build
+test: build deps-cross
 	@rm -f build/meson-logs/testlog.json
 	-@$(MESON) test -C build --no-rebuild --num-processes $(JOBS) \
 		--print-errorlogs --suite unit --suite e2e --suite stress \

@@ -1,21 +1,25 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Install the Debian 12 packages jitring needs, only those missing.
-# Usage: scripts/deps.sh [core|bench|fuzz|all]   (default: core)
+# Usage: scripts/deps.sh [core|bench|fuzz|cross|all]   (default: core)
+# cross: an aarch64 cross compiler and qemu-user, for the aarch64
+# trampoline test (tests/cross/run-aarch64.sh), which skips without them.
 set -euo pipefail
 
 core=(gcc g++ make pkg-config meson ninja-build python3 binutils
       libck-dev linux-perf)
 bench=(libbenchmark-dev valgrind gnuplot-nox)
 fuzz=(clang libclang-rt-14-dev)
+cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 
 want=("${core[@]}")
 case "${1:-core}" in
 core) ;;
 bench) want+=("${bench[@]}") ;;
 fuzz) want+=("${fuzz[@]}") ;;
-all) want+=("${bench[@]}" "${fuzz[@]}") ;;
-*) echo "usage: $0 [core|bench|fuzz|all]" >&2; exit 2 ;;
+cross) want+=("${cross[@]}") ;;
+all) want+=("${bench[@]}" "${fuzz[@]}" "${cross[@]}") ;;
+*) echo "usage: $0 [core|bench|fuzz|cross|all]" >&2; exit 2 ;;
 esac
 
 missing=()
