@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "iogate.h"
 #include "stress_common.h"
 #include "testpoint.h"
 
@@ -62,53 +63,6 @@ static struct st_spec spec;
 static struct st_opts opts;
 
 #ifdef JITRING_TESTPOINTS
-
-/* The flusher's pwritev waits here while the gate is shut. */
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool open;
-	unsigned parked;  /* flusher calls waiting at the gate now */
-	unsigned returned; /* attach-stall: producers that returned */
-} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 0, 0 };
-
-static ssize_t gated_pwritev(int fd, const struct iovec *iov, int cnt,
-			     off_t off)
-{
-	pthread_mutex_lock(&gate.lock);
-	gate.parked++;
-	pthread_cond_broadcast(&gate.cond);
-	while (!gate.open)
-		pthread_cond_wait(&gate.cond, &gate.lock);
-	gate.parked--;
-	pthread_mutex_unlock(&gate.lock);
-	return pwritev(fd, iov, cnt, off);
-}
-
-static void gate_set(bool open)
-{
-	pthread_mutex_lock(&gate.lock);
-	gate.open = open;
-	pthread_cond_broadcast(&gate.cond);
-	pthread_mutex_unlock(&gate.lock);
-}
-
-/* Wait until *v >= want, at most @sec seconds; returns the final value. */
-static unsigned gate_wait(const unsigned *v, unsigned want, int sec)
-{
-	struct timespec ts;
-	unsigned got;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += sec;
-	pthread_mutex_lock(&gate.lock);
-	while (*v < want &&
-	       pthread_cond_timedwait(&gate.cond, &gate.lock, &ts) == 0)
-		;
-	got = *v;
-	pthread_mutex_unlock(&gate.lock);
-	return got;
-}
 
 static int open_writer(const char *name, uint32_t flags, uint32_t ring_size,
 		       char *path, size_t len)
@@ -198,7 +152,7 @@ static void phase_drop(void)
 	char path[4300];
 
 	T_REQUIRE(p != NULL);
-	gate_set(false);
+	t_iogate_set(false);
 	T_REQUIRE(open_writer("drop", JITRING_F_DROP, RING_SIZE, path,
 			      sizeof(path)) == 0);
 	T_REQUIRE(start(p, opts.threads, drop_producer) == 0);
@@ -224,7 +178,7 @@ static void phase_drop(void)
 	T_CHECK_EQ(st.entries_written, 0);
 	T_CHECK_EQ(st.ring_full_waits, 0);
 
-	gate_set(true);
+	t_iogate_set(true);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	jitring_stats(jr, &st);
 	verify("drop-stalled-flusher", path, p, opts.threads, &st, tot.eagain);
@@ -254,7 +208,7 @@ static void phase_lossless(void)
 	char path[4300];
 
 	T_REQUIRE(p != NULL);
-	gate_set(false);
+	t_iogate_set(false);
 	T_REQUIRE(open_writer("lossless", 0, RING_SIZE, path, sizeof(path)) ==
 		  0);
 	T_REQUIRE(start(p, opts.threads, lossless_producer) == 0);
@@ -277,7 +231,7 @@ static void phase_lossless(void)
 		T_CHECK(done < opts.entries && done <= RING_SIZE / MIN_GROUP);
 	}
 
-	gate_set(true);
+	t_iogate_set(true);
 	for (unsigned i = 0; i < opts.threads; i++) {
 		pthread_join(p[i].th, NULL);
 		ok += p[i].log.ok;
@@ -303,10 +257,7 @@ static void *attach_producer(void *arg)
 	struct prod *p = arg;
 
 	st_write(jr, &spec, &p->log);
-	pthread_mutex_lock(&gate.lock);
-	gate.returned++;
-	pthread_cond_broadcast(&gate.cond);
-	pthread_mutex_unlock(&gate.lock);
+	t_iogate_bump(1);
 	return NULL;
 }
 
@@ -320,11 +271,11 @@ static void phase_attach_stall(void)
 	char path[4300];
 
 	T_REQUIRE(p != NULL);
-	gate_set(false);
+	t_iogate_set(false);
 	T_REQUIRE(open_writer("attach", 0, 0, path, sizeof(path)) == 0);
 	/* Thread 0's entry parks the flusher in its first pwritev. */
 	T_REQUIRE(start(p, 1, attach_producer) == 0);
-	T_REQUIRE(gate_wait(&gate.parked, 1, 60) >= 1);
+	T_REQUIRE(t_iogate_wait(&t_iogate.parked, 1, 60) >= 1);
 	pthread_join(p[0].th, NULL);
 
 	for (unsigned i = 1; i < n; i++) {
@@ -332,13 +283,13 @@ static void phase_attach_stall(void)
 		T_REQUIRE(st_thread_create(&p[i].th, attach_producer, &p[i]) ==
 			  0);
 	}
-	returned = gate_wait(&gate.returned, n, 8);
+	returned = t_iogate_wait(&t_iogate.count, n, 8);
 	jitring_stats(jr, &st);
 	printf("attach-stall: %u of %u threads returned while the flusher "
 	       "was stalled; refills_waited %" PRIu64 ", refused_nomem %"
 	       PRIu64 "\n", returned, n, st.refills_waited,
 	       st.refused_nomem);
-	gate_set(true);
+	t_iogate_set(true);
 	for (unsigned i = 1; i < n; i++)
 		pthread_join(p[i].th, NULL);
 	T_CHECK_EQ(jitring_flush(jr), 0);
@@ -367,10 +318,7 @@ static void *burst_producer(void *arg)
 	struct prod *p = arg;
 
 	st_write(jr, &spec, &p->log);
-	pthread_mutex_lock(&gate.lock);
-	gate.returned++;
-	pthread_cond_broadcast(&gate.cond);
-	pthread_mutex_unlock(&gate.lock);
+	t_iogate_bump(1);
 	/* Keep the ring until every thread of the burst has one. */
 	st_gate_wait(&hold);
 	return NULL;
@@ -386,11 +334,11 @@ static void phase_budget_burst(void)
 	char path[4300];
 
 	T_REQUIRE(p != NULL);
-	gate_set(false);
+	t_iogate_set(false);
 	/* Default config: adaptive ring size, 512 MiB budget. */
 	T_REQUIRE(open_writer("burst", 0, 0, path, sizeof(path)) == 0);
 	T_REQUIRE(start(p, 1, attach_producer) == 0);
-	T_REQUIRE(gate_wait(&gate.parked, 1, 60) >= 1);
+	T_REQUIRE(t_iogate_wait(&t_iogate.parked, 1, 60) >= 1);
 	pthread_join(p[0].th, NULL);
 
 	/* Burst 1 while the flusher is stalled: most threads make rings. */
@@ -401,7 +349,7 @@ static void phase_budget_burst(void)
 	}
 	for (unsigned i = 1; i <= b1; i++)
 		pthread_join(p[i].th, NULL);
-	gate_set(true);
+	t_iogate_set(true);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	jitring_stats(jr, &st);
@@ -411,15 +359,13 @@ static void phase_budget_burst(void)
 	       st.refills_ahead, st.threads_attached);
 
 	/* Burst 2: b2 threads that hold their rings at once. */
-	pthread_mutex_lock(&gate.lock);
-	gate.returned = 0;
-	pthread_mutex_unlock(&gate.lock);
+	t_iogate_bump(0);
 	for (unsigned i = 1 + b1; i < n; i++) {
 		st_log_init(&p[i].log, i, 0);
 		T_REQUIRE(st_thread_create(&p[i].th, burst_producer, &p[i]) ==
 			  0);
 	}
-	T_CHECK(gate_wait(&gate.returned, b2, 60) >= b2);
+	T_CHECK(t_iogate_wait(&t_iogate.count, b2, 60) >= b2);
 	st_gate_open(&hold);
 	for (unsigned i = 1 + b1; i < n; i++)
 		pthread_join(p[i].th, NULL);
@@ -455,7 +401,7 @@ int main(int argc, char **argv)
 	spec = (struct st_spec){ opts.seed, ST_F_UNW | ST_F_DBG, "" };
 	T_REQUIRE(opts.threads > 0);
 	/* Set before any flusher thread exists (see testpoint.h). */
-	jitring_io_hook = gated_pwritev;
+	jitring_io_hook = t_iogate_pwritev;
 
 	if (!strcmp(opts.mode, "attach-stall")) {
 		phase_attach_stall();

@@ -22,46 +22,17 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "iogate.h"
 #include "jitring.h"
 #include "reader.h"
 #include "testpoint.h"
 
 #ifdef JITRING_TESTPOINTS
 
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool open;
-	unsigned parked;  /* flusher calls waiting at the gate */
-} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, true, 0 };
-
-static ssize_t gated_pwritev(int fd, const struct iovec *iov, int cnt,
-			     off_t off)
-{
-	pthread_mutex_lock(&gate.lock);
-	gate.parked++;
-	pthread_cond_broadcast(&gate.cond);
-	while (!gate.open)
-		pthread_cond_wait(&gate.cond, &gate.lock);
-	gate.parked--;
-	pthread_mutex_unlock(&gate.lock);
-	return pwritev(fd, iov, cnt, off);
-}
-
-static void gate_set(bool open)
-{
-	pthread_mutex_lock(&gate.lock);
-	gate.open = open;
-	pthread_cond_broadcast(&gate.cond);
-	pthread_mutex_unlock(&gate.lock);
-}
-
+/* The flusher is parked once its write waits at the gate. */
 static void wait_parked(void)
 {
-	pthread_mutex_lock(&gate.lock);
-	while (!gate.parked)
-		pthread_cond_wait(&gate.cond, &gate.lock);
-	pthread_mutex_unlock(&gate.lock);
+	t_iogate_wait(&t_iogate.parked, 1, 0);
 }
 
 /*
@@ -122,8 +93,8 @@ static void watchdog(int sig)
 	fprintf(stderr, "test_growth: stuck in phase %d (gate %s, %u parked): "
 		"entries_written %llu, rings_grown %llu, refills_waited "
 		"%llu, ring_full_waits %llu, threads_attached %llu, "
-		"flushes %llu\n", (int)phase, gate.open ? "open" : "shut",
-		gate.parked, (unsigned long long)st.entries_written,
+		"flushes %llu\n", (int)phase, t_iogate.open ? "open" : "shut",
+		t_iogate.parked, (unsigned long long)st.entries_written,
 		(unsigned long long)st.rings_grown,
 		(unsigned long long)st.refills_waited,
 		(unsigned long long)st.ring_full_waits,
@@ -220,7 +191,8 @@ int main(void)
 		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE), sizeof(code),
 		eh, sizeof(eh));
 	T_REQUIRE(ehlen > 0);
-	jitring_io_hook = gated_pwritev;
+	t_iogate_set(true);
+	jitring_io_hook = t_iogate_pwritev;
 	signal(SIGALRM, watchdog);
 	alarm(30);
 
@@ -236,7 +208,7 @@ int main(void)
 	 * successor can be made, so the thread makes larger rings itself and
 	 * never waits.
 	 */
-	gate_set(false);
+	t_iogate_set(false);
 	T_CHECK(put(0, seq++) > 0);
 	wait_parked();
 	stats(&st0);
@@ -249,7 +221,7 @@ int main(void)
 	T_CHECK_EQ(st.ring_full_waits, 0);
 
 	/* Everything lands, in order, across the rings. */
-	gate_set(true);
+	t_iogate_set(true);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	count[0] = seq;
 	verify(path, 1, count);
@@ -262,15 +234,15 @@ int main(void)
 	 * the thread switches without making a ring itself.
 	 */
 	T_CHECK_EQ(jitring_thread_detach(jr), 1);
-	gate_set(false);
+	t_iogate_set(false);
 	T_CHECK(put(0, seq++) > 0);	/* a fresh 64 KiB ring */
 	wait_parked();
 	for (int i = 0; i < 150; i++)	/* > 32 KiB: past half full */
 		T_CHECK(put(0, seq++) > 0);
 	stats(&st0);
-	gate_set(true);
+	t_iogate_set(true);
 	full_round(jr);
-	gate_set(false);
+	t_iogate_set(false);
 	T_CHECK(put(0, seq++) > 0);
 	wait_parked();
 	for (int i = 0; i < 400; i++)	/* > 64 KiB: fills the ring */
@@ -279,7 +251,7 @@ int main(void)
 	T_CHECK(st.rings_grown - st0.rings_grown >= 1);
 	T_CHECK_EQ(st.refills_waited, st0.refills_waited);
 	T_CHECK_EQ(st.ring_full_waits, 0);
-	gate_set(true);
+	t_iogate_set(true);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	count[0] = seq;
 	verify(path, 1, count);
@@ -290,7 +262,7 @@ int main(void)
 		struct worker w[8];
 		pthread_t tid[8];
 
-		gate_set(false);
+		t_iogate_set(false);
 		for (int t = 0; t < 8; t++) {
 			w[t] = (struct worker){ .t = t + 1, .n = 3000 };
 			pthread_create(&tid[t], NULL, worker_main, &w[t]);
@@ -300,7 +272,7 @@ int main(void)
 			T_CHECK_EQ(w[t].done, w[t].n);
 			count[t + 1] = w[t].done;
 		}
-		gate_set(true);
+		t_iogate_set(true);
 		T_CHECK_EQ(jitring_flush(jr), 0);
 		verify(path, 9, count);
 	}
@@ -319,7 +291,7 @@ int main(void)
 		pthread_t tid[16];
 
 		pthread_barrier_init(&barrier, NULL, 17);
-		gate_set(false);
+		t_iogate_set(false);
 		T_CHECK(put(0, seq++) > 0);
 		count[0] = seq;
 		wait_parked();
@@ -329,7 +301,7 @@ int main(void)
 		}
 		pthread_barrier_wait(&barrier);	/* all past half full */
 		stats(&st0);
-		gate_set(true);
+		t_iogate_set(true);
 		full_round(jr);			/* successors made */
 		pthread_barrier_wait(&barrier);	/* now detach */
 		for (int t = 0; t < 16; t++) {

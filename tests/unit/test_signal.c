@@ -75,6 +75,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "iogate.h"
 #include "jitring.h"
 #include "reader.h"
 #include "testpoint.h"
@@ -603,30 +604,6 @@ static void test_other_code(uint32_t engine)
 /* 4. Nested while the outer write waits for ring space (rings).        */
 
 #ifdef JITRING_TESTPOINTS
-static struct {
-	pthread_mutex_t lock;
-	pthread_cond_t cond;
-	bool open;
-} gate = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false };
-
-static ssize_t gated_pwritev(int fd, const struct iovec *iov, int cnt,
-			     off_t off)
-{
-	pthread_mutex_lock(&gate.lock);
-	while (!gate.open)
-		pthread_cond_wait(&gate.cond, &gate.lock);
-	pthread_mutex_unlock(&gate.lock);
-	return pwritev(fd, iov, cnt, off);
-}
-
-static void gate_open(void)
-{
-	pthread_mutex_lock(&gate.lock);
-	gate.open = true;
-	pthread_cond_broadcast(&gate.cond);
-	pthread_mutex_unlock(&gate.lock);
-}
-
 #define N4_MAX 400
 
 static _Atomic int64_t n4_nested = 1;  /* 1: the handler has not run */
@@ -688,7 +665,7 @@ static int space_child(void)
 	bool waiting, entered;
 
 	alarm(20);
-	jitring_io_hook = gated_pwritev; /* before the flusher starts */
+	jitring_io_hook = t_iogate_pwritev; /* before the flusher starts */
 	tdir_make(&d);
 	jr = open_in(&d, JITRING_ENGINE_RINGS, 4096);
 	atomic_store(&h_jr, jr);
@@ -707,7 +684,7 @@ static int space_child(void)
 	       entered ? "returned while the outer write waited" :
 	       atomic_load(&n4_state) == 1 ? "is blocked inside jitring_write" :
 	       "has not run", stats_of(jr).ring_full_waits);
-	gate_open();
+	t_iogate_set(true);
 	pthread_join(th, NULL);
 	T_CHECK(POLL_UNTIL(atomic_load(&n4_state) == 2, 5000));
 	uninstall(SIGUSR1);
