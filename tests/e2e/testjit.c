@@ -149,6 +149,94 @@ static void print_stats(const struct jitring_stats *st)
 	printf("  %-18s %d\n", "io_error", st->io_error);
 }
 
+/* Open the writer: before any JIT code is executable (the marker mapping). */
+static int open_writer(void)
+{
+	struct jitring_config cfg = JITRING_CONFIG_INIT;
+	int ret;
+
+	cfg.engine = opt.engine;
+	cfg.dir = opt.dir;
+	ret = jitring_open(&cfg, &jr);
+	if (ret < 0)
+		fprintf(stderr, "testjit: jitring_open: %s\n", strerror(-ret));
+	return ret;
+}
+
+/* Let the workers run for opt.seconds. */
+static void run_for_seconds(void)
+{
+	uint64_t ns = (uint64_t)(opt.seconds * 1e9);
+	struct timespec req = { (time_t)(ns / 1000000000u),
+				(long)(ns % 1000000000u) };
+
+	while (nanosleep(&req, &req) != 0 && errno == EINTR)
+		;
+}
+
+/* Flush and close the writer, then read its stats.  Returns 0 or 1. */
+static int close_writer(struct jitring_stats *st)
+{
+	int ret, status = 0;
+
+	ret = jitring_flush(jr);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_flush: %s\n", strerror(-ret));
+		status = 1;
+	}
+	ret = jitring_close(jr);
+	if (ret < 0) {
+		fprintf(stderr, "testjit: jitring_close: %s\n", strerror(-ret));
+		status = 1;
+	}
+	memset(st, 0, sizeof(*st));
+	st->struct_size = sizeof(*st);
+	jitring_stats(jr, st);
+	return status;
+}
+
+/* Sort @n call times; their mean, or 0. */
+static double sort_times(uint64_t *times, uint64_t n, uint64_t sum)
+{
+	if (!n)
+		return 0.0;
+	qsort(times, n, sizeof(*times), cmp_u64);
+	return (double)sum / (double)n;
+}
+
+/* The summary's first lines, common to both modes. */
+static void print_head(const char *mode, uint32_t engine)
+{
+	printf("== testjit summary ==\n");
+	printf("mode: %s\n", mode);
+	printf("pid: %d\n", (int)getpid());
+	printf("dump: %s/jit-%d.dump\n",
+	       opt.dir ? opt.dir :
+	       getenv("JITRING_DIR") ? getenv("JITRING_DIR") : "/tmp",
+	       (int)getpid());
+	printf("engine: %s\n", engine_name(engine));
+	printf("threads: %u\n", opt.threads);
+}
+
+/*
+ * The first call on a thread takes a ring: report it apart from the
+ * steady state, whose times also include preemption (more threads than
+ * cores), hence the median next to the mean.
+ */
+static void print_call_times(const char *fn, uint64_t first_ns,
+			     uint32_t engine, const uint64_t *times,
+			     uint64_t n, double mean)
+{
+	printf("%s first call: %.0f ns mean over %u threads%s\n", fn,
+	       (double)first_ns / opt.threads, opt.threads,
+	       engine == JITRING_ENGINE_RINGS ?
+		       " (takes the thread's ring)" : "");
+	if (n)
+		printf("%s other calls: %" PRIu64 " calls, median %" PRIu64
+		       " ns, p99 %" PRIu64 " ns, mean %.0f ns\n", fn, n,
+		       times[n / 2], times[n * 99 / 100], mean);
+}
+
 #if defined(__x86_64__)
 
 /*
@@ -341,7 +429,6 @@ static void *worker_main(void *arg)
 
 static int run_asm(void)
 {
-	struct jitring_config cfg = JITRING_CONFIG_INIT;
 	struct jitring_stats st;
 	struct worker *ws;
 	uint64_t total_ok = 0, total_err = 0, total_calls = 0;
@@ -374,14 +461,8 @@ static int run_asm(void)
 	for (slot_size = 64; slot_size < need; slot_size *= 2)
 		;
 
-	cfg.engine = opt.engine;
-	cfg.dir = opt.dir;
-	/* The marker mapping must exist before any JIT code is executable. */
-	ret = jitring_open(&cfg, &jr);
-	if (ret < 0) {
-		fprintf(stderr, "testjit: jitring_open: %s\n", strerror(-ret));
+	if (open_writer() < 0)
 		return 1;
-	}
 
 	ws = calloc(opt.threads, sizeof(*ws));
 	if (!ws)
@@ -413,32 +494,13 @@ static int run_asm(void)
 	t_created = now_ns();
 
 	/* Run for opt.seconds from the moment every function exists. */
-	{
-		uint64_t ns = (uint64_t)(opt.seconds * 1e9);
-		struct timespec req = { (time_t)(ns / 1000000000u),
-					(long)(ns % 1000000000u) };
-
-		while (nanosleep(&req, &req) != 0 && errno == EINTR)
-			;
-	}
+	run_for_seconds();
 	atomic_store(&stop, true);
 	for (i = 0; i < opt.threads; i++)
 		pthread_join(ws[i].thread, NULL);
 	t_end = now_ns();
 
-	ret = jitring_flush(jr);
-	if (ret < 0) {
-		fprintf(stderr, "testjit: jitring_flush: %s\n", strerror(-ret));
-		status = 1;
-	}
-	ret = jitring_close(jr);
-	if (ret < 0) {
-		fprintf(stderr, "testjit: jitring_close: %s\n", strerror(-ret));
-		status = 1;
-	}
-	memset(&st, 0, sizeof(st));
-	st.struct_size = sizeof(st);
-	jitring_stats(jr, &st);
+	status |= close_writer(&st);
 
 	for (i = 0; i < opt.threads; i++) {
 		struct worker *w = &ws[i];
@@ -471,11 +533,6 @@ static int run_asm(void)
 		status = 1;
 	}
 
-	/*
-	 * The first call on a thread takes a ring; report it apart from the
-	 * steady state, whose times also include preemption (more threads
-	 * than cores), hence the median next to the mean.
-	 */
 	if (opt.functions > 1) {
 		times = calloc((size_t)opt.threads * (opt.functions - 1),
 			       sizeof(*times));
@@ -489,35 +546,17 @@ static int run_asm(void)
 				steady_ns += ws[i].write_ns[n];
 			}
 		}
-		if (nr_times) {
-			qsort(times, nr_times, sizeof(*times), cmp_u64);
-			steady_mean = (double)steady_ns / (double)nr_times;
-		}
+		steady_mean = sort_times(times, nr_times, steady_ns);
 	}
 	span_s = (double)(t_created - t_start) / 1e9;
 	wall_rate = span_s > 0 ? (double)total_ok / span_s : 0.0;
-	printf("== testjit summary ==\n");
-	printf("mode: asm (hand-assembled loops, jitring_write)\n");
-	printf("pid: %d\n", (int)getpid());
-	printf("dump: %s/jit-%d.dump\n",
-	       opt.dir ? opt.dir :
-	       getenv("JITRING_DIR") ? getenv("JITRING_DIR") : "/tmp",
-	       (int)getpid());
-	printf("engine: %s\n", engine_name(st.engine));
-	printf("threads: %u\n", opt.threads);
+	print_head("asm (hand-assembled loops, jitring_write)", st.engine);
 	printf("functions: %" PRIu64 " (%u per thread, %zu-byte slots, "
 	       "code %u bytes, eh_frame %s)\n",
 	       total_ok, opt.functions, slot_size, CODE_SIZE,
 	       opt.unwind ? "on" : "off");
-	printf("jitring_write first call: %.0f ns mean over %u threads%s\n",
-	       (double)first_ns / opt.threads, opt.threads,
-	       st.engine == JITRING_ENGINE_RINGS ?
-		       " (takes the thread's ring)" : "");
-	if (nr_times)
-		printf("jitring_write other calls: %" PRIu64 " calls, median %"
-		       PRIu64 " ns, p99 %" PRIu64 " ns, mean %.0f ns\n",
-		       nr_times, times[nr_times / 2],
-		       times[nr_times * 99 / 100], steady_mean);
+	print_call_times("jitring_write", first_ns, st.engine, times,
+			 nr_times, steady_mean);
 	if (steady_mean > 0 && times[nr_times / 2])
 		printf("entries/s: %.0f per thread from the mean, %.0f from "
 		       "the median (time inside jitring_write, first calls "
@@ -662,7 +701,6 @@ static void *rt_worker_main(void *arg)
 
 static int run_runtime(void)
 {
-	struct jitring_config cfg = JITRING_CONFIG_INIT;
 	struct jitring_tramp_template tmpl;
 	struct jitring_stats st;
 	struct rt_worker *ws;
@@ -685,14 +723,8 @@ static int run_runtime(void)
 	eh = tmpl.cfi ? jitring_eh_frame_build(tmpl.cfi, tmpl.code_size,
 					       NULL, 0) : 0;
 
-	cfg.engine = opt.engine;
-	cfg.dir = opt.dir;
-	/* The marker mapping must exist before any JIT code is executable. */
-	ret = jitring_open(&cfg, &jr);
-	if (ret < 0) {
-		fprintf(stderr, "testjit: jitring_open: %s\n", strerror(-ret));
+	if (open_writer() < 0)
 		return 1;
-	}
 	ret = jitring_trampolines_new(jr, &tmpl, &tramps);
 	if (ret < 0) {
 		fprintf(stderr, "testjit: jitring_trampolines_new: %s\n",
@@ -724,14 +756,7 @@ static int run_runtime(void)
 	}
 	pthread_barrier_wait(&start_barrier);
 	t_start = now_ns();
-	{
-		uint64_t ns = (uint64_t)(opt.seconds * 1e9);
-		struct timespec req = { (time_t)(ns / 1000000000u),
-					(long)(ns % 1000000000u) };
-
-		while (nanosleep(&req, &req) != 0 && errno == EINTR)
-			;
-	}
+	run_for_seconds();
 	atomic_store(&stop, true);
 	t_created = t_start;
 	for (i = 0; i < opt.threads; i++) {
@@ -741,19 +766,7 @@ static int run_runtime(void)
 	}
 	t_end = now_ns();
 
-	ret = jitring_flush(jr);
-	if (ret < 0) {
-		fprintf(stderr, "testjit: jitring_flush: %s\n", strerror(-ret));
-		status = 1;
-	}
-	ret = jitring_close(jr);
-	if (ret < 0) {
-		fprintf(stderr, "testjit: jitring_close: %s\n", strerror(-ret));
-		status = 1;
-	}
-	memset(&st, 0, sizeof(st));
-	st.struct_size = sizeof(st);
-	jitring_stats(jr, &st);
+	status |= close_writer(&st);
 	/* No copy runs any more and the writer is closed. */
 	ret = jitring_trampolines_free(tramps);
 	if (ret < 0) {
@@ -798,35 +811,17 @@ static int run_runtime(void)
 				steady_ns += ws[i].get_ns[n];
 			}
 		}
-		if (nr_times) {
-			qsort(times, nr_times, sizeof(*times), cmp_u64);
-			steady_mean = (double)steady_ns / (double)nr_times;
-		}
+		steady_mean = sort_times(times, nr_times, steady_ns);
 	}
 	span_s = (double)(t_created - t_start) / 1e9;
-	printf("== testjit summary ==\n");
-	printf("mode: runtime (jitring_trampolines_get, built-in "
-	       "trampoline)\n");
-	printf("pid: %d\n", (int)getpid());
-	printf("dump: %s/jit-%d.dump\n",
-	       opt.dir ? opt.dir :
-	       getenv("JITRING_DIR") ? getenv("JITRING_DIR") : "/tmp",
-	       (int)getpid());
-	printf("engine: %s\n", engine_name(st.engine));
-	printf("threads: %u\n", opt.threads);
+	print_head("runtime (jitring_trampolines_get, built-in trampoline)",
+		   st.engine);
 	printf("functions: %" PRIu64 " (%u per thread, named %s0..%s%u; "
 	       "trampoline %u bytes, salt at %u, eh_frame %d bytes)\n",
 	       total_ok, opt.functions, opt.prefix, opt.prefix,
 	       opt.functions - 1, tmpl.code_size, tmpl.salt_offset, eh);
-	printf("jitring_trampolines_get first call: %.0f ns mean over %u "
-	       "threads%s\n", (double)first_ns / opt.threads, opt.threads,
-	       st.engine == JITRING_ENGINE_RINGS ?
-		       " (takes the thread's ring)" : "");
-	if (nr_times)
-		printf("jitring_trampolines_get other calls: %" PRIu64
-		       " calls, median %" PRIu64 " ns, p99 %" PRIu64
-		       " ns, mean %.0f ns\n", nr_times, times[nr_times / 2],
-		       times[nr_times * 99 / 100], steady_mean);
+	print_call_times("jitring_trampolines_get", first_ns, st.engine,
+			 times, nr_times, steady_mean);
 	if (nr_times && times[nr_times / 2])
 		printf("entries/s: %.0f per thread (from the median time "
 		       "inside jitring_trampolines_get; the mean, %.0f ns, "
