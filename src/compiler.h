@@ -32,4 +32,15 @@ static inline void jr_cpu_relax(void)
 #endif
 }
 
+/* MurmurHash3's 64-bit finaliser: a bijection that mixes every bit. */
+static inline uint64_t jr_mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	x ^= x >> 33;
+	return x;
+}
+
 #endif /* JITRING_SRC_COMPILER_H */

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "compiler.h"
 #include "reader.h"
 
 /* Field offsets, from the format description. */
@@ -576,16 +577,6 @@ struct u64set {
 	bool has_zero;
 };
 
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 33;
-	x *= 0xff51afd7ed558ccdull;
-	x ^= x >> 33;
-	x *= 0xc4ceb9fe1a85ec53ull;
-	x ^= x >> 33;
-	return x;
-}
-
 static size_t set_count(const struct u64set *s)
 {
 	return s->n + s->has_zero;
@@ -600,7 +591,7 @@ static void set_free(struct u64set *s)
 /* Slot of @key, or of the empty slot where it would go. */
 static size_t set_slot(const struct u64set *s, uint64_t key)
 {
-	size_t i = mix64(key) & s->mask;
+	size_t i = jr_mix64(key) & s->mask;
 
 	while (s->keys[i] && s->keys[i] != key)
 		i = (i + 1) & s->mask;

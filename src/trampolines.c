@@ -143,17 +143,6 @@ static pthread_once_t tr_once = PTHREAD_ONCE_INIT;
 static _Atomic uint64_t tr_key;     /* per process, redrawn after fork */
 static _Atomic uint64_t tr_serial;  /* sets made in this process */
 
-/* splitmix64's finaliser: a bijection on 64-bit values. */
-static uint64_t mix64(uint64_t x)
-{
-	x ^= x >> 30;
-	x *= 0xbf58476d1ce4e5b9ull;
-	x ^= x >> 27;
-	x *= 0x94d049bb133111ebull;
-	x ^= x >> 31;
-	return x;
-}
-
 static void tr_rekey(void)
 {
 	uint64_t k = 0;
@@ -162,7 +151,7 @@ static void tr_rekey(void)
 		k = jitring_clock_ns() ^ (uintptr_t)&k;
 	k ^= atomic_load_explicit(&tr_key, memory_order_relaxed);
 	k ^= (uint64_t)getpid() << 32;
-	atomic_store_explicit(&tr_key, mix64(k), memory_order_relaxed);
+	atomic_store_explicit(&tr_key, jr_mix64(k), memory_order_relaxed);
 }
 
 static void tr_init(void)
@@ -175,13 +164,13 @@ static void tr_init(void)
 /*
  * The 8-byte salt of the copy at @code: distinct for every (set, address)
  * pair of the process while addresses stay below 2^48 and fewer than 65536
- * sets are made, because mix64() is a bijection.
+ * sets are made, because jr_mix64() is a bijection.
  */
 static uint64_t salt_of(const struct jitring_trampolines *t, const void *code)
 {
 	uint64_t v = (uint64_t)(uintptr_t)code ^ (t->serial << 48);
 
-	return mix64(v ^ atomic_load_explicit(&tr_key, memory_order_relaxed));
+	return jr_mix64(v ^ atomic_load_explicit(&tr_key, memory_order_relaxed));
 }
 
 /* ------------------------------------------------------------------ */
