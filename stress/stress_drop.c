@@ -98,10 +98,11 @@ static int start(struct prod *p, unsigned n, void *(*fn)(void *))
 }
 
 /*
- * Verify the dump against the producers' logs, check that it passed and
- * print the scenario's RESULT line; @faults is what the scenario injected.
+ * The end of a phase: verify the dump against the producers' logs, print
+ * the scenario's RESULT line (@faults is what it injected), close the
+ * writer and free the producers.
  */
-static void verify(const char *scenario, const char *path, struct prod *p,
+static void finish(const char *scenario, const char *path, struct prod *p,
 		   unsigned n, const struct jitring_stats *st,
 		   uint64_t faults)
 {
@@ -127,6 +128,10 @@ static void verify(const char *scenario, const char *path, struct prod *p,
 	st_result(scenario, JITRING_ENGINE_RINGS, n, st->entries_written,
 		  fails ? 0 : st->entries_written, st->lost_io, faults,
 		  fails == 0);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	for (unsigned i = 0; i < n; i++)
+		st_log_fini(&p[i].log);
+	free(p);
 }
 
 /* ------------------------------------------------------------------ */
@@ -181,11 +186,7 @@ static void phase_drop(void)
 	t_iogate_set(true);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	jitring_stats(jr, &st);
-	verify("drop-stalled-flusher", path, p, opts.threads, &st, tot.eagain);
-	T_CHECK_EQ(jitring_close(jr), 0);
-	for (unsigned i = 0; i < opts.threads; i++)
-		st_log_fini(&p[i].log);
-	free(p);
+	finish("drop-stalled-flusher", path, p, opts.threads, &st, tot.eagain);
 }
 
 /* ------------------------------------------------------------------ */
@@ -242,12 +243,8 @@ static void phase_lossless(void)
 	printf("lossless: %u threads, %" PRIu64 " entries, %" PRIu64
 	       " ring-full waits\n", opts.threads, ok, st.ring_full_waits);
 	T_CHECK(st.ring_full_waits >= opts.threads);
-	verify("lossless-stalled-flusher", path, p, opts.threads, &st,
+	finish("lossless-stalled-flusher", path, p, opts.threads, &st,
 	       st.ring_full_waits);
-	T_CHECK_EQ(jitring_close(jr), 0);
-	for (unsigned i = 0; i < opts.threads; i++)
-		st_log_fini(&p[i].log);
-	free(p);
 }
 
 /* ------------------------------------------------------------------ */
@@ -302,11 +299,7 @@ static void phase_attach_stall(void)
 	T_CHECK_EQ(tot.enomem, 0);
 	T_CHECK_EQ(tot.ok, n);
 	T_CHECK_EQ(st.refused_nomem, 0);
-	verify("attach-stalled-flusher", path, p, n, &st, n);
-	T_CHECK_EQ(jitring_close(jr), 0);
-	for (unsigned i = 0; i < n; i++)
-		st_log_fini(&p[i].log);
-	free(p);
+	finish("attach-stalled-flusher", path, p, n, &st, n);
 }
 
 /* ------------------------------------------------------------------ */
@@ -382,11 +375,7 @@ static void phase_budget_burst(void)
 	T_CHECK_EQ(tot.enomem, 0);
 	T_CHECK_EQ(tot.ok, n);
 	T_CHECK_EQ(st.refused_nomem, 0);
-	verify("budget-burst", path, p, n, &st, n);
-	T_CHECK_EQ(jitring_close(jr), 0);
-	for (unsigned i = 0; i < n; i++)
-		st_log_fini(&p[i].log);
-	free(p);
+	finish("budget-burst", path, p, n, &st, n);
 }
 
 int main(int argc, char **argv)
