@@ -12,6 +12,9 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "jitring.h"
 
 #define T_EXIT_PASS 0
 #define T_EXIT_FAIL 1
@@ -68,6 +71,17 @@ static inline void t_skip(const char *why)
 	printf("SKIP: %s\n0 passed, 0 failed\n", why);
 	fflush(stdout);
 	exit(T_EXIT_SKIP);
+}
+
+/* A writer's counters (jitring_stats() with the size filled in). */
+static inline struct jitring_stats t_stats(const struct jitring *jr)
+{
+	struct jitring_stats st;
+
+	memset(&st, 0, sizeof(st));
+	st.struct_size = sizeof(st);
+	jitring_stats(jr, &st);
+	return st;
 }
 
 static inline int t_rm_one(const char *path, const struct stat *sb,

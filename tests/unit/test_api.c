@@ -255,16 +255,6 @@ static int open_in(uint32_t engine, const char *dir, uint32_t flags,
 	return jitring_open(&c, out);
 }
 
-static struct jitring_stats stats_of(const struct jitring *jr)
-{
-	struct jitring_stats st;
-
-	memset(&st, 0, sizeof(st));
-	st.struct_size = sizeof(st);
-	jitring_stats(jr, &st);
-	return st;
-}
-
 /* The host preset, or only its entry rules for very short code. */
 static uint32_t build_eh(unsigned char *buf, uint64_t code_size)
 {
@@ -796,7 +786,7 @@ static void test_open_ok(uint32_t engine)
 	/* perf finds the dump through an executable mapping of it. */
 	T_CHECK_EQ(maps_of(d.dump, perms), 1);
 	T_CHECK(strcmp(perms, "r-xp") == 0);
-	st = stats_of(jr);
+	st = t_stats(jr);
 	T_CHECK_EQ(st.engine, engine);
 	T_CHECK_EQ(st.entries_written, 0);
 	T_CHECK_EQ(st.bytes_written, 40);
@@ -853,7 +843,7 @@ static void test_open_null_cfg(void)
 	T_REQUIRE(setenv("JITRING_DIR", d.path, 1) == 0);
 	T_REQUIRE(jitring_open(NULL, &jr) == 0);
 	unsetenv("JITRING_DIR");
-	T_CHECK_EQ(stats_of(jr).engine, JITRING_ENGINE_RINGS);
+	T_CHECK_EQ(t_stats(jr).engine, JITRING_ENGINE_RINGS);
 	dump_read(&du, d.dump);
 	check_header(&du.res.header, host_mach());
 	free(du.buf);
@@ -866,7 +856,7 @@ static void test_open_null_cfg(void)
 	tdir_make(&d);
 	c.dir = d.path;
 	T_REQUIRE(jitring_open(&c, &jr) == 0);
-	T_CHECK_EQ(stats_of(jr).engine, JITRING_ENGINE_RINGS);
+	T_CHECK_EQ(t_stats(jr).engine, JITRING_ENGINE_RINGS);
 	T_CHECK_EQ(file_size(d.dump), 40);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	tdir_remove(&d);
@@ -919,7 +909,7 @@ static void test_write_flush(uint32_t engine)
 			T_CHECK_EQ(jitring_flush(jr), 0);
 			flushes++;
 			size = check_file(d.dump, x, i + 1, false);
-			st = stats_of(jr);
+			st = t_stats(jr);
 			T_CHECK_EQ(st.entries_written, i + 1);
 			T_CHECK_EQ(st.records_written, records);
 			T_CHECK_EQ(st.bytes_written, size);
@@ -931,7 +921,7 @@ static void test_write_flush(uint32_t engine)
 		for (unsigned j = 0; j < i; j++)
 			T_CHECK(x[i].index != x[j].index);
 
-	st = stats_of(jr);
+	st = t_stats(jr);
 	T_CHECK_EQ(st.engine, engine);
 	T_CHECK_EQ(st.entries_written, NW);
 	T_CHECK_EQ(st.records_written, records);
@@ -953,7 +943,7 @@ static void test_write_flush(uint32_t engine)
 	/* A flush with nothing new changes nothing but the count. */
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_CHECK_EQ(file_size(d.dump), (long long)size);
-	T_CHECK_EQ(stats_of(jr).flushes, flushes + 1);
+	T_CHECK_EQ(t_stats(jr).flushes, flushes + 1);
 
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(check_file(d.dump, x, NW, false), size);
@@ -986,7 +976,7 @@ static void test_close_pending(uint32_t engine)
 	}
 	T_CHECK_EQ(jitring_close(jr), 0);
 	check_file(d.dump, x, 5, false);
-	T_CHECK_EQ(stats_of(jr).entries_written, 5);
+	T_CHECK_EQ(t_stats(jr).entries_written, 5);
 	for (unsigned i = 0; i < 5; i++) {
 		went_free(&w[i]);
 		went_free(&s[i]);
@@ -1020,7 +1010,7 @@ static void test_bad_input(uint32_t engine)
 	write_one(jr, &w, &s, &x);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	size0 = file_size(d.dump);
-	st0 = stats_of(jr);
+	st0 = t_stats(jr);
 	T_CHECK_EQ(st0.entries_written, 1);
 
 	longname = malloc(JITRING_NAME_MAX + 2);
@@ -1046,12 +1036,12 @@ static void test_bad_input(uint32_t engine)
 		stmt;                                                       \
 		T_CHECK_EQ(jitring_write(jr, &e_), (want));                 \
 		refused++;                                                  \
-		T_CHECK_EQ(stats_of(jr).refused_invalid, refused);          \
+		T_CHECK_EQ(t_stats(jr).refused_invalid, refused);          \
 	} while (0)
 
 	T_CHECK_EQ(jitring_write(jr, NULL), -EINVAL);
 	refused++;
-	T_CHECK_EQ(stats_of(jr).refused_invalid, refused);
+	T_CHECK_EQ(t_stats(jr).refused_invalid, refused);
 	BAD(-EINVAL, e_.name = NULL);
 	BAD(-EINVAL, e_.name = "");
 	BAD(-E2BIG, e_.name = longname);
@@ -1080,7 +1070,7 @@ static void test_bad_input(uint32_t engine)
 	/* Refusals wrote nothing. */
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_CHECK_EQ(file_size(d.dump), size0);
-	st = stats_of(jr);
+	st = t_stats(jr);
 	T_CHECK_EQ(st.entries_written, 1);
 	T_CHECK_EQ(st.bytes_written, (uint64_t)size0);
 	T_CHECK_EQ(st.refused_invalid, refused);
@@ -1121,7 +1111,7 @@ static void test_bad_input(uint32_t engine)
 	T_CHECK_EQ(jitring_move(jr, UINT64_MAX, &other, m.code, 64), -ENOENT);
 	refused++;
 	/* Every refusal is counted (-ENOENT has no counter of its own). */
-	T_CHECK_EQ(stats_of(jr).refused_invalid, refused);
+	T_CHECK_EQ(t_stats(jr).refused_invalid, refused);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_CHECK_EQ(file_size(d.dump), size0);
 
@@ -1154,7 +1144,7 @@ static void test_bad_input(uint32_t engine)
 		T_CHECK(rec.ts >= t0 && rec.ts <= t1);
 		T_CHECK_EQ(jitring_reader_next(&r, &rec), 0);
 		free(du.buf);
-		st = stats_of(jr);
+		st = t_stats(jr);
 		T_CHECK_EQ(st.entries_written, 2);
 		T_CHECK_EQ(st.bytes_written, (uint64_t)size0 + 64);
 		T_CHECK_EQ(st.refused_invalid, refused);
@@ -1282,19 +1272,19 @@ static void test_close(uint32_t engine)
 		went_free(&w[0]);
 		went_make(&w[0], "too_late", 20, false, false, false, 9);
 		T_CHECK_EQ(jitring_write(jr, &w[0].e), -ESHUTDOWN);
-		T_CHECK_EQ(stats_of(jr).refused_shutdown, 1);
+		T_CHECK_EQ(t_stats(jr).refused_shutdown, 1);
 		T_CHECK_EQ(jitring_move(jr, (uint64_t)x[0].index, &other,
 					NULL, 20), -ESHUTDOWN);
-		T_CHECK_EQ(stats_of(jr).refused_shutdown, 2);
+		T_CHECK_EQ(t_stats(jr).refused_shutdown, 2);
 		T_CHECK_EQ(jitring_flush(jr), -ESHUTDOWN);
 		/* "refused_shutdown: calls refused with -ESHUTDOWN". */
-		T_CHECK_EQ(stats_of(jr).refused_shutdown, 3);
+		T_CHECK_EQ(t_stats(jr).refused_shutdown, 3);
 		T_CHECK_EQ(jitring_close(jr), -EBADF);
 		T_CHECK_EQ(jitring_close(jr), -EBADF);
 		T_CHECK_EQ(file_size(d.dump), size);
 
 		/* Stats still work and describe the file. */
-		st = stats_of(jr);
+		st = t_stats(jr);
 		T_CHECK_EQ(st.engine, engine);
 		T_CHECK_EQ(st.refused_invalid, 0);
 		T_CHECK_EQ(st.entries_written, 3);
@@ -1325,7 +1315,7 @@ static void test_close_empty(uint32_t engine)
 	T_CHECK_EQ(jitring_close(jr), 0);
 	check_file(d.dump, NULL, 0, true);
 	T_CHECK_EQ(file_size(d.dump), 40 + 16);
-	st = stats_of(jr);
+	st = t_stats(jr);
 	T_CHECK_EQ(st.entries_written, 0);
 	T_CHECK_EQ(st.records_written, 1);
 	T_CHECK_EQ(st.bytes_written, 40 + 16);
@@ -1389,7 +1379,7 @@ static void test_detach(uint32_t engine)
 
 	T_CHECK_EQ(jitring_flush(a->jr), 0);
 	check_file(d.dump, a->x, 6, false);
-	st = stats_of(a->jr);
+	st = t_stats(a->jr);
 	T_CHECK_EQ(st.entries_written, 6);
 	if (engine == JITRING_ENGINE_RINGS) {
 		T_CHECK_EQ(st.threads_total, 2);
@@ -1564,7 +1554,7 @@ static void test_threads(uint32_t engine)
 		T_CHECK_EQ(next[t], NPER);
 	free(du.buf);
 
-	st = stats_of(jr);
+	st = t_stats(jr);
 	T_CHECK_EQ(st.entries_written, NTHREADS * NPER);
 	T_CHECK_EQ(st.bytes_written, (uint64_t)file_size(d.dump));
 	T_CHECK_EQ(st.refused_invalid + st.refused_nomem + st.refused_dropped,

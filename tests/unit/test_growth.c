@@ -69,13 +69,6 @@ static int64_t put(int t, unsigned seq)
 	return jitring_write(jr, &e);
 }
 
-static void stats(struct jitring_stats *st)
-{
-	memset(st, 0, sizeof(*st));
-	st->struct_size = sizeof(*st);
-	jitring_stats(jr, st);
-}
-
 /*
  * Watchdog: a run normally takes well under a second (ASan included).  If
  * one hangs, say in which phase and with which counters before meson's
@@ -89,7 +82,7 @@ static void watchdog(int sig)
 	struct jitring_stats st;
 
 	(void)sig;
-	stats(&st);
+	st = t_stats(jr);
 	fprintf(stderr, "test_growth: stuck in phase %d (gate %s, %u parked): "
 		"entries_written %llu, rings_grown %llu, refills_waited "
 		"%llu, ring_full_waits %llu, threads_attached %llu, "
@@ -211,10 +204,10 @@ int main(void)
 	t_iogate_set(false);
 	T_CHECK(put(0, seq++) > 0);
 	wait_parked();
-	stats(&st0);
+	st0 = t_stats(jr);
 	for (int i = 0; i < 2000; i++)
 		T_CHECK(put(0, seq++) > 0);
-	stats(&st);
+	st = t_stats(jr);
 	T_CHECK(st.rings_grown - st0.rings_grown >= 3);
 	T_CHECK_EQ(st.rings_grown - st0.rings_grown,
 		   st.refills_waited - st0.refills_waited);
@@ -239,7 +232,7 @@ int main(void)
 	wait_parked();
 	for (int i = 0; i < 150; i++)	/* > 32 KiB: past half full */
 		T_CHECK(put(0, seq++) > 0);
-	stats(&st0);
+	st0 = t_stats(jr);
 	t_iogate_set(true);
 	full_round(jr);
 	t_iogate_set(false);
@@ -247,7 +240,7 @@ int main(void)
 	wait_parked();
 	for (int i = 0; i < 400; i++)	/* > 64 KiB: fills the ring */
 		T_CHECK(put(0, seq++) > 0);
-	stats(&st);
+	st = t_stats(jr);
 	T_CHECK(st.rings_grown - st0.rings_grown >= 1);
 	T_CHECK_EQ(st.refills_waited, st0.refills_waited);
 	T_CHECK_EQ(st.ring_full_waits, 0);
@@ -300,7 +293,7 @@ int main(void)
 			pthread_create(&tid[t], NULL, detacher_main, &d[t]);
 		}
 		pthread_barrier_wait(&barrier);	/* all past half full */
-		stats(&st0);
+		st0 = t_stats(jr);
 		t_iogate_set(true);
 		full_round(jr);			/* successors made */
 		pthread_barrier_wait(&barrier);	/* now detach */
@@ -311,7 +304,7 @@ int main(void)
 			count[9 + t] = d[t].done;
 		}
 		full_round(jr);			/* rings recycled */
-		stats(&st);
+		st = t_stats(jr);
 		T_CHECK_EQ(st.rings_grown, st0.rings_grown);
 		T_CHECK_EQ(st.threads_attached, 1);	/* main's ring */
 		verify(path, 25, count);
@@ -321,7 +314,7 @@ int main(void)
 	phase = 5;
 	T_CHECK_EQ(jitring_close(jr), 0);
 	alarm(0);
-	stats(&st);
+	st = t_stats(jr);
 	T_CHECK_EQ(st.threads_attached, 0);
 	T_CHECK_EQ(st.lost_io, 0);
 	unlink(path);

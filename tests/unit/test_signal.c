@@ -146,14 +146,6 @@ static struct jitring *open_in(const struct tdir *d, uint32_t engine,
 	return jr;
 }
 
-static struct jitring_stats stats_of(struct jitring *jr)
-{
-	struct jitring_stats st = { .struct_size = sizeof(st) };
-
-	jitring_stats(jr, &st);
-	return st;
-}
-
 /* One CODE_LOAD as the reader saw it. */
 struct load {
 	char name[64];
@@ -349,7 +341,7 @@ static void test_nested_testpoint(void)
 	i_post = jitring_write(jr, &post);
 	T_CHECK(i_post > 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	st = stats_of(jr);
+	st = t_stats(jr);
 	T_CHECK_EQ(st.refused_invalid, 4);
 	T_CHECK_EQ(st.entries_written, 4); /* 3 writes and 1 move */
 	T_CHECK_EQ(jitring_close(jr), 0);
@@ -440,7 +432,7 @@ static void test_nested_fault(uint32_t engine)
 	T_CHECK(i_outer > 0);
 	T_CHECK_EQ(atomic_load(&n2_write), -EDEADLK);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	st = stats_of(jr);
+	st = t_stats(jr);
 	T_CHECK_EQ(st.refused_invalid, 1);
 	T_CHECK_EQ(st.entries_written, 2);
 	T_CHECK_EQ(jitring_close(jr), 0);
@@ -574,7 +566,7 @@ static void test_other_code(uint32_t engine)
 		ok += atomic_load(&n3_ret[k]) > 0;
 	T_CHECK_EQ(ok, N3_SIGNALS);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	st = stats_of(jr);
+	st = t_stats(jr);
 	T_CHECK_EQ(st.entries_written, N3_SIGNALS);
 	T_CHECK_EQ(st.refused_invalid, 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
@@ -673,7 +665,7 @@ static int space_child(void)
 	T_REQUIRE(pthread_create(&th, NULL, space_producer, NULL) == 0);
 
 	/* The producer's ring is full and it waits for space. */
-	waiting = POLL_UNTIL(stats_of(jr).ring_full_waits >= 1, 5000);
+	waiting = POLL_UNTIL(t_stats(jr).ring_full_waits >= 1, 5000);
 	T_CHECK(waiting);
 	/* Anywhere inside that wait (spinning or on the futex) is inside
 	 * the outer jitring_write(). */
@@ -683,7 +675,7 @@ static int space_child(void)
 	printf("space: handler %s; ring_full_waits %" PRIu64 "\n",
 	       entered ? "returned while the outer write waited" :
 	       atomic_load(&n4_state) == 1 ? "is blocked inside jitring_write" :
-	       "has not run", stats_of(jr).ring_full_waits);
+	       "has not run", t_stats(jr).ring_full_waits);
 	t_iogate_set(true);
 	pthread_join(th, NULL);
 	T_CHECK(POLL_UNTIL(atomic_load(&n4_state) == 2, 5000));
@@ -699,7 +691,7 @@ static int space_child(void)
 		ok += n4_ret[k] > 0;
 	T_CHECK_EQ(ok, n);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	st = stats_of(jr);
+	st = t_stats(jr);
 	T_CHECK_EQ(jitring_close(jr), 0);
 
 	dump_read(d.dump, &du);
@@ -882,7 +874,7 @@ static void test_mutex_window(void)
 		T_CHECK_EQ(self, 0);
 		T_CHECK_EQ(atomic_load(&n5_nested), -EDEADLK);
 		T_CHECK_EQ(jitring_flush(jr), 0);
-		st = stats_of(jr);
+		st = t_stats(jr);
 		T_CHECK_EQ(st.entries_written, 1);
 		T_CHECK_EQ(jitring_close(jr), 0);
 		dump_read(d.dump, &du);

@@ -144,16 +144,6 @@ static struct jitring *open_writer(const struct tdir *d, uint32_t engine)
 	return jr;
 }
 
-static struct jitring_stats stats_of(const struct jitring *jr)
-{
-	struct jitring_stats st;
-
-	memset(&st, 0, sizeof(st));
-	st.struct_size = sizeof(st);
-	jitring_stats(jr, &st);
-	return st;
-}
-
 /* The dump must be valid and sorted; returns its bytes. */
 static unsigned char *dump_checked(const char *path, size_t *len,
 				   struct jitring_check_result *res)
@@ -606,7 +596,7 @@ static void test_bad_input(uint32_t engine)
 		T_REQUIRE(jitring_trampolines_new(jr, &big.t, &set) == 0);
 	}
 
-	refused = stats_of(jr).refused_invalid;
+	refused = t_stats(jr).refused_invalid;
 	memset(longname, 'x', sizeof(longname) - 1);
 	longname[sizeof(longname) - 1] = '\0';
 	T_CHECK_EQ(jitring_trampolines_get(NULL, "f", &addr), -EINVAL);
@@ -615,8 +605,8 @@ static void test_bad_input(uint32_t engine)
 	T_CHECK_EQ(jitring_trampolines_get(set, "", &addr), -EINVAL);
 	T_CHECK_EQ(jitring_trampolines_get(set, longname, &addr), -EINVAL);
 	T_CHECK(addr == (void *)&good);
-	T_CHECK_EQ(stats_of(jr).refused_invalid - refused, 4);
-	T_CHECK_EQ(stats_of(jr).tramp_copies, 0);
+	T_CHECK_EQ(t_stats(jr).refused_invalid - refused, 4);
+	T_CHECK_EQ(t_stats(jr).tramp_copies, 0);
 	/* The longest name is fine. */
 	longname[JITRING_NAME_MAX] = '\0';
 	T_CHECK(jitring_trampolines_get(set, longname, &addr) > 0);
@@ -784,7 +774,7 @@ static void test_threads(uint32_t engine)
 	/* Phase 0: 64 threads at once (the warm-up for phase 2). */
 	total += burst(set, 0, NR_THREADS, PER_THREAD, 0, &all);
 	two_rounds(jr);
-	s1 = stats_of(jr);
+	s1 = t_stats(jr);
 	arenas = (total + per_arena - 1) / per_arena;
 	if (engine == JITRING_ENGINE_MUTEX) {
 		/* No background thread: the first arena comes from new(),
@@ -823,10 +813,10 @@ static void test_threads(uint32_t engine)
 			copies_add(&all, &c);
 			total++;
 		}
-		s2 = stats_of(jr);
+		s2 = t_stats(jr);
 		T_CHECK_EQ(s2.tramp_arenas_waited, s1.tramp_arenas_waited);
 		two_rounds(jr);
-		s3 = stats_of(jr);
+		s3 = t_stats(jr);
 		T_CHECK(s3.tramp_arenas_ahead > s1.tramp_arenas_ahead);
 		jitring_tramps_state(set, &st);
 		T_CHECK(st.nready >= (int32_t)st.want);
@@ -842,7 +832,7 @@ static void test_threads(uint32_t engine)
 			total += burst(set, 2 + attempt, NR_THREADS, PER_THREAD,
 				       WORK_CALLS, &all);
 			two_rounds(jr);
-			s4 = stats_of(jr);
+			s4 = t_stats(jr);
 			printf("rings: phase 0: %" PRIu64 " ahead, %" PRIu64
 			       " waited; phase 1: %" PRIu64 " arenas taken; "
 			       "phase %d (%" PRIu64 " arenas): %" PRIu64
@@ -874,7 +864,7 @@ static void test_threads(uint32_t engine)
 	check_layout(&all, &ti);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	check_dump(d.dump, &all, &ti);
-	s4 = stats_of(jr);
+	s4 = t_stats(jr);
 	T_CHECK_EQ(s4.tramp_copies, total);
 	T_CHECK_EQ(s4.entries_written, total);
 
@@ -980,7 +970,7 @@ static void test_templates(uint32_t engine)
 		check_layout(&c[i], &ti[i]);
 		check_dump(d.dump, &c[i], &ti[i]);
 	}
-	T_CHECK_EQ(stats_of(jr).tramp_copies, c[0].n + c[1].n + c[2].n);
+	T_CHECK_EQ(t_stats(jr).tramp_copies, c[0].n + c[1].n + c[2].n);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	for (int i = 0; i < 3; i++) {
 		T_CHECK_EQ(jitring_trampolines_free(set[i]), 0);
@@ -1071,7 +1061,7 @@ static void test_close_race(uint32_t engine)
 	}
 	T_CHECK_EQ(bad, 0);
 	T_CHECK_EQ(shut, RACE_THREADS);
-	T_CHECK_EQ(stats_of(jr).tramp_copies, got);
+	T_CHECK_EQ(t_stats(jr).tramp_copies, got);
 	buf = dump_checked(d.dump, &len, &res);
 	T_CHECK_EQ(res.count[JITRING_RD_CODE_LOAD], got);
 	T_CHECK_EQ(res.count[JITRING_RD_CODE_UNWINDING_INFO], got);
@@ -1115,7 +1105,7 @@ static int child_run(struct jitring *jr, struct jitring_trampolines *set,
 
 	take(set, 20, FORK_COPIES, false, &c);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	T_CHECK_EQ(stats_of(jr).tramp_copies, FORK_COPIES);
+	T_CHECK_EQ(t_stats(jr).tramp_copies, FORK_COPIES);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
 	check_layout(&c, ti);
