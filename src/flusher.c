@@ -861,7 +861,7 @@ static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
 			continue;
 		madvise(r->buf, r->size, MADV_DONTNEED);
 		r->trimmed = true;
-		/* Pairs with the acquire load in busy_conflict(). */
+		/* Pairs with the acquire load in trim_wait() (rings.c). */
 		atomic_fetch_and_explicit(&r->pub, ~(uint64_t)JR_PUB_TRIM,
 					  memory_order_release);
 	}

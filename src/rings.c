@@ -531,18 +531,12 @@ static bool id_issued(struct jitring *jr, uint64_t id)
 }
 
 /*
- * fetch_or found BUSY or TRIM already set.  BUSY: only the owner sets it,
- * and produce() already refuses a nested call, so this is a second line of
- * defence: nothing was changed, refuse.  TRIM: the
- * flusher is discarding this idle ring's pages; wait for it to finish.
+ * fetch_or found TRIM set: the flusher is discarding this idle ring's
+ * pages; wait for it to finish.  (BUSY is never found set: only the owner
+ * sets it, and produce() refuses a nested call before it gets here.)
  */
-static JR_NOINLINE int busy_conflict(struct jitring *jr, struct jr_ring *r,
-				     uint64_t old)
+static JR_NOINLINE void trim_wait(struct jr_ring *r)
 {
-	if (old & JR_PUB_BUSY) {
-		jitring_count(&jr->c.refused_invalid, 1);
-		return -EDEADLK;
-	}
 	/* Pairs with the release fetch_and of TRIM in the flusher. */
 	for (unsigned spins = 0; atomic_load_explicit(&r->pub,
 						      memory_order_acquire) &
@@ -553,7 +547,6 @@ static JR_NOINLINE int busy_conflict(struct jitring *jr, struct jr_ring *r,
 		else
 			sched_yield();
 	}
-	return 0;
 }
 
 /* The writer is not open: undo BUSY and say why. */
@@ -690,11 +683,8 @@ again:
 	/* (A): pairs with the seq_cst fence in the flusher's scan. */
 	old = atomic_fetch_or_explicit(&r->pub, JR_PUB_BUSY,
 				       memory_order_seq_cst);
-	if (unlikely(old & (JR_PUB_BUSY | JR_PUB_TRIM))) {
-		ret = busy_conflict(jr, r, old);
-		if (ret)
-			goto err;
-	}
+	if (unlikely(old & JR_PUB_TRIM))
+		trim_wait(r);
 	/* (B): pairs with the seq_cst CAS to JR_CLOSING in jitring_close(). */
 	s = atomic_load_explicit(&jr->state, memory_order_seq_cst);
 	if (unlikely(s != JR_OPEN)) {
