@@ -773,8 +773,20 @@ static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t W,
  */
 static void provide_growth(struct jr_rings *e, uint64_t T)
 {
+	/* Pairs with the release increment in ask_grow() (rings.c). */
+	uint32_t asks = atomic_load_explicit(&e->jr->grow_asks,
+					     memory_order_acquire);
 	uint32_t target = 0;
 
+	/*
+	 * Only when some owner asked since the last pass: each ask is
+	 * considered once.  One the budget cannot serve now is left to its
+	 * owner, which makes its own ring when it fills if the budget then
+	 * allows (grow_ring()).
+	 */
+	if (asks == e->grow_seen)
+		return;
+	e->grow_seen = asks;
 	for (uint32_t i = 0, n = e->nreg; i < n; i++) {
 		struct jr_ring *r = e->reg[i], *g;
 

@@ -92,6 +92,10 @@ struct jitring {
 
 	/* Line 1: the rings flusher's sleep word (see rings.c). */
 	alignas(JITRING_CACHELINE) _Atomic uint32_t sleep;
+	/* Rings: grow requests raised so far (ask_grow(); rare).  In the
+	 * handle, not the engine: a producer may raise one after close
+	 * freed the engine. */
+	_Atomic uint32_t grow_asks;
 
 	/* Line 2: next unreserved code_index (blocks are carved from it). */
 	alignas(JITRING_CACHELINE) _Atomic uint64_t next_id;

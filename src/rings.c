@@ -430,8 +430,10 @@ static JR_NOINLINE void ask_grow(struct jitring *jr, struct jr_ring *r)
 	    jr->ring_min == jr->ring_max || r->size >= jr->ring_max)
 		return;
 	r->grow_asked = true;
-	/* Read by the flusher's scan; the wake below carries it. */
 	atomic_store_explicit(&r->grow_req, 1, memory_order_relaxed);
+	/* Pairs with the acquire load in provide_growth(): it then sees our
+	 * grow_req.  The wake below gets the flusher to look. */
+	atomic_fetch_add_explicit(&jr->grow_asks, 1, memory_order_release);
 	jitring_rings_wake(jr, true);
 }
 

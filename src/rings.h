@@ -128,6 +128,7 @@ struct jr_rings {
 	_Atomic uint32_t pool_gen;     /* futex: bumped after each refill */
 	_Atomic uint32_t pool_want;    /* the pool ran low: refill now */
 	_Atomic uint32_t pool_missed;  /* rings threads had to make themselves */
+	uint32_t grow_seen;            /* flusher: jr->grow_asks last served */
 	/* Rings threads made themselves, for the flusher to register. */
 	_Atomic(struct jr_ring *) attach;
 	_Atomic uint64_t ring_bytes;   /* bytes of ring buffers allocated */
