@@ -723,9 +723,11 @@ struct round_out {
 	bool done;          /* stop: everything is written */
 };
 
-/* Mark LATE the BUSY rings that held the oldest pending group too long. */
-static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t W,
-			  uint64_t *deadline)
+/*
+ * Mark LATE the BUSY rings that held the oldest pending group too long.
+ * Return: the watermark the rings still counted allow (at most T).
+ */
+static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t *deadline)
 {
 	struct jitring *jr = e->jr;
 	struct jr_merge *m = e->m;
@@ -762,7 +764,6 @@ static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t W,
 			*deadline = b->busy_since + hold_ns;
 		nw = nw < b->lb ? nw : b->lb;
 	}
-	(void)W;
 	return nw;
 }
 
@@ -964,7 +965,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	if (e->failed || (stopping && !any_busy && attached))
 		W = UINT64_MAX;
 	else if (attached && m->nheap && m->heap[0]->pk_ts > W)
-		W = mark_late(e, T, W, &deadline);
+		W = mark_late(e, T, &deadline);
 
 	while (m->nheap && m->heap[0]->pk_ts <= W) {
 		struct jr_ring *r = heap_pop(m);
