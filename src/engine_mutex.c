@@ -233,9 +233,17 @@ static int lock_open(struct jitring *jr, struct mutex_eng *m)
 	return 0;
 }
 
-static void unlock(struct mutex_eng *m)
+/*
+ * End a write or move under the lock.  @ret is 0 or the file's error from
+ * this call's own flush or commit, which then wrote nothing of it: count
+ * it as refused.
+ */
+static int unlock_ret(struct jitring *jr, struct mutex_eng *m, int ret)
 {
 	lock_drop(m);
+	if (ret)
+		jitring_count(&jr->c.refused_io, 1);
+	return ret;
 }
 
 /* After a group went into the FILE: account it, or fail the writer. */
@@ -322,9 +330,7 @@ int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
 	}
 	ret = commit_locked(jr, m, g->total, g->nr_records);
 out:
-	unlock(m);
-	if (ret) /* the file failed under this call: nothing of it is in */
-		jitring_count(&jr->c.refused_io, 1);
+	ret = unlock_ret(jr, m, ret);
 	return ret ? ret : (int64_t)code_index;
 }
 
@@ -343,7 +349,7 @@ int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
 	if (code_index == 0 ||
 	    code_index >= atomic_load_explicit(&jr->next_id,
 					       memory_order_relaxed)) {
-		unlock(m);
+		lock_drop(m);
 		jitring_count(&jr->c.refused_invalid, 1);
 		return -ENOENT;
 	}
@@ -357,10 +363,7 @@ int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
 		fwrite(rec, sizeof(rec), 1, m->f);
 		ret = commit_locked(jr, m, sizeof(rec), 1);
 	}
-	unlock(m);
-	if (ret) /* as in jitring_mutex_write() */
-		jitring_count(&jr->c.refused_io, 1);
-	return ret;
+	return unlock_ret(jr, m, ret);
 }
 
 int jitring_mutex_flush(struct jitring *jr)
