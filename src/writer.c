@@ -100,6 +100,7 @@ void jitring_set_io_error(struct jitring *jr, int err)
 #ifdef JITRING_TESTPOINTS
 jitring_io_hook_fn jitring_io_hook;
 _Atomic(jitring_testpoint_fn) jitring_testpoint_hook;
+_Atomic(jitring_fault_fn) jitring_fault_hook;
 #endif
 
 int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
