@@ -1016,6 +1016,25 @@ int jitring_refuse_state(struct jitring *jr, uint32_t s)
 	return atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 }
 
+/*
+ * An argument error: but once close has started, -ESHUTDOWN wins over it
+ * (every call on a closed writer gets -ESHUTDOWN).  Only this error path
+ * reads the state, so valid calls pay nothing for the rule.  Relaxed: the
+ * answer is one of two refusals either way, and a caller ordered after
+ * the close (its own earlier call, or any synchronisation) sees CLOSING by
+ * coherence and happens-before.
+ */
+static JR_NOINLINE int refuse_args(struct jitring *jr, int err)
+{
+	if (atomic_load_explicit(&jr->state, memory_order_relaxed) >=
+	    JR_CLOSING) {
+		jitring_count(&jr->c.refused_shutdown, 1);
+		return -ESHUTDOWN;
+	}
+	jitring_count(&jr->c.refused_invalid, 1);
+	return err;
+}
+
 int64_t jitring_write(struct jitring *jr, const struct jitring_entry *e)
 {
 	struct jitring_group g;
@@ -1024,10 +1043,8 @@ int64_t jitring_write(struct jitring *jr, const struct jitring_entry *e)
 	if (unlikely(!handle_ok(jr)))
 		return -EINVAL;
 	ret = jitring_record_plan(&g, e);
-	if (unlikely(ret)) {
-		jitring_count(&jr->c.refused_invalid, 1);
-		return ret;
-	}
+	if (unlikely(ret))
+		return refuse_args(jr, ret);
 	if (likely(jr->engine == JITRING_ENGINE_RINGS))
 		return jitring_rings_write(jr, &g);
 	return jitring_mutex_write(jr, &g);
@@ -1041,10 +1058,8 @@ int jitring_move(struct jitring *jr, uint64_t code_index, const void *new_addr,
 	if (!handle_ok(jr))
 		return -EINVAL;
 	ret = jitring_record_move_check(new_addr, code_size);
-	if (ret) {
-		jitring_count(&jr->c.refused_invalid, 1);
-		return ret;
-	}
+	if (ret)
+		return refuse_args(jr, ret);
 	if (jr->engine == JITRING_ENGINE_RINGS)
 		return jitring_rings_move(jr, code_index, new_addr, old_addr,
 					  code_size);
