@@ -32,6 +32,7 @@
 #include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -267,23 +268,34 @@ static int commit_locked(struct jitring *jr, struct mutex_eng *m,
 	return 0;
 }
 
+/*
+ * Make room for more block starts.  mmap/mremap, not malloc: a write may
+ * run in a signal handler that interrupted malloc (see jitring_write()).
+ * Without memory the block goes unrecorded and its moves get -ENOENT, as
+ * with the rings engine.
+ */
+static void blocks_grow(struct mutex_eng *m)
+{
+	size_t old = m->blocks_cap * sizeof(*m->blocks);
+	size_t len = old ? 2 * old : (size_t)sysconf(_SC_PAGESIZE);
+	void *p = old ? mremap(m->blocks, old, len, MREMAP_MAYMOVE) :
+			mmap(NULL, len, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return;
+	m->blocks = p;
+	m->blocks_cap = len / sizeof(*m->blocks);
+}
+
 /* The next code_index, under the lock. */
 static uint64_t id_next_locked(struct mutex_eng *m)
 {
 	if (m->id_next == m->id_end) {
 		uint64_t start = jitring_ids_take();
 
-		if (m->nblocks == m->blocks_cap) {
-			size_t cap = m->blocks_cap ? 2 * m->blocks_cap : 16;
-			uint64_t *b = realloc(m->blocks, cap * sizeof(*b));
-
-			/* Without memory the block goes unrecorded and its
-			 * moves get -ENOENT, as with the rings engine. */
-			if (b) {
-				m->blocks = b;
-				m->blocks_cap = cap;
-			}
-		}
+		if (m->nblocks == m->blocks_cap)
+			blocks_grow(m);
 		if (m->nblocks < m->blocks_cap)
 			m->blocks[m->nblocks++] = start;
 		m->id_next = start;
@@ -460,7 +472,8 @@ int jitring_mutex_stop(struct jitring *jr)
 	free(m->buf);
 	m->buf = NULL;
 	/* Late callers are refused before they look at the blocks. */
-	free(m->blocks);
+	if (m->blocks)
+		munmap(m->blocks, m->blocks_cap * sizeof(*m->blocks));
 	m->blocks = NULL;
 	m->nblocks = m->blocks_cap = 0;
 	pthread_mutex_unlock(&m->lock);
