@@ -765,6 +765,18 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
+	/*
+	 * First the parent's files, closed writers' too: the child keeps no
+	 * copy, so its lock does not keep them live after the parent exits,
+	 * and none of them is ever taken for one of the child's.
+	 */
+	for (struct jitring *jr = jr_all; jr; jr = jr->next) {
+		if (jr->file.fd >= 0)
+			close(jr->file.fd);
+		if (jr->map_hold >= 0)
+			close(jr->map_hold);
+		jr->file.fd = jr->map_hold = jr->map_fd = -1;
+	}
 	for (struct jitring *jr = jr_all; jr; jr = jr->next) {
 		uint32_t s = atomic_load_explicit(&jr->state,
 						  memory_order_relaxed);
@@ -773,16 +785,6 @@ static void atfork_child(void)
 
 		pthread_mutex_init(&jr->lock, NULL);
 		atomic_store_explicit(&jr->users, 0, memory_order_relaxed);
-		/*
-		 * The parent's files, closed writers' too: the child keeps no
-		 * copy, so its lock does not keep them live after the parent
-		 * exits, and none of them is ever taken for the child's.
-		 */
-		if (jr->file.fd >= 0)
-			close(jr->file.fd);
-		if (jr->map_hold >= 0)
-			close(jr->map_hold);
-		jr->file.fd = jr->map_hold = jr->map_fd = -1;
 		if (s >= JR_CLOSING) {
 			/* A close was under way in the parent: not ours. */
 			atomic_store_explicit(&jr->state, JR_CLOSED,
