@@ -37,7 +37,7 @@ size_t jitring_perfmap_line(char *buf, uint64_t addr, uint64_t size,
 size_t jitring_perfmap_line_load(char *buf, const uint8_t *group, size_t len);
 
 /**
- * jitring_perfmap_open() - Get /tmp/perf-<pid>.map for @jr (JITRING_F_PERF_MAP).
+ * jitring_perfmap_open() - Get /tmp/perf-<pid>.map (JITRING_F_PERF_MAP).
  * @child: from the fork child handler (see jitring_file_claim()).
  * @from: receives the closed writer whose map this continues, or NULL.
  *

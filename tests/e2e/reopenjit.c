@@ -135,7 +135,8 @@ int main(int argc, char **argv)
 		return 2;
 #if defined(__x86_64__)
 	printf("pid: %d\n", (int)getpid());
-	if (session(1, engine, dir, seconds) || session(2, engine, dir, seconds))
+	if (session(1, engine, dir, seconds) ||
+	    session(2, engine, dir, seconds))
 		return 1;
 	printf("result: ok\n");
 	return 0;

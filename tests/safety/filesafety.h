@@ -32,8 +32,10 @@ static inline const char *sf_engine_name(uint32_t engine)
 /* mkdtemp() under @parent ("/tmp" if NULL) into @buf (>= 128 bytes). */
 static inline void sf_mkdtemp(char *buf, const char *parent)
 {
-	snprintf(buf, 128, "%s/jitring-safety-XXXXXX",
-		 parent ? parent : "/tmp");
+	int n = snprintf(buf, 128, "%s/jitring-safety-XXXXXX",
+			 parent ? parent : "/tmp");
+
+	T_REQUIRE(n > 0 && n < 128);
 	T_REQUIRE(mkdtemp(buf) != NULL);
 }
 
