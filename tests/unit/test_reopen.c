@@ -277,6 +277,8 @@ static void bounded(uint32_t engine)
 	T_CHECK_EQ(sf_open(engine, dir, 0, &jr2), -EEXIST);
 	T_CHECK_EQ(fsize(dump), -1);
 	T_CHECK_EQ(jitring_close(jr), 0);
+	snprintf(dump, sizeof(dump), "/tmp/perf-%d.map", (int)getpid());
+	unlink(dump);
 	t_rmtree(dir);
 	jitring_thread_detach(NULL);
 }
