@@ -472,8 +472,7 @@ void jitring_idmap_free(struct jr_rings *e)
 /* Have the chunk for the next blocks ready before a producer needs it. */
 static void idmap_ahead(struct jr_rings *e)
 {
-	uint64_t next = atomic_load_explicit(&e->jr->next_id,
-					     memory_order_relaxed);
+	uint64_t next = jitring_ids_peek();
 
 	jitring_idmap_chunk(e, next);
 	if ((next & ((1u << JR_IDMAP_SHIFT) - 1)) >

@@ -504,8 +504,7 @@ static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
  */
 static JR_NOINLINE uint64_t id_refill(struct jitring *jr, struct jr_ring *r)
 {
-	uint64_t start = atomic_fetch_add_explicit(&jr->next_id, JR_ID_BLOCK,
-						   memory_order_relaxed);
+	uint64_t start = jitring_ids_take();
 	_Atomic uint64_t *chunk = jitring_idmap_chunk(jr->eng, start);
 
 	r->next_id = start + 1;
@@ -921,9 +920,8 @@ int jitring_rings_start(struct jitring *jr)
 	atomic_init(&e->pool_low, JR_POOL_LOW_INIT);
 	pthread_mutex_init(&e->fork_lock, NULL);
 	make_lock_init(e);
-	/* 64-aligned blocks: each is one idmap word. */
-	atomic_store_explicit(&jr->next_id, JR_ID_BLOCK, memory_order_relaxed);
-	e->file_off = sizeof(struct jitdump_header);
+	/* A continued dump (see jitring_open()) goes on after its end. */
+	e->file_off = jr->file.start;
 	jr->eng = e;
 	ret = jitring_flusher_init(e);
 	if (ret)
