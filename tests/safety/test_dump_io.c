@@ -19,7 +19,7 @@
  *  3. jitring-dump --check /dev/zero: refused at once (exit 2), whatever
  *     the memory limit.
  *  4. A pipe with a header and 256 MiB of zeros: valid (a zero tail), with
- *     a peak RSS far below 256 MiB; with a record after the zeros, the
+ *     a peak RSS (VmHWM) below 64 MiB; with a record after the zeros, the
  *     hole is reported at its start.
  */
 #include <errno.h>
@@ -311,7 +311,32 @@ static void test_dev_zero(void)
 	T_CHECK(strstr(err, "not a regular file, pipe or socket") != NULL);
 }
 
-/* Feed a header, @zeros zero bytes and maybe a record to --check. */
+/*
+ * Peak RSS of @pid's current program (VmHWM), in KiB; -1 if unknown.
+ * Not ru_maxrss: that counts the forked copy of this test before exec.
+ */
+static long hwm_kb(pid_t pid)
+{
+	char path[64], line[256];
+	long kb = -1;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+	f = fopen(path, "r");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "VmHWM: %ld kB", &kb) == 1)
+			break;
+	fclose(f);
+	return kb;
+}
+
+/*
+ * Feed a header, @zeros zero bytes and maybe a record to --check.  The
+ * tool's peak RSS is read once everything is written and it waits for
+ * more (all but the pipe's buffer is through it).
+ */
 static int pipe_zeros(size_t zeros, bool record, char *out, size_t size,
 		      long *maxrss_kb)
 {
@@ -340,12 +365,12 @@ static int pipe_zeros(size_t zeros, bool record, char *out, size_t size,
 		hostile_load(&b, 1, 1, 1);
 		ok = write(in[1], b.p, b.len) == (ssize_t)b.len;
 	}
+	*maxrss_kb = hwm_kb(c.pid);
 	close(in[1]);
 	free(b.p);
 	slurp(c.out, out, size, NULL);
 	slurp(c.err, NULL, 0, NULL);
 	rc = finish(&c, &ru);
-	*maxrss_kb = ru.ru_maxrss;
 	T_CHECK(ok); /* it read everything */
 	return rc;
 }
@@ -364,7 +389,7 @@ static void test_pipe_zeros(void)
 	T_CHECK(strstr(out, ": ok: 0 records") != NULL);
 	T_CHECK(strstr(out, "trailing zero bytes  268435456") != NULL);
 	/* The old reader held all 256 MiB. */
-	T_CHECK(rss < 96 * 1024);
+	T_CHECK(rss > 0 && rss < 64 * 1024);
 
 	rc = pipe_zeros((size_t)8 << 20, true, out, sizeof(out), &rss);
 	printf("pipe, header + 8 MiB of zeros + a record: exit %d\n%s", rc,
