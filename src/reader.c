@@ -405,6 +405,7 @@ static int decode_debug(struct jitring_reader *r, struct jitring_rd_record *rec)
 				    "row %llu of %llu: file name has no NUL",
 				    (unsigned long long)i,
 				    (unsigned long long)rec->nr_entry);
+		rec->last_row_addr = rd64(p + pos);
 		pos = (uint32_t)(nul + 1 - p);
 	}
 	rec->entries_end = pos;
@@ -893,6 +894,8 @@ struct pending {
 	bool on;
 	size_t off;
 	uint64_t code_addr;
+	uint64_t nr_entry;      /* DEBUG_INFO */
+	uint64_t last_row_addr; /* DEBUG_INFO */
 };
 
 struct check_state {
@@ -950,7 +953,27 @@ static int pend(struct check_state *s, struct pending *pd,
 	pd->on = true;
 	pd->off = rec->off;
 	pd->code_addr = rec->code_addr;
+	pd->nr_entry = rec->nr_entry;
+	pd->last_row_addr = rec->last_row_addr;
 	return 0;
+}
+
+/*
+ * A warning only: the pending DEBUG_INFO's last row starts inside the
+ * code of @load, which perf's line program then leaves without a line.
+ */
+static void check_coverage(struct check_state *s,
+			   const struct jitring_rd_record *load)
+{
+	const struct pending *d = &s->debug;
+	uint64_t end = load->code_addr + load->code_size;
+
+	if (end < load->code_addr)
+		end = UINT64_MAX;
+	if (!d->nr_entry || d->last_row_addr >= end)
+		return;
+	if (!s->res->lines_uncovered++)
+		s->res->lines_uncovered_off = d->off;
 }
 
 /*
@@ -1066,6 +1089,8 @@ static int check_one(struct check_state *s, const struct jitring_rd_record *rec)
 		ret = check_load(s, rec);
 		if (ret)
 			return ret;
+		if (s->debug.on)
+			check_coverage(s, rec);
 		s->unwind.on = false;
 		s->debug.on = false;
 		ret = add_task(s, rec);

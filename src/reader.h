@@ -102,6 +102,7 @@ struct jitring_rd_header {
  * @nr_entry: DEBUG_INFO: rows in the line table.
  * @entries_end: DEBUG_INFO: offset in the record just past the last row;
  *	bytes from there to @size are padding.
+ * @last_row_addr: DEBUG_INFO: address of the last row (0 without rows).
  * @unwinding_size: UNWINDING_INFO: bytes of .eh_frame plus .eh_frame_hdr.
  * @eh_frame_hdr_size: UNWINDING_INFO: 20.
  * @mapped_size: UNWINDING_INFO.
@@ -129,6 +130,7 @@ struct jitring_rd_record {
 	uint64_t new_code_addr;
 	uint64_t nr_entry;
 	uint32_t entries_end;
+	uint64_t last_row_addr;
 	uint64_t unwinding_size;
 	uint64_t eh_frame_hdr_size;
 	uint64_t mapped_size;
@@ -418,6 +420,12 @@ const struct jitring_check_rule *jitring_check_rules(size_t *count);
  * @file_size: bytes in the file.
  * @zero_tail: zero bytes between the last record and EOF.
  * @truncated: bytes of a tolerated truncated last record (0 if none).
+ * @lines_uncovered: a warning, not a violation: DEBUG_INFO records whose
+ *	last row starts before the end of their CODE_LOAD's code.  perf 6.1
+ *	ends the line program at the last row, so the code from there on
+ *	gets no source line ("??:0"); jitring itself appends a closing row
+ *	at code_addr + code_size, other writers may not.
+ * @lines_uncovered_off: offset of the first such DEBUG_INFO.
  */
 struct jitring_check_result {
 	const char *rule;
@@ -433,6 +441,8 @@ struct jitring_check_result {
 	uint64_t file_size;
 	uint64_t zero_tail;
 	uint64_t truncated;
+	uint64_t lines_uncovered;
+	uint64_t lines_uncovered_off;
 };
 
 /**

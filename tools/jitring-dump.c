@@ -55,6 +55,10 @@ static void usage(FILE *f, const char *prog)
 		"  -t, --allow-truncated  accept a last record cut short by EOF\n"
 		"  -h, --help             this text\n"
 		"\n"
+		"--check also warns, without failing, about DEBUG_INFO line\n"
+		"tables that end before their code does (perf gives that code\n"
+		"no source line).\n"
+		"\n"
 		"Exit status: 0 ok, 1 rule violation, 2 usage or I/O error.\n"
 		"\n"
 		"Rules:\n",
@@ -325,6 +329,14 @@ static void summary_text(const char *path,
 	if (res->truncated)
 		printf("  %-20s %" PRIu64 " bytes (tolerated)\n",
 		       "truncated tail", res->truncated);
+	if (res->lines_uncovered)
+		printf("warning: %" PRIu64
+		       " DEBUG_INFO line table(s) end before their code does"
+		       " (first at offset %" PRIu64
+		       "): perf gives the code after the last row no source"
+		       " line; end each table with a row at code_addr +"
+		       " code_size\n",
+		       res->lines_uncovered, res->lines_uncovered_off);
 }
 
 static void summary_json(const char *path,
@@ -343,11 +355,13 @@ static void summary_json(const char *path,
 	printf("},\"pids\":%" PRIu64 ",\"tids\":%" PRIu64 ",\"ts_min\":%" PRIu64
 	       ",\"ts_max\":%" PRIu64 ",\"span\":%" PRIu64
 	       ",\"arch_timestamp\":%s,\"bytes\":%" PRIu64
-	       ",\"zero_tail\":%" PRIu64 ",\"truncated\":%" PRIu64 "}\n",
+	       ",\"zero_tail\":%" PRIu64 ",\"truncated\":%" PRIu64
+	       ",\"lines_uncovered\":%" PRIu64 "}\n",
 	       res->pids, res->tids, res->ts_min, res->ts_max, span,
 	       res->header.flags & JITRING_RD_FLAG_ARCH_TIMESTAMP ? "true" :
 								     "false",
-	       res->file_size, res->zero_tail, res->truncated);
+	       res->file_size, res->zero_tail, res->truncated,
+	       res->lines_uncovered);
 }
 
 static int check(const char *path, struct jitring_rd_stream *st,

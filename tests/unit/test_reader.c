@@ -306,7 +306,10 @@ static bool same_result(const struct jitring_check_result *a,
 	    memcmp(a->count, b->count, sizeof(a->count)) ||
 	    a->records != b->records || a->pids != b->pids ||
 	    a->tids != b->tids || a->ts_min != b->ts_min ||
-	    a->ts_max != b->ts_max || a->zero_tail != b->zero_tail || a->truncated != b->truncated)
+	    a->ts_max != b->ts_max ||
+	    a->lines_uncovered != b->lines_uncovered ||
+	    a->lines_uncovered_off != b->lines_uncovered_off ||
+	    a->zero_tail != b->zero_tail || a->truncated != b->truncated)
 		return false;
 	return true;
 }
@@ -530,10 +533,14 @@ static void test_summary(void)
 {
 	struct bb b = { 0 };
 	struct jitring_check_result res;
+	struct valid_offs o;
 
-	build_valid(&b, NULL);
+	build_valid(&b, &o);
 	T_CHECK_EQ(check_agrees(b.p, b.len, 0, &res), 0);
 	T_CHECK(res.rule == NULL);
+	/* rows1 ends at +9 of fn_one's 16 bytes: a warning, not a rule. */
+	T_CHECK_EQ(res.lines_uncovered, 1);
+	T_CHECK_EQ(res.lines_uncovered_off, o.debug);
 	T_CHECK_EQ(res.records, 6);
 	T_CHECK_EQ(res.count[0], 2);
 	T_CHECK_EQ(res.count[1], 1);
@@ -1271,6 +1278,41 @@ static void test_acceptance(void)
 	T_CHECK_EQ(res.header.flags, 1);
 	bb_reset(&b);
 
+	/* Line tables and the code they cover (warnings only). */
+	{
+		static const struct row to_end[] = {
+			{ ADDR1, 10, 0, "a.js" },
+			{ ADDR1 + 4, 42, 0, "a.js" },
+			{ ADDR1 + 4, 42, 0, "a.js" }, /* = code_addr + 4 */
+		};
+		static const struct row past_end[] = {
+			{ ADDR2, 10, 0, "a.js" },
+			{ ADDR2 + 100, 11, 0, "a.js" },
+		};
+
+		hdr(&b);
+		/* Ends exactly at the end of the 4-byte code: fine. */
+		debug(&b, 10, ADDR1, to_end, 3, 0);
+		load(&b, 10, 1, ADDR1, 1, "a", 0, 4);
+		/* Past it: fine.  No rows: nothing to cover. */
+		debug(&b, 11, ADDR2, past_end, 2, 0);
+		load(&b, 11, 1, ADDR2, 2, "b", 0, 4);
+		debug(&b, 12, ADDR3, past_end, 0, 0);
+		load(&b, 12, 1, ADDR3, 3, "c", 0, 4);
+		T_CHECK_EQ(check_agrees(b.p, b.len, 0, &res), 0);
+		T_CHECK_EQ(res.lines_uncovered, 0);
+		/* Ends at +4 of 5 bytes, twice: two warnings. */
+		off = debug(&b, 13, ADDR1, to_end, 2, 0);
+		load(&b, 13, 1, ADDR1, 4, "d", 0, 5);
+		debug(&b, 14, ADDR1, to_end, 3, 0);
+		load(&b, 14, 1, ADDR1, 5, "e", 0, 5);
+		T_CHECK_EQ(check_agrees(b.p, b.len, JITRING_CHECK_SORTED,
+					&res), 0);
+		T_CHECK_EQ(res.lines_uncovered, 2);
+		T_CHECK_EQ(res.lines_uncovered_off, off);
+		bb_reset(&b);
+	}
+
 	/* Zero runs longer than any window: a tail, or a hole. */
 	build_valid(&b, NULL);
 	b.len -= 16; /* drop CLOSE */
@@ -1530,10 +1572,15 @@ static void test_cli(void)
 	if (rc)
 		fprintf(stderr, "%s", out);
 
+	/* The reference file's table leaves fn_one's end uncovered. */
+	T_CHECK(strstr(out, "warning: 1 DEBUG_INFO line table(s) end before "
+			    "their code does (first at offset ") != NULL);
+
 	snprintf(cmd, sizeof(cmd), "'%s' --check --json '%s'", tool, good);
 	rc = run(cmd, out, sizeof(out));
 	T_CHECK_EQ(rc, 0);
 	T_CHECK(strstr(out, "\"valid\":true,\"records\":7") != NULL);
+	T_CHECK(strstr(out, "\"lines_uncovered\":1}") != NULL);
 	T_CHECK_EQ(count_lines(out, true), 1);
 
 	snprintf(cmd, sizeof(cmd), "'%s' --json '%s'", tool, good);
