@@ -74,7 +74,8 @@ extern "C" {
 #define JITRING_CODE_MAX 0x7fffffffu
 /** Largest .eh_frame accepted in one entry. */
 #define JITRING_EH_FRAME_MAX 4096u
-/** Most line-table rows in one entry. */
+/** Most line-table rows in one entry (the caller's: see @lines of struct
+ * jitring_entry for the closing row the library may add). */
 #define JITRING_LINES_MAX 65536u
 
 struct jitring;
@@ -175,9 +176,20 @@ struct jitring_config {
 /**
  * struct jitring_line - One row of a DEBUG_INFO line table.
  * @addr: code address the row starts at; rows in non-decreasing order.
+ *	A row covers the code from @addr to the next row's @addr, and the
+ *	last row covers the code to the end of the function (code_addr +
+ *	code_size): the library closes the table there (see struct
+ *	jitring_entry), so there is no need to end it with a row of its own.
  * @line: source line number.
  * @discrim: DWARF discriminator, usually 0.
  * @file: NUL-terminated source file name, at most JITRING_NAME_MAX bytes.
+ *	An absolute path is best: perf report, perf script and addr2line
+ *	print it as given, and perf annotate shows the source next to the
+ *	code wherever it runs.  A relative name also works for srcline
+ *	reports, but perf annotate finds the source only when it runs in
+ *	the directory the name is relative to (perf's line program has no
+ *	directory table).  A name with no file behind it ("<eval>") gives
+ *	line numbers without source text.
  */
 struct jitring_line {
 	uint64_t addr;
@@ -203,7 +215,15 @@ struct jitring_line {
  *	record's length), at most JITRING_EH_FRAME_MAX; 0 when @eh_frame is
  *	NULL.
  * @nr_lines: rows at @lines, at most JITRING_LINES_MAX; 0 for no DEBUG_INFO.
- * @lines: the line table, or NULL when @nr_lines is 0.
+ * @lines: the line table, or NULL when @nr_lines is 0.  When its last row
+ *	starts inside the code (addr < code_addr + code_size), the DEBUG_INFO
+ *	record gets one more row at code_addr + code_size repeating the last
+ *	row's line, discriminator and file: perf ends the line program it
+ *	generates at the last row's address, so without it the code after
+ *	the last row (often the hot loop) has no source line in perf ("??:0").
+ *	A table that already ends at or past the end of the code is written
+ *	as given.  The extra row is not counted against JITRING_LINES_MAX
+ *	and never makes a call fail; it costs 17 bytes plus the file name.
  */
 struct jitring_entry {
 	const char *name;

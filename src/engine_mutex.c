@@ -362,16 +362,13 @@ int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
 
 		jitring_record_dbg_fixed(g, jitring_clock_ns(), &d);
 		fwrite(&d, sizeof(d), 1, m->f);
-		for (uint32_t i = 0; i < e->nr_lines; i++) {
-			const struct jitring_line *l = &e->lines[i];
-			struct jitdump_debug_entry de = {
-				.addr = l->addr,
-				.lineno = l->line,
-				.discrim = l->discrim,
-			};
+		/* The closing row included: the rings engine's rows. */
+		for (uint32_t i = 0; i < g->dbg_rows; i++) {
+			struct jitdump_debug_entry de;
+			const char *file = jitring_record_dbg_row(g, i, &de);
 
 			fwrite(&de, sizeof(de), 1, m->f);
-			fwrite(l->file, strlen(l->file) + 1, 1, m->f);
+			fwrite(file, strlen(file) + 1, 1, m->f);
 		}
 	}
 	{

@@ -13,15 +13,36 @@
  * the set of loaded code_index values, CLOSE seen, previous timestamp).
  * Sets are open-addressing hash tables so that millions of records and
  * hundreds of thousands of threads stay linear.
+ *
+ * The file under check may be hostile, so the sets must stay linear for
+ * keys chosen against them: with a fixed hash (an invertible mixer), keys
+ * can be picked to share one probe sequence, and n of them cost n^2 / 2
+ * probes.  The hash is SipHash-1-3 under a 128-bit key drawn from
+ * getrandom(2) for every check and never output, so the file's author
+ * cannot know which keys collide: for any file, the expected cost of a
+ * lookup is O(1) (load factor <= 1/2), and the worst case, O(n) per lookup,
+ * would take knowing the key.  SipHash-1-3 is what Python, Rust's HashMap
+ * and the kernel's hsiphash use for tables fed by untrusted input.
+ *
+ * Window mode and the stream (struct jitring_rd_stream) read a file
+ * descriptor a chunk at a time instead of needing it in memory or mapped:
+ * a mapped file that shrinks raises SIGBUS, and /dev/zero or a pipe never
+ * ends.  The window holds at most one record plus one chunk; zero runs are
+ * consumed as they come.
  */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "compiler.h"
 #include "reader.h"
+#include "testpoint.h"
 
 /* Field offsets, from the format description. */
 #define HDR_MAGIC 0
@@ -239,12 +260,15 @@ int jitring_reader_init(struct jitring_reader *r, const void *buf, size_t len,
 	struct jitring_rd_header hd;
 	uint64_t unknown;
 
-	if (!r || (!buf && len) || (flags & ~JITRING_CHECK_ALLOW_TRUNCATED))
+	if (!r || (!buf && len) ||
+	    (flags & ~(JITRING_CHECK_ALLOW_TRUNCATED | JITRING_READER_WINDOW)) ||
+	    ((flags & JITRING_READER_WINDOW) && len < JITRING_RD_HEADER_SIZE))
 		return -EINVAL;
 	memset(r, 0, sizeof(*r));
 	r->buf = p;
 	r->len = len;
 	r->flags = flags;
+	r->more = flags & JITRING_READER_WINDOW;
 	memset(&hd, 0, sizeof(hd));
 	if (len >= JITRING_RD_HEADER_SIZE) {
 		hd.magic = rd32(p + HDR_MAGIC);
@@ -283,11 +307,17 @@ int jitring_reader_init(struct jitring_reader *r, const void *buf, size_t len,
 	return 0;
 }
 
+/* File offset of the next record. */
+static size_t here(const struct jitring_reader *r)
+{
+	return (size_t)(r->base + r->off);
+}
+
 /* A record that EOF cut short: the end of the file, if the caller allows. */
 static int cut_short(struct jitring_reader *r, size_t rem, const char *what)
 {
 	if (!(r->flags & JITRING_CHECK_ALLOW_TRUNCATED))
-		return fail(r, R_RECORD_BOUNDS, r->off,
+		return fail(r, R_RECORD_BOUNDS, here(r),
 			    "%s, only %zu bytes before EOF", what, rem);
 	r->truncated = rem;
 	r->state = 1;
@@ -375,6 +405,7 @@ static int decode_debug(struct jitring_reader *r, struct jitring_rd_record *rec)
 				    "row %llu of %llu: file name has no NUL",
 				    (unsigned long long)i,
 				    (unsigned long long)rec->nr_entry);
+		rec->last_row_addr = rd64(p + pos);
 		pos = (uint32_t)(nul + 1 - p);
 	}
 	rec->entries_end = pos;
@@ -447,6 +478,39 @@ static int decode_unwind(struct jitring_reader *r,
 	return 0;
 }
 
+/* Window mode: ask for @need bytes from r->off. */
+static int more(struct jitring_reader *r, size_t need)
+{
+	r->need = need;
+	return JITRING_READER_MORE;
+}
+
+#define HOLE_DETAIL \
+	"zero bytes followed by non-zero data (a hole loses every later record)"
+
+/*
+ * Window mode: a zero run from r->zero_from goes on through the window.
+ * The whole-file reader decides the same run in one step: a zero tail if
+ * it reaches EOF, a hole (reported at its start) if anything follows.
+ */
+static int zero_run(struct jitring_reader *r)
+{
+	const unsigned char *p = r->buf + r->off;
+
+	if (!all_zero(p, r->len - r->off)) {
+		r->zero_run = false;
+		return fail(r, R_RECORD_SIZE, (size_t)r->zero_from,
+			    HOLE_DETAIL);
+	}
+	r->off = r->len;
+	if (r->more)
+		return more(r, 1);
+	r->zero_run = false;
+	r->zero_tail = (size_t)(r->base + r->len - r->zero_from);
+	r->state = 1;
+	return 0;
+}
+
 int jitring_reader_next(struct jitring_reader *r,
 			struct jitring_rd_record *rec)
 {
@@ -458,8 +522,12 @@ int jitring_reader_next(struct jitring_reader *r,
 		return -EINVAL;
 	if (r->state)
 		return r->state < 0 ? r->state : 0;
+	if (r->zero_run)
+		return zero_run(r);
 	rem = r->len - r->off;
 	p = r->buf + r->off;
+	if (rem < JITRING_RD_PREFIX_SIZE && r->more)
+		return more(r, JITRING_RD_PREFIX_SIZE);
 	if (rem == 0) {
 		r->state = 1;
 		return 0;
@@ -479,35 +547,42 @@ int jitring_reader_next(struct jitring_reader *r,
 		if (id < JITRING_RD_NR_IDS &&
 		    (rem < REC_SIZE + 4 || size >= JITRING_RD_PREFIX_SIZE))
 			return cut_short(r, rem, "partial record prefix");
-		return fail(r, R_TRAILING_GARBAGE, r->off,
+		return fail(r, R_TRAILING_GARBAGE, here(r),
 			    "%zu non-zero bytes after the last record", rem);
 	}
 	id = rd32(p + REC_ID);
 	size = rd32(p + REC_SIZE);
 	if (size < JITRING_RD_PREFIX_SIZE) {
 		if (all_zero(p, rem)) {
+			if (r->more) {
+				r->zero_run = true;
+				r->zero_from = r->base + r->off;
+				return zero_run(r);
+			}
 			r->zero_tail = rem;
 			r->state = 1;
 			return 0;
 		}
 		if (id == 0 && size == 0)
-			return fail(r, R_RECORD_SIZE, r->off,
-				    "zero bytes followed by non-zero data (a hole loses every later record)");
-		return fail(r, R_RECORD_SIZE, r->off,
+			return fail(r, R_RECORD_SIZE, here(r), HOLE_DETAIL);
+		return fail(r, R_RECORD_SIZE, here(r),
 			    "total_size %u < %u", size, JITRING_RD_PREFIX_SIZE);
 	}
 	if (id >= JITRING_RD_NR_IDS)
-		return fail(r, R_RECORD_ID, r->off, "unknown record id %u", id);
+		return fail(r, R_RECORD_ID, here(r), "unknown record id %u",
+			    id);
 	if (size > rem) {
 		char what[64];
 
+		if (r->more)
+			return more(r, size);
 		snprintf(what, sizeof(what), "%s of %u bytes",
 			 type_names[id], size);
 		return cut_short(r, rem, what);
 	}
 
 	memset(rec, 0, sizeof(*rec));
-	rec->off = r->off;
+	rec->off = here(r);
 	rec->id = id;
 	rec->size = size;
 	rec->ts = rd64(p + REC_TS);
@@ -535,6 +610,24 @@ int jitring_reader_next(struct jitring_reader *r,
 	}
 	r->off += size;
 	return 1;
+}
+
+int jitring_reader_feed(struct jitring_reader *r, const void *buf, size_t len,
+			bool eof)
+{
+	size_t keep;
+
+	if (!r || (!buf && len) || !r->more || r->state)
+		return -EINVAL;
+	keep = r->len - r->off;
+	if (len < keep)
+		return -EINVAL;
+	r->base += r->off;
+	r->buf = buf;
+	r->len = len;
+	r->off = 0;
+	r->more = !eof;
+	return 0;
 }
 
 int jitring_reader_line(const struct jitring_rd_record *rec, size_t *cursor,
@@ -566,15 +659,100 @@ int jitring_reader_line(const struct jitring_rd_record *rec, size_t *cursor,
 	return 1;
 }
 
+/* ------------------------------------------------------------------ */
+/* Keyed hash sets.                                                     */
+
+#ifdef JITRING_TESTPOINTS
+uint64_t jitring_reader_set_lookups;
+uint64_t jitring_reader_set_probes;
+#define SET_COUNT(s, field, n) ((s)->field += (n))
+#else
+#define SET_COUNT(s, field, n) ((void)0)
+#endif
+
+struct sipkey {
+	uint64_t k0;
+	uint64_t k1;
+};
+
+static inline uint64_t rotl64(uint64_t x, int b)
+{
+	return (x << b) | (x >> (64 - b));
+}
+
+#define SIPROUND(v0, v1, v2, v3)                                            \
+	do {                                                                \
+		v0 += v1;                                                   \
+		v1 = rotl64(v1, 13);                                        \
+		v1 ^= v0;                                                   \
+		v0 = rotl64(v0, 32);                                        \
+		v2 += v3;                                                   \
+		v3 = rotl64(v3, 16);                                        \
+		v3 ^= v2;                                                   \
+		v0 += v3;                                                   \
+		v3 = rotl64(v3, 21);                                        \
+		v3 ^= v0;                                                   \
+		v2 += v1;                                                   \
+		v1 = rotl64(v1, 17);                                        \
+		v1 ^= v2;                                                   \
+		v2 = rotl64(v2, 32);                                        \
+	} while (0)
+
+/* SipHash-1-3 of the 8-byte little-endian message @m. */
+static uint64_t siphash13_u64(const struct sipkey *k, uint64_t m)
+{
+	uint64_t v0 = k->k0 ^ 0x736f6d6570736575ull;
+	uint64_t v1 = k->k1 ^ 0x646f72616e646f6dull;
+	uint64_t v2 = k->k0 ^ 0x6c7967656e657261ull;
+	uint64_t v3 = k->k1 ^ 0x7465646279746573ull;
+	const uint64_t b = 8ull << 56; /* message length, no tail bytes */
+
+	v3 ^= m;
+	SIPROUND(v0, v1, v2, v3);
+	v0 ^= m;
+	v3 ^= b;
+	SIPROUND(v0, v1, v2, v3);
+	v0 ^= b;
+	v2 ^= 0xff;
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	SIPROUND(v0, v1, v2, v3);
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
 /*
- * Open-addressing set of u64 keys (linear probing, load <= 1/2).  Key 0
- * marks an empty slot, so it is kept aside.
+ * A fresh key per check.  Without getrandom(2) (ENOSYS, or too early in
+ * boot), the clock and the addresses ASLR chose: weaker, still unknown to
+ * whoever wrote the file.
+ */
+static void sipkey_init(struct sipkey *k)
+{
+	struct timespec ts;
+
+	if (getrandom(k, sizeof(*k), GRND_NONBLOCK) == (ssize_t)sizeof(*k))
+		return;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	k->k0 ^= jr_mix64((uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 32 ^
+			  (uint64_t)(uintptr_t)k);
+	k->k1 ^= jr_mix64(k->k0 ^ (uint64_t)(uintptr_t)&sipkey_init ^
+			  (uint64_t)getpid());
+}
+
+/*
+ * Open-addressing set of u64 keys (linear probing, load <= 1/2) hashed
+ * with SipHash under @key (see the top of the file).  Key 0 marks an empty
+ * slot, so it is kept aside.
  */
 struct u64set {
 	uint64_t *keys;
 	size_t mask;
 	size_t n;
 	bool has_zero;
+	struct sipkey key;
+#ifdef JITRING_TESTPOINTS
+	uint64_t lookups;
+	uint64_t probes;
+#endif
 };
 
 static size_t set_count(const struct u64set *s)
@@ -589,35 +767,37 @@ static void set_free(struct u64set *s)
 }
 
 /* Slot of @key, or of the empty slot where it would go. */
-static size_t set_slot(const struct u64set *s, uint64_t key)
+static size_t set_slot(struct u64set *s, uint64_t key)
 {
-	size_t i = jr_mix64(key) & s->mask;
+	size_t i = siphash13_u64(&s->key, key) & s->mask;
 
-	while (s->keys[i] && s->keys[i] != key)
+	SET_COUNT(s, lookups, 1);
+	while (s->keys[i] && s->keys[i] != key) {
+		SET_COUNT(s, probes, 1);
 		i = (i + 1) & s->mask;
+	}
 	return i;
 }
 
 static int set_grow(struct u64set *s)
 {
 	size_t cap = s->keys ? (s->mask + 1) * 2 : 1024;
-	struct u64set t = { .mask = cap - 1 };
+	struct u64set t = *s;
 	size_t i;
 
+	t.mask = cap - 1;
 	t.keys = calloc(cap, sizeof(*t.keys));
 	if (!t.keys)
 		return -ENOMEM;
 	for (i = 0; s->keys && i <= s->mask; i++)
 		if (s->keys[i])
 			t.keys[set_slot(&t, s->keys[i])] = s->keys[i];
-	t.n = s->n;
-	t.has_zero = s->has_zero;
 	set_free(s);
 	*s = t;
 	return 0;
 }
 
-static bool set_find(const struct u64set *s, uint64_t key)
+static bool set_find(struct u64set *s, uint64_t key)
 {
 	if (!key)
 		return s->has_zero;
@@ -659,7 +839,7 @@ struct idxset {
 	struct u64set big;
 };
 
-static bool idx_find(const struct idxset *s, uint64_t key)
+static bool idx_find(struct idxset *s, uint64_t key)
 {
 	if (key < s->nbits && (s->bits[key / 64] >> (key % 64) & 1))
 		return true;
@@ -673,7 +853,7 @@ static int idx_add(struct idxset *s, uint64_t key)
 	uint64_t *bits;
 	int ret;
 
-	if (idx_find(s, key))
+	if (key < s->nbits && (s->bits[key / 64] >> (key % 64) & 1))
 		return 0;
 	limit = 64 * (s->n + 4096);
 	if (key >= s->nbits && key < limit) {
@@ -688,10 +868,15 @@ static int idx_add(struct idxset *s, uint64_t key)
 		s->nbits = nbits;
 	}
 	if (key < s->nbits) {
+		/* It may have gone to the hash set before the bitmap grew
+		 * to cover it. */
+		if (s->big.n + s->big.has_zero && set_find(&s->big, key))
+			return 0;
 		s->bits[key / 64] |= 1ull << (key % 64);
 	} else {
+		/* One hash: set_add() finds it if it is there. */
 		ret = set_add(&s->big, key);
-		if (ret < 0)
+		if (ret <= 0)
 			return ret;
 	}
 	s->n++;
@@ -709,6 +894,8 @@ struct pending {
 	bool on;
 	size_t off;
 	uint64_t code_addr;
+	uint64_t nr_entry;      /* DEBUG_INFO */
+	uint64_t last_row_addr; /* DEBUG_INFO */
 };
 
 struct check_state {
@@ -716,6 +903,10 @@ struct check_state {
 	struct jitring_check_result *res;
 	const unsigned char *buf;
 	size_t len;
+	struct jitring_rd_stream *st;
+	uint32_t last_pid;
+	bool have_task;
+	uint64_t tid_seen[256]; /* tid + 1 of a tid in @tids, by tid % 256 */
 	struct idxset indices;
 	struct u64set pids;
 	struct u64set tids;
@@ -762,44 +953,99 @@ static int pend(struct check_state *s, struct pending *pd,
 	pd->on = true;
 	pd->off = rec->off;
 	pd->code_addr = rec->code_addr;
+	pd->nr_entry = rec->nr_entry;
+	pd->last_row_addr = rec->last_row_addr;
 	return 0;
 }
 
-/* Offset of the first CODE_LOAD of @index (the file is valid up to it). */
+/*
+ * A warning only: the pending DEBUG_INFO's last row starts inside the
+ * code of @load, which perf's line program then leaves without a line.
+ */
+static void check_coverage(struct check_state *s,
+			   const struct jitring_rd_record *load)
+{
+	const struct pending *d = &s->debug;
+	uint64_t end = load->code_addr + load->code_size;
+
+	if (end < load->code_addr)
+		end = UINT64_MAX;
+	if (!d->nr_entry || d->last_row_addr >= end)
+		return;
+	if (!s->res->lines_uncovered++)
+		s->res->lines_uncovered_off = d->off;
+}
+
+/*
+ * Offset of the first CODE_LOAD of @index (the file is valid up to it), by
+ * reading the file again; SIZE_MAX when it cannot be (a pipe, an error).
+ */
 static size_t first_load(const struct check_state *s, uint64_t index)
 {
+	struct jitring_rd_stream st;
 	struct jitring_reader r;
 	struct jitring_rd_record rec;
+	size_t off = SIZE_MAX;
 
-	if (jitring_reader_init(&r, s->buf, s->len, 0, NULL))
-		return 0;
-	while (jitring_reader_next(&r, &rec) == 1)
-		if (rec.id == JITRING_RD_CODE_LOAD && rec.code_index == index)
-			return rec.off;
-	return 0;
+	if (s->buf) {
+		if (jitring_reader_init(&r, s->buf, s->len, 0, NULL))
+			return SIZE_MAX;
+		while (jitring_reader_next(&r, &rec) == 1)
+			if (rec.id == JITRING_RD_CODE_LOAD &&
+			    rec.code_index == index)
+				return rec.off;
+		return SIZE_MAX;
+	}
+	if (!s->st || !s->st->regular ||
+	    jitring_stream_open(&st, s->st->fd, 0))
+		return SIZE_MAX;
+	while (jitring_stream_next(&st, &rec) == 1) {
+		if (rec.id == JITRING_RD_CODE_LOAD && rec.code_index == index) {
+			off = rec.off;
+			break;
+		}
+	}
+	jitring_stream_close(&st);
+	return off;
 }
 
 static int check_load(struct check_state *s,
 		      const struct jitring_rd_record *rec)
 {
+	size_t first;
 	int ret;
 
 	ret = idx_add(&s->indices, rec->code_index);
 	if (ret < 0)
 		return ret;
-	if (ret == 0)
+	if (ret)
+		return 0;
+	first = first_load(s, rec->code_index);
+	if (first == SIZE_MAX)
 		return violate(s->res, R_INDEX_DUPLICATE, rec->off,
-			       "code_index %llu already loaded at offset %zu",
-			       (unsigned long long)rec->code_index,
-			       first_load(s, rec->code_index));
-	return 0;
+			       "code_index %llu already loaded earlier (the input cannot be read again to say where)",
+			       (unsigned long long)rec->code_index);
+	return violate(s->res, R_INDEX_DUPLICATE, rec->off,
+		       "code_index %llu already loaded at offset %zu",
+		       (unsigned long long)rec->code_index, first);
 }
 
 static int add_task(struct check_state *s, const struct jitring_rd_record *rec)
 {
-	if (set_add(&s->pids, rec->pid) < 0 ||
-	    set_add(&s->tids, rec->tid) < 0)
+	/* Nearly every record has the pid before it: skip its hash, */
+	if (!s->have_task || rec->pid != s->last_pid) {
+		if (set_add(&s->pids, rec->pid) < 0)
+			return -ENOMEM;
+		s->have_task = true;
+		s->last_pid = rec->pid;
+	}
+	/* And one of the few tids seen lately: skip the other (it is known
+	 * to the set, so the set's answer cannot change). */
+	if (s->tid_seen[rec->tid % 256] == (uint64_t)rec->tid + 1)
+		return 0;
+	if (set_add(&s->tids, rec->tid) < 0)
 		return -ENOMEM;
+	s->tid_seen[rec->tid % 256] = (uint64_t)rec->tid + 1;
 	return 0;
 }
 
@@ -843,6 +1089,8 @@ static int check_one(struct check_state *s, const struct jitring_rd_record *rec)
 		ret = check_load(s, rec);
 		if (ret)
 			return ret;
+		if (s->debug.on)
+			check_coverage(s, rec);
 		s->unwind.on = false;
 		s->debug.on = false;
 		ret = add_task(s, rec);
@@ -880,6 +1128,56 @@ static int check_one(struct check_state *s, const struct jitring_rd_record *rec)
 	return 0;
 }
 
+static void check_begin(struct check_state *s, unsigned int flags,
+			struct jitring_check_result *res)
+{
+	struct sipkey key;
+
+	memset(s, 0, sizeof(*s));
+	s->flags = flags;
+	s->res = res;
+	sipkey_init(&key);
+	s->indices.big.key = key;
+	s->pids.key = key;
+	s->tids.key = key;
+}
+
+/* The end of a walk that returned @ret, whose reader is @r. */
+static int check_end(struct check_state *s, const struct jitring_reader *r,
+		     int ret)
+{
+	struct jitring_check_result *res = s->res;
+
+	if (ret == -EBADMSG) {
+		snprintf(res->detail, sizeof(res->detail), "%s", r->detail);
+		res->rule = r->rule;
+		res->off = r->err_off;
+		ret = 1;
+	} else if (ret == 0 && (s->unwind.on || s->debug.on) &&
+		   !r->truncated) {
+		/* A torn last record may have been the group's CODE_LOAD. */
+		ret = orphan(s, "EOF");
+	}
+	res->zero_tail = r->zero_tail;
+	res->truncated = r->truncated;
+	res->pids = set_count(&s->pids);
+	res->tids = set_count(&s->tids);
+#ifdef JITRING_TESTPOINTS
+	__atomic_fetch_add(&jitring_reader_set_lookups,
+			   s->indices.big.lookups + s->pids.lookups +
+				   s->tids.lookups,
+			   __ATOMIC_RELAXED);
+	__atomic_fetch_add(&jitring_reader_set_probes,
+			   s->indices.big.probes + s->pids.probes +
+				   s->tids.probes,
+			   __ATOMIC_RELAXED);
+#endif
+	idx_free(&s->indices);
+	set_free(&s->pids);
+	set_free(&s->tids);
+	return ret;
+}
+
 int jitring_check(const void *buf, size_t len, unsigned int flags,
 		  struct jitring_check_result *res)
 {
@@ -896,12 +1194,9 @@ int jitring_check(const void *buf, size_t len, unsigned int flags,
 	    (flags & ~(JITRING_CHECK_SORTED | JITRING_CHECK_ALLOW_TRUNCATED)))
 		return -EINVAL;
 
-	memset(&s, 0, sizeof(s));
-	s.flags = flags;
-	s.res = res;
+	check_begin(&s, flags, res);
 	s.buf = buf;
 	s.len = len;
-
 	ret = jitring_reader_init(&r, buf, len,
 				  flags & JITRING_CHECK_ALLOW_TRUNCATED,
 				  &res->header);
@@ -911,21 +1206,201 @@ int jitring_check(const void *buf, size_t len, unsigned int flags,
 			break;
 		ret = check_one(&s, &rec);
 	}
-	if (ret == -EBADMSG) {
-		snprintf(res->detail, sizeof(res->detail), "%s", r.detail);
-		res->rule = r.rule;
-		res->off = r.err_off;
-		ret = 1;
-	} else if (ret == 0 && (s.unwind.on || s.debug.on) && !r.truncated) {
-		/* A torn last record may have been the group's CODE_LOAD. */
-		ret = orphan(&s, "EOF");
+	return check_end(&s, &r, ret);
+}
+
+int jitring_check_stream(struct jitring_rd_stream *st, unsigned int flags,
+			 struct jitring_check_result *res)
+{
+	struct check_state s;
+	struct jitring_rd_record rec;
+	int ret;
+
+	if (!res)
+		return -EINVAL;
+	memset(res, 0, sizeof(*res));
+	if (!st || st->started ||
+	    (flags & ~(JITRING_CHECK_SORTED | JITRING_CHECK_ALLOW_TRUNCATED)) ||
+	    (flags & JITRING_CHECK_ALLOW_TRUNCATED) !=
+		    (st->flags & JITRING_CHECK_ALLOW_TRUNCATED))
+		return -EINVAL;
+
+	check_begin(&s, flags, res);
+	s.st = st;
+	do {
+		ret = jitring_stream_next(st, &rec);
+		if (ret <= 0)
+			break;
+		ret = check_one(&s, &rec);
+	} while (ret == 0);
+	res->header = st->header;
+	res->file_size = st->regular ? st->size : st->pos;
+	return check_end(&s, &st->r, ret);
+}
+
+/* ------------------------------------------------------------------ */
+/* Streams.                                                             */
+
+int jitring_stream_open(struct jitring_rd_stream *st, int fd,
+			unsigned int flags)
+{
+	struct stat sb;
+
+	if (!st || fd < 0 || (flags & ~JITRING_CHECK_ALLOW_TRUNCATED))
+		return -EINVAL;
+	memset(st, 0, sizeof(*st));
+	st->fd = fd;
+	st->flags = flags;
+	st->chunk = JITRING_STREAM_CHUNK;
+	if (fstat(fd, &sb) < 0)
+		return -errno;
+	if (S_ISDIR(sb.st_mode))
+		return -EISDIR;
+	if (S_ISREG(sb.st_mode)) {
+		st->regular = true;
+		st->size = (uint64_t)sb.st_size;
+	} else if (!S_ISFIFO(sb.st_mode) && !S_ISSOCK(sb.st_mode)) {
+		return -ENODEV;
 	}
-	res->zero_tail = r.zero_tail;
-	res->truncated = r.truncated;
-	res->pids = set_count(&s.pids);
-	res->tids = set_count(&s.tids);
-	idx_free(&s.indices);
-	set_free(&s.pids);
-	set_free(&s.tids);
-	return ret;
+	return 0;
+}
+
+void jitring_stream_close(struct jitring_rd_stream *st)
+{
+	if (!st)
+		return;
+	free(st->buf);
+	st->buf = NULL;
+	st->cap = 0;
+}
+
+/*
+ * Make the window hold the @keep unconsumed bytes at @from, then read on
+ * until it holds @want bytes, its capacity is full or EOF.
+ *
+ * Capacity: one chunk, or @want when a record is bigger, but never more
+ * than a regular file can still supply, and for a pipe never more than
+ * twice what has arrived: a record that claims 4 GiB costs memory only as
+ * its bytes come.  Return: bytes in the window, or -errno.
+ */
+static ssize_t fill(struct jitring_rd_stream *st, const unsigned char *from,
+		    size_t keep, size_t want)
+{
+	size_t cap = st->chunk > want ? st->chunk : want;
+	size_t len = keep;
+	unsigned char *buf;
+	ssize_t n;
+
+	if (st->regular && cap > keep + (st->size - st->pos))
+		cap = keep + (size_t)(st->size - st->pos);
+	if (!st->regular && cap > st->chunk && cap > 2 * keep)
+		cap = 2 * keep > st->chunk ? 2 * keep : st->chunk;
+	if (cap < keep + 1)
+		cap = keep + 1;
+	if (cap > st->cap) {
+		/* from may point into the old window. */
+		buf = malloc(cap);
+		if (!buf)
+			return -ENOMEM;
+		if (keep)
+			memcpy(buf, from, keep);
+		free(st->buf);
+		st->buf = buf;
+		st->cap = cap;
+	} else if (from != st->buf) {
+		memmove(st->buf, from, keep);
+	}
+	JITRING_TESTPOINT(reader_fill, st);
+	while (len < cap && !st->eof) {
+		if (st->regular) {
+			size_t ask = cap - len;
+
+			if (ask > st->size - st->pos)
+				ask = (size_t)(st->size - st->pos);
+			if (ask == 0) {
+				st->eof = true;
+				break;
+			}
+			n = pread(st->fd, st->buf + len, ask, (off_t)st->pos);
+		} else {
+			n = read(st->fd, st->buf + len, cap - len);
+		}
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0) {
+			/* A regular file that ends early shrank meanwhile. */
+			if (st->regular)
+				return -ENODATA;
+			st->eof = true;
+			break;
+		}
+		st->pos += (uint64_t)n;
+		len += (size_t)n;
+		if (st->regular && st->pos == st->size)
+			st->eof = true;
+		/* A pipe: decode what has come once enough is there. */
+		if (!st->regular && len >= want)
+			break;
+	}
+	return (ssize_t)len;
+}
+
+/* Read the header and start the reader. */
+static int stream_start(struct jitring_rd_stream *st)
+{
+	ssize_t len;
+
+	st->started = true;
+	len = fill(st, NULL, 0, JITRING_RD_HEADER_SIZE);
+	if (len < 0)
+		return (int)len;
+	/* A window of 40 bytes or more, or the whole file. */
+	while (!st->eof && len < JITRING_RD_HEADER_SIZE) {
+		len = fill(st, st->buf, (size_t)len, JITRING_RD_HEADER_SIZE);
+		if (len < 0)
+			return (int)len;
+	}
+	return jitring_reader_init(&st->r, st->buf, (size_t)len,
+				   st->flags |
+					   (st->eof ? 0 : JITRING_READER_WINDOW),
+				   &st->header);
+}
+
+int jitring_stream_next(struct jitring_rd_stream *st,
+			struct jitring_rd_record *rec)
+{
+	struct jitring_reader *r;
+	size_t keep;
+	ssize_t len;
+	int ret;
+
+	if (!st || !rec)
+		return -EINVAL;
+	r = &st->r;
+	if (!st->started) {
+		ret = stream_start(st);
+		if (ret) {
+			if (ret != -EBADMSG)
+				r->state = ret;
+			return ret;
+		}
+	}
+	for (;;) {
+		ret = jitring_reader_next(r, rec);
+		if (ret != JITRING_READER_MORE)
+			return ret;
+		keep = r->len - r->off;
+		len = fill(st, r->buf + r->off, keep, r->need);
+		if (len < 0) {
+			/* Sticky, like a violation. */
+			r->state = (int)len;
+			return (int)len;
+		}
+		ret = jitring_reader_feed(r, st->buf, (size_t)len, st->eof);
+		if (ret)
+			return ret;
+	}
 }

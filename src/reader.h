@@ -17,6 +17,11 @@
  *
  * Every violation has a stable short rule name; jitring_check_rules() lists
  * them with a one-line description.
+ *
+ * Both layers work on a buffer holding the whole file, or on a stream
+ * (struct jitring_rd_stream) that reads a file descriptor through a
+ * bounded window, for files that may be huge, endless (a pipe) or change
+ * while they are read (a live dump).
  */
 #ifndef JITRING_SRC_READER_H
 #define JITRING_SRC_READER_H
@@ -44,6 +49,15 @@
 #define JITRING_CHECK_SORTED (1u << 0)
 /** A last record cut short by EOF ends the file instead of failing. */
 #define JITRING_CHECK_ALLOW_TRUNCATED (1u << 1)
+/**
+ * jitring_reader_init() only: @buf is a window on the start of a longer
+ * file; jitring_reader_next() returns JITRING_READER_MORE where it needs
+ * bytes past the window, and jitring_reader_feed() gives the next window.
+ */
+#define JITRING_READER_WINDOW (1u << 2)
+
+/** jitring_reader_next() in window mode: feed more bytes, then call again. */
+#define JITRING_READER_MORE 2
 
 /**
  * struct jitring_rd_header - The decoded 40-byte file header.
@@ -88,6 +102,7 @@ struct jitring_rd_header {
  * @nr_entry: DEBUG_INFO: rows in the line table.
  * @entries_end: DEBUG_INFO: offset in the record just past the last row;
  *	bytes from there to @size are padding.
+ * @last_row_addr: DEBUG_INFO: address of the last row (0 without rows).
  * @unwinding_size: UNWINDING_INFO: bytes of .eh_frame plus .eh_frame_hdr.
  * @eh_frame_hdr_size: UNWINDING_INFO: 20.
  * @mapped_size: UNWINDING_INFO.
@@ -115,6 +130,7 @@ struct jitring_rd_record {
 	uint64_t new_code_addr;
 	uint64_t nr_entry;
 	uint32_t entries_end;
+	uint64_t last_row_addr;
 	uint64_t unwinding_size;
 	uint64_t eh_frame_hdr_size;
 	uint64_t mapped_size;
@@ -140,10 +156,18 @@ struct jitring_rd_line {
 
 /**
  * struct jitring_reader - Cursor over a jitdump image in memory.
- * @buf: the image.
+ * @buf: the image, or in window mode the current window.
  * @len: its length.
- * @off: offset of the next record.
- * @flags: JITRING_CHECK_ALLOW_TRUNCATED or 0.
+ * @off: offset in @buf of the next record.
+ * @base: file offset of @buf[0] (0 unless in window mode).
+ * @flags: JITRING_CHECK_ALLOW_TRUNCATED and JITRING_READER_WINDOW, or 0.
+ * @more: window mode and the window does not reach EOF yet.
+ * @need: after JITRING_READER_MORE: bytes from @off the next window
+ *	should hold (it may hold fewer only when they reach EOF).
+ * @zero_run: in window mode, a run of zero bytes from @zero_from on is
+ *	being consumed: it is a zero tail if it reaches EOF, a hole if
+ *	anything non-zero follows.
+ * @zero_from: file offset where that run starts.
  * @state: 0 while records remain, 1 at the end, a negative errno after a
  *	violation (sticky).
  * @zero_tail: at the end: zero bytes between the last record and EOF.
@@ -153,12 +177,19 @@ struct jitring_rd_line {
  * @detail: after a violation: a human-readable explanation.
  *
  * Filled by jitring_reader_init(); the fields are read-only to callers.
+ * Every offset the reader reports (records, rows, violations) is a file
+ * offset, also in window mode.
  */
 struct jitring_reader {
 	const unsigned char *buf;
 	size_t len;
 	size_t off;
+	uint64_t base;
 	unsigned int flags;
+	bool more;
+	size_t need;
+	bool zero_run;
+	uint64_t zero_from;
 	int state;
 	size_t zero_tail;
 	size_t truncated;
@@ -173,7 +204,8 @@ struct jitring_reader {
  * @buf: the whole file; must stay valid while @r and its records are used.
  * @len: bytes at @buf.
  * @flags: JITRING_CHECK_ALLOW_TRUNCATED to accept a last record cut short
- *	by EOF (it ends the file; @r->truncated says how many bytes it had).
+ *	by EOF (it ends the file; @r->truncated says how many bytes it had);
+ *	JITRING_READER_WINDOW when @buf is only the start of the file.
  * @h: receives the decoded header (filled whenever @len >= 40, even when a
  *	header rule fails); may be NULL.
  *
@@ -181,9 +213,10 @@ struct jitring_reader {
  * header-size and header-flags in that order.
  *
  * Context: any thread; @r must not be shared without locking.
- * Return: 0; -EINVAL if @r is NULL, @buf is NULL with @len > 0 or @flags
- * has unknown bits; -EBADMSG if the header breaks a rule (@r->rule,
- * @r->err_off and @r->detail say which).
+ * Return: 0; -EINVAL if @r is NULL, @buf is NULL with @len > 0, @flags
+ * has unknown bits, or JITRING_READER_WINDOW comes with fewer than 40
+ * bytes; -EBADMSG if the header breaks a rule (@r->rule, @r->err_off and
+ * @r->detail say which).
  */
 int jitring_reader_init(struct jitring_reader *r, const void *buf, size_t len,
 			unsigned int flags, struct jitring_rd_header *h);
@@ -205,13 +238,39 @@ int jitring_reader_init(struct jitring_reader *r, const void *buf, size_t len,
  * trailing-garbage, load-size, load-code, load-name, move-size,
  * debug-size, debug-entries, unwind-size and unwind-hdr.
  *
+ * In window mode the outcome is the same as for the whole file in one
+ * buffer, whatever the window boundaries; a run of zero bytes is consumed
+ * as it comes, so it needs no memory however long it is.
+ *
  * Context: any thread; @r must not be shared without locking.
- * Return: 1 and @rec filled; 0 at the end of the file (and on every later
- * call); -EINVAL if an argument is NULL or @r was not initialised;
- * -EBADMSG on a violation (see @r->rule; returned again on later calls).
+ * Return: 1 and @rec filled (its pointers are valid until the next
+ * jitring_reader_feed()); 0 at the end of the file (and on every later
+ * call); JITRING_READER_MORE in window mode when the window holds too
+ * little (@r->need says how much); -EINVAL if an argument is NULL or @r
+ * was not initialised; -EBADMSG on a violation (see @r->rule; returned
+ * again on later calls).
  */
 int jitring_reader_next(struct jitring_reader *r,
 			struct jitring_rd_record *rec);
+
+/**
+ * jitring_reader_feed() - Window mode: move the window on.
+ * @r: a reader whose jitring_reader_next() returned JITRING_READER_MORE.
+ * @buf: the new window.  It must start with the bytes of the old window
+ *	the reader has not consumed (from @r->off to @r->len), followed by
+ *	the bytes after them in the file.
+ * @len: bytes at @buf, at least @r->len - @r->off.
+ * @eof: the window reaches EOF; nothing more will be fed.
+ *
+ * Records returned before this call point into the old window, which the
+ * caller may now reuse.
+ *
+ * Context: any thread; @r must not be shared without locking.
+ * Return: 0; -EINVAL if an argument is NULL, @r is not in window mode, is
+ * past its end or a violation, or @len is too short.
+ */
+int jitring_reader_feed(struct jitring_reader *r, const void *buf, size_t len,
+			bool eof);
 
 /**
  * jitring_reader_line() - Iterate the rows of a DEBUG_INFO record.
@@ -226,6 +285,93 @@ int jitring_reader_next(struct jitring_reader *r,
  */
 int jitring_reader_line(const struct jitring_rd_record *rec, size_t *cursor,
 			struct jitring_rd_line *line);
+
+/**
+ * struct jitring_rd_stream - A jitdump file read through a bounded window.
+ * @r: the reader, in window mode once the header is read.
+ * @fd: the file (borrowed: jitring_stream_close() does not close it).
+ * @regular: @fd is a regular file: read with pread(2) up to @size.
+ * @size: a regular file's size when the stream was opened.
+ * @pos: bytes of the file read so far (its offset for a regular file).
+ * @flags: JITRING_CHECK_ALLOW_TRUNCATED or 0.
+ * @started: the header has been read.
+ * @eof: EOF has been reached.
+ * @chunk: bytes asked for per read; JITRING_STREAM_CHUNK, which a test
+ *	may lower before the first jitring_stream_next().
+ * @buf: the window.
+ * @cap: bytes allocated at @buf.
+ * @header: the decoded header, once @started.
+ *
+ * Memory is one chunk, or the largest record plus one chunk: a record is
+ * decoded whole, so the window grows to hold it.  For a regular file it
+ * never grows past what the file holds; for a pipe at most to twice the
+ * bytes that actually arrived.  A regular file is read only up to the size
+ * it had at jitring_stream_open(): a dump that grows meanwhile is checked
+ * as it was then (its last record may be torn: JITRING_CHECK_ALLOW_TRUNCATED),
+ * and one that shrinks is an error (-ENODATA), not a crash.
+ */
+struct jitring_rd_stream {
+	struct jitring_reader r;
+	int fd;
+	bool regular;
+	uint64_t size;
+	uint64_t pos;
+	unsigned int flags;
+	bool started;
+	bool eof;
+	size_t chunk;
+	unsigned char *buf;
+	size_t cap;
+	struct jitring_rd_header header;
+};
+
+/** Default bytes per read of a stream. */
+#define JITRING_STREAM_CHUNK ((size_t)1 << 20)
+
+/**
+ * jitring_stream_open() - Prepare to read a jitdump file descriptor.
+ * @st: the stream to set up.
+ * @fd: a regular file (read from offset 0 with pread(2)), or a pipe or
+ *	socket (read with read(2) to its end).
+ * @flags: JITRING_CHECK_ALLOW_TRUNCATED or 0.
+ *
+ * Reads nothing yet.  Devices are refused: /dev/zero and the like never
+ * end, and a jitdump file is never one.
+ *
+ * Context: any thread; allocates memory.
+ * Return: 0; -EINVAL for a NULL @st, a negative @fd or unknown @flags;
+ * -EISDIR for a directory; -ENODEV for a device or any other file type;
+ * -ENOMEM; or -errno from fstat(2).
+ */
+int jitring_stream_open(struct jitring_rd_stream *st, int fd,
+			unsigned int flags);
+
+/**
+ * jitring_stream_next() - Decode the next record of a stream.
+ * @st: a stream from jitring_stream_open().
+ * @rec: receives the record; its pointers are valid until the next call.
+ *
+ * The first call reads and checks the header (@st->header).  Rules and
+ * offsets are those of jitring_reader_next() on the whole file.
+ *
+ * Context: any thread; @st must not be shared without locking.
+ * Return: 1 and @rec filled; 0 at the end of the file; -EBADMSG on a
+ * violation (@st->r.rule, @st->r.err_off, @st->r.detail); -ENODATA if a
+ * regular file ended before the size it had at jitring_stream_open() (it
+ * was truncated while being read; @st->pos bytes were there); -ENOMEM;
+ * -EINVAL for NULL arguments; or -errno from read(2)/pread(2).  Errors
+ * are sticky.
+ */
+int jitring_stream_next(struct jitring_rd_stream *st,
+			struct jitring_rd_record *rec);
+
+/**
+ * jitring_stream_close() - Free a stream's window.
+ * @st: a stream, or NULL.  Its fd stays open.
+ *
+ * Context: any thread.
+ */
+void jitring_stream_close(struct jitring_rd_stream *st);
 
 /**
  * jitring_reader_type_name() - Name of a record id, as perf spells it.
@@ -274,6 +420,12 @@ const struct jitring_check_rule *jitring_check_rules(size_t *count);
  * @file_size: bytes in the file.
  * @zero_tail: zero bytes between the last record and EOF.
  * @truncated: bytes of a tolerated truncated last record (0 if none).
+ * @lines_uncovered: a warning, not a violation: DEBUG_INFO records whose
+ *	last row starts before the end of their CODE_LOAD's code.  perf 6.1
+ *	ends the line program at the last row, so the code from there on
+ *	gets no source line ("??:0"); jitring itself appends a closing row
+ *	at code_addr + code_size, other writers may not.
+ * @lines_uncovered_off: offset of the first such DEBUG_INFO.
  */
 struct jitring_check_result {
 	const char *rule;
@@ -289,6 +441,8 @@ struct jitring_check_result {
 	uint64_t file_size;
 	uint64_t zero_tail;
 	uint64_t truncated;
+	uint64_t lines_uncovered;
+	uint64_t lines_uncovered_off;
 };
 
 /**
@@ -302,7 +456,8 @@ struct jitring_check_result {
  * earlier record that only becomes decidable later (group-orphan,
  * group-mismatch) is reported when it is decided, before the rules of the
  * record that decides it.  Memory and time are linear in the number of
- * records (hash sets for code_index, pid and tid).
+ * records, also for a file made to defeat the hash sets (code_index, pid
+ * and tid): they are keyed with a random key drawn for each check.
  *
  * Context: any thread; allocates memory.
  * Return: 0 if the file is valid; 1 on a violation (@res->rule,
@@ -311,5 +466,37 @@ struct jitring_check_result {
  */
 int jitring_check(const void *buf, size_t len, unsigned int flags,
 		  struct jitring_check_result *res);
+
+/**
+ * jitring_check_stream() - Validate a jitdump file read as a stream.
+ * @st: a stream from jitring_stream_open(), not read from yet.
+ * @flags: JITRING_CHECK_SORTED, and JITRING_CHECK_ALLOW_TRUNCATED exactly
+ *	when @st was opened with it.
+ * @res: receives the first violation, or the summary of a valid file.
+ *
+ * The same rules, offsets and summary as jitring_check() on the whole
+ * file, in the memory of struct jitring_rd_stream plus the sets.  The
+ * detail of an index-duplicate names the first CODE_LOAD's offset by
+ * reading a regular file again from the start; for a pipe it cannot.
+ * @res->file_size is a regular file's size, or the bytes read from a pipe
+ * (which is not read on past a violation).
+ *
+ * Context: any thread; allocates memory.
+ * Return: as jitring_check(), plus the I/O errors of jitring_stream_next()
+ * (-ENODATA: the file shrank while being read) with @res filled up to
+ * there.
+ */
+int jitring_check_stream(struct jitring_rd_stream *st, unsigned int flags,
+			 struct jitring_check_result *res);
+
+#ifdef JITRING_TESTPOINTS
+/*
+ * Test builds: slots visited by the hash sets of jitring_check(), and
+ * lookups made, summed over every check of the process.  A probe is a
+ * slot stepped over because another key sits in it.
+ */
+extern uint64_t jitring_reader_set_lookups;
+extern uint64_t jitring_reader_set_probes;
+#endif
 
 #endif /* JITRING_SRC_READER_H */

@@ -19,10 +19,21 @@
 /* An unwinding entry's code must leave room for the i32 offsets. */
 #define JR_UNW_CODE_MAX (0x7fffffffu - 2 * JITRING_EH_FRAME_MAX - 64)
 
+/*
+ * perf inject turns the rows into a DWARF line program whose sequence ends
+ * at the last row's address (perf 6.1 genelf_debug.c), so the last row
+ * covers no code: a natural table (line 10 at +0, line 42 at +9) gives
+ * "??:0" for every sample from +9 on.  When the last row starts inside the
+ * code, a closing row at code_addr + code_size repeating it makes the
+ * program cover the whole function.  A table that already ends at or past
+ * the code's end is written as given.  The closing row is not the
+ * caller's: JITRING_LINES_MAX counts the caller's rows only.
+ */
 static int plan_lines(struct jitring_group *g, const struct jitring_entry *e)
 {
 	uint64_t size = JR_DBG_FIXED;
-	uint64_t prev = 0;
+	uint64_t prev = 0, start, end;
+	size_t n = 0;
 
 	if (!e->lines)
 		return -EINVAL;
@@ -30,7 +41,6 @@ static int plan_lines(struct jitring_group *g, const struct jitring_entry *e)
 		return -E2BIG;
 	for (uint32_t i = 0; i < e->nr_lines; i++) {
 		const struct jitring_line *l = &e->lines[i];
-		size_t n;
 
 		if (!l->file || l->addr < prev)
 			return -EINVAL;
@@ -39,6 +49,14 @@ static int plan_lines(struct jitring_group *g, const struct jitring_entry *e)
 		if (n > JITRING_NAME_MAX)
 			return -E2BIG;
 		size += sizeof(struct jitdump_debug_entry) + n + 1;
+	}
+	g->dbg_rows = e->nr_lines;
+	start = (uint64_t)(uintptr_t)e->code_addr;
+	end = start + e->code_size;
+	/* (No closing row for code that would wrap the address space.) */
+	if (prev < end && end > start) {
+		size += sizeof(struct jitdump_debug_entry) + n + 1;
+		g->dbg_rows++;
 	}
 	if (size > UINT32_MAX)
 		return -E2BIG;
@@ -70,6 +88,7 @@ int jitring_record_plan(struct jitring_group *g, const struct jitring_entry *e)
 	g->unw_size = 0;
 	g->eh_pad = 0;
 	g->dbg_size = 0;
+	g->dbg_rows = 0;
 
 	if (e->eh_frame || e->eh_frame_size) {
 		uint32_t unw;
@@ -148,7 +167,7 @@ void jitring_record_dbg_fixed(const struct jitring_group *g, uint64_t ts,
 {
 	put_prefix(&d->p, JIT_CODE_DEBUG_INFO, g->dbg_size, ts);
 	d->code_addr = (uint64_t)(uintptr_t)g->e->code_addr;
-	d->nr_entry = g->e->nr_lines;
+	d->nr_entry = g->dbg_rows;
 }
 
 void jitring_record_load_fixed(const struct jitring_group *g, uint64_t ts,
@@ -195,18 +214,14 @@ static uint8_t *encode_dbg(const struct jitring_group *g, uint8_t *p,
 	jitring_record_dbg_fixed(g, ts, &d);
 	memcpy(p, &d, sizeof(d));
 	p += sizeof(d);
-	for (uint32_t i = 0; i < g->e->nr_lines; i++) {
-		const struct jitring_line *l = &g->e->lines[i];
-		struct jitdump_debug_entry de = {
-			.addr = l->addr,
-			.lineno = l->line,
-			.discrim = l->discrim,
-		};
-		size_t n = strlen(l->file) + 1;
+	for (uint32_t i = 0; i < g->dbg_rows; i++) {
+		struct jitdump_debug_entry de;
+		const char *file = jitring_record_dbg_row(g, i, &de);
+		size_t n = strlen(file) + 1;
 
 		memcpy(p, &de, sizeof(de));
 		p += sizeof(de);
-		memcpy(p, l->file, n);
+		memcpy(p, file, n);
 		p += n;
 	}
 	return p;

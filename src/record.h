@@ -27,6 +27,8 @@
  * @unw_size: UNWINDING_INFO record bytes, 0 without unwinding info.
  * @eh_pad: zero bytes after the .eh_frame_hdr (pads the record to 8).
  * @dbg_size: DEBUG_INFO record bytes, 0 without a line table.
+ * @dbg_rows: rows in the DEBUG_INFO record: the caller's, plus a closing
+ *	row when the last one starts inside the code (see plan_lines()).
  * @load_size: CODE_LOAD record bytes.
  * @total: bytes of the whole group.
  * @nr_records: records in the group (1 to 3).
@@ -38,6 +40,7 @@ struct jitring_group {
 	uint32_t unw_size;
 	uint32_t eh_pad;
 	uint32_t dbg_size;
+	uint32_t dbg_rows;
 	uint32_t load_size;
 	uint32_t nr_records;
 	uint64_t total;
@@ -99,6 +102,28 @@ void jitring_record_eh_hdr(const struct jitring_group *g,
 int32_t jitring_record_pc_begin(const struct jitring_group *g);
 void jitring_record_dbg_fixed(const struct jitring_group *g, uint64_t ts,
 			      struct jitdump_code_debug_info *d);
+
+/*
+ * Row @i (0 to g->dbg_rows - 1) of the DEBUG_INFO record as written: the
+ * caller's row @i, or the closing row, which repeats the last row's line,
+ * discriminator and file at code_addr + code_size.  Return: its file.
+ */
+static inline const char *
+jitring_record_dbg_row(const struct jitring_group *g, uint32_t i,
+		       struct jitdump_debug_entry *de)
+{
+	const struct jitring_entry *e = g->e;
+	const struct jitring_line *l = &e->lines[i < e->nr_lines ?
+							 i :
+							 e->nr_lines - 1];
+
+	de->addr = i < e->nr_lines ?
+			   l->addr :
+			   (uint64_t)(uintptr_t)e->code_addr + e->code_size;
+	de->lineno = l->line;
+	de->discrim = l->discrim;
+	return l->file;
+}
 void jitring_record_load_fixed(const struct jitring_group *g, uint64_t ts,
 			       uint32_t pid, uint32_t tid, uint64_t code_index,
 			       struct jitdump_code_load *l);

@@ -7,6 +7,16 @@
  * Exit status: 0 valid (or dumped completely), 1 the file breaks a rule,
  * 2 usage error or unreadable file.  Uses the independent reader in
  * src/reader.c, never the encoder's structs.
+ *
+ * The file is read as a stream through a bounded window (struct
+ * jitring_rd_stream), never mapped: a live dump that the library truncates
+ * after a write error would raise SIGBUS in a mapping, and a pipe may never
+ * end.  A regular file is read up to the size it had when opened; one that
+ * shrinks meanwhile is reported (exit 2).  Devices are refused.
+ *
+ * Everything printed from the file (function names) is escaped: the
+ * terminal never sees a C0 or C1 control character or DEL, neither as a
+ * raw byte nor UTF-8 encoded.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -16,100 +26,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "reader.h"
 
 #define EXIT_VIOLATION 1
 #define EXIT_USAGE 2
-
-struct image {
-	const unsigned char *p;
-	size_t len;
-	void *map;
-	unsigned char *heap;
-};
-
-static int read_all(int fd, struct image *img)
-{
-	size_t cap = 0, len = 0;
-	unsigned char *buf = NULL, *nbuf;
-	ssize_t n;
-
-	for (;;) {
-		if (len == cap) {
-			cap = cap ? cap * 2 : 65536;
-			nbuf = realloc(buf, cap);
-			if (!nbuf) {
-				free(buf);
-				return -ENOMEM;
-			}
-			buf = nbuf;
-		}
-		n = read(fd, buf + len, cap - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0) {
-			n = -errno;
-			free(buf);
-			return (int)n;
-		}
-		if (n == 0)
-			break;
-		len += (size_t)n;
-	}
-	img->heap = buf;
-	img->p = buf;
-	img->len = len;
-	return 0;
-}
-
-/* mmap a regular non-empty file; read anything else (empty files, pipes). */
-static int image_open(const char *path, struct image *img)
-{
-	struct stat st;
-	int fd, ret = 0;
-	void *map;
-
-	memset(img, 0, sizeof(*img));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0) {
-		ret = -errno;
-		goto out;
-	}
-	if (S_ISDIR(st.st_mode)) {
-		ret = -EISDIR;
-		goto out;
-	}
-	if (S_ISREG(st.st_mode) && st.st_size > 0) {
-		/* Populate: the checker touches every page anyway, and one
-		 * fault per 4 KiB costs a third of the run time. */
-		map = mmap(NULL, (size_t)st.st_size, PROT_READ,
-			   MAP_PRIVATE | MAP_POPULATE, fd, 0);
-		if (map != MAP_FAILED) {
-			madvise(map, (size_t)st.st_size, MADV_SEQUENTIAL);
-			img->map = map;
-			img->p = map;
-			img->len = (size_t)st.st_size;
-			goto out;
-		}
-	}
-	ret = read_all(fd, img);
-out:
-	close(fd);
-	return ret;
-}
-
-static void image_close(struct image *img)
-{
-	if (img->map)
-		munmap(img->map, img->len);
-	free(img->heap);
-}
 
 static void usage(FILE *f, const char *prog)
 {
@@ -120,7 +42,9 @@ static void usage(FILE *f, const char *prog)
 		"Usage: %s [--json] [--check] [--sorted] [--allow-truncated] FILE\n"
 		"\n"
 		"Print the records of a perf jitdump file, one line each, or\n"
-		"validate it against what perf 6.1 requires.\n"
+		"validate it against what perf 6.1 requires.  FILE is a regular\n"
+		"file (read up to its size at start; exit 2 if it shrinks), a\n"
+		"pipe or a socket, read in bounded memory; devices are refused.\n"
 		"\n"
 		"  -j, --json             JSON Lines output\n"
 		"  -c, --check            validate; print the first violation as\n"
@@ -130,6 +54,10 @@ static void usage(FILE *f, const char *prog)
 		"                         and non-decreasing in file order\n"
 		"  -t, --allow-truncated  accept a last record cut short by EOF\n"
 		"  -h, --help             this text\n"
+		"\n"
+		"--check also warns, without failing, about DEBUG_INFO line\n"
+		"tables that end before their code does (perf gives that code\n"
+		"no source line).\n"
 		"\n"
 		"Exit status: 0 ok, 1 rule violation, 2 usage or I/O error.\n"
 		"\n"
@@ -173,9 +101,16 @@ static size_t utf8_len(const unsigned char *s, size_t n)
 	return len;
 }
 
+/* A C1 control character (U+0080..U+009F) encoded in UTF-8. */
+static bool is_utf8_c1(const unsigned char *s, size_t len)
+{
+	return len == 2 && s[0] == 0xc2 && s[1] <= 0x9f;
+}
+
 /*
- * A JSON string.  Control characters become \u00XX; bytes that are not
- * UTF-8 are read as Latin-1 (\u00XX) so the output is always valid JSON.
+ * A JSON string.  Control characters (C0, DEL and C1) become \u00XX; bytes
+ * that are not UTF-8 are read as Latin-1 (\u00XX) so the output is always
+ * valid JSON.
  */
 static void put_json_str(FILE *f, const char *str, size_t n)
 {
@@ -198,7 +133,12 @@ static void put_json_str(FILE *f, const char *str, size_t n)
 			putc_unlocked(s[i++], f);
 		} else if (s[i] < 0x20 || s[i] == 0x7f) {
 			fprintf(f, "\\u%04x", s[i++]);
-		} else if ((l = utf8_len(s + i, n - i)) != 0) {
+		} else if ((l = utf8_len(s + i, n - i)) != 0 &&
+			   is_utf8_c1(s + i, l)) {
+			/* Legal raw in JSON, but not for a terminal. */
+			fprintf(f, "\\u%04x", s[i + 1]);
+			i += l;
+		} else if (l != 0) {
 			fwrite(s + i, 1, l, f);
 			i += l;
 		} else {
@@ -208,20 +148,36 @@ static void put_json_str(FILE *f, const char *str, size_t n)
 	putc_unlocked('"', f);
 }
 
-/* A name in text mode: keep one line per record, escape what is odd. */
+/*
+ * A name in text mode: one line per record, nothing a terminal would act
+ * on.  Printable ASCII and valid UTF-8 of printable code points pass;
+ * every other byte (C0 controls, DEL, the backslash itself, the raw bytes
+ * 0x80-0x9f an 8-bit terminal takes as C1 controls, the UTF-8 encodings of
+ * U+0080..U+009F, which a UTF-8 terminal takes as the same controls, and
+ * bytes that are not UTF-8) is written as \xHH.
+ */
 static void put_text_str(FILE *f, const char *str, size_t n)
 {
 	const unsigned char *s = (const unsigned char *)str;
 	size_t i = 0, l;
 
 	while (i < n) {
-		for (l = i; l < n && s[l] >= 0x20 && s[l] != 0x7f &&
+		for (l = i; l < n && s[l] >= 0x20 && s[l] < 0x7f &&
 			    s[l] != '\\'; l++)
 			;
-		fwrite(s + i, 1, l - i, f);
-		if (l < n)
-			fprintf(f, "\\x%02x", s[l++]);
-		i = l;
+		if (l > i) {
+			fwrite(s + i, 1, l - i, f);
+			i = l;
+			continue;
+		}
+		l = s[i] >= 0x80 ? utf8_len(s + i, n - i) : 0;
+		if (l && !is_utf8_c1(s + i, l)) {
+			fwrite(s + i, 1, l, f);
+			i += l;
+			continue;
+		}
+		/* One byte at a time, so a C1 sequence is spelled in full. */
+		fprintf(f, "\\x%02x", s[i++]);
 	}
 }
 
@@ -309,39 +265,44 @@ static void print_violation(const char *path, bool json, const char *rule,
 	}
 }
 
-static int dump(const char *path, const struct image *img, unsigned int flags,
-		bool json)
+/* An I/O error or the end of a stream that was not a clean EOF. */
+static int stream_error(const char *path, const struct jitring_rd_stream *st,
+			int err)
 {
-	struct jitring_reader r;
+	if (err == -ENODATA)
+		fprintf(stderr,
+			"%s: the file shrank while it was read: it had %" PRIu64
+			" bytes, only %" PRIu64
+			" were there (a writer truncated it; check it again when it is quiet)\n",
+			path, st->size, st->pos);
+	else
+		fprintf(stderr, "%s: %s\n", path, strerror(-err));
+	return EXIT_USAGE;
+}
+
+static int dump(const char *path, struct jitring_rd_stream *st, bool json)
+{
 	struct jitring_rd_record rec;
 	int ret;
 
-	ret = jitring_reader_init(&r, img->p, img->len,
-				  flags & JITRING_CHECK_ALLOW_TRUNCATED, NULL);
-	while (ret == 0) {
-		ret = jitring_reader_next(&r, &rec);
-		if (ret <= 0)
-			break;
+	while ((ret = jitring_stream_next(st, &rec)) > 0) {
 		if (json)
 			print_json(stdout, &rec);
 		else
 			print_text(stdout, &rec);
-		ret = 0;
 	}
 	fflush(stdout);
 	if (ret == -EBADMSG) {
 		fprintf(stderr, "%s: offset %zu: rule %s: %s\n", path,
-			r.err_off, r.rule, r.detail);
+			st->r.err_off, st->r.rule, st->r.detail);
 		return EXIT_VIOLATION;
 	}
-	if (ret < 0) {
-		fprintf(stderr, "%s: %s\n", path, strerror(-ret));
-		return EXIT_USAGE;
-	}
-	if (r.truncated)
+	if (ret < 0)
+		return stream_error(path, st, ret);
+	if (st->r.truncated)
 		fprintf(stderr,
 			"%s: truncated last record (%zu bytes) ignored\n",
-			path, r.truncated);
+			path, st->r.truncated);
 	return 0;
 }
 
@@ -368,6 +329,14 @@ static void summary_text(const char *path,
 	if (res->truncated)
 		printf("  %-20s %" PRIu64 " bytes (tolerated)\n",
 		       "truncated tail", res->truncated);
+	if (res->lines_uncovered)
+		printf("warning: %" PRIu64
+		       " DEBUG_INFO line table(s) end before their code does"
+		       " (first at offset %" PRIu64
+		       "): perf gives the code after the last row no source"
+		       " line; end each table with a row at code_addr +"
+		       " code_size\n",
+		       res->lines_uncovered, res->lines_uncovered_off);
 }
 
 static void summary_json(const char *path,
@@ -386,24 +355,24 @@ static void summary_json(const char *path,
 	printf("},\"pids\":%" PRIu64 ",\"tids\":%" PRIu64 ",\"ts_min\":%" PRIu64
 	       ",\"ts_max\":%" PRIu64 ",\"span\":%" PRIu64
 	       ",\"arch_timestamp\":%s,\"bytes\":%" PRIu64
-	       ",\"zero_tail\":%" PRIu64 ",\"truncated\":%" PRIu64 "}\n",
+	       ",\"zero_tail\":%" PRIu64 ",\"truncated\":%" PRIu64
+	       ",\"lines_uncovered\":%" PRIu64 "}\n",
 	       res->pids, res->tids, res->ts_min, res->ts_max, span,
 	       res->header.flags & JITRING_RD_FLAG_ARCH_TIMESTAMP ? "true" :
 								     "false",
-	       res->file_size, res->zero_tail, res->truncated);
+	       res->file_size, res->zero_tail, res->truncated,
+	       res->lines_uncovered);
 }
 
-static int check(const char *path, const struct image *img,
+static int check(const char *path, struct jitring_rd_stream *st,
 		 unsigned int flags, bool json)
 {
 	struct jitring_check_result res;
 	int ret;
 
-	ret = jitring_check(img->p, img->len, flags, &res);
-	if (ret < 0) {
-		fprintf(stderr, "%s: %s\n", path, strerror(-ret));
-		return EXIT_USAGE;
-	}
+	ret = jitring_check_stream(st, flags, &res);
+	if (ret < 0)
+		return stream_error(path, st, ret);
 	if (ret > 0)
 		print_violation(path, json, res.rule, res.off, res.detail);
 	else if (json)
@@ -426,9 +395,9 @@ int main(int argc, char **argv)
 	static char outbuf[1 << 20];
 	unsigned int flags = 0;
 	bool json = false, do_check = false;
-	struct image img;
+	struct jitring_rd_stream st;
 	const char *path;
-	int c, ret;
+	int c, fd, ret;
 
 	while ((c = getopt_long(argc, argv, "jcsth", opts, NULL)) != -1) {
 		switch (c) {
@@ -458,17 +427,28 @@ int main(int argc, char **argv)
 		return EXIT_USAGE;
 	}
 	path = argv[optind];
-	ret = image_open(path, &img);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		fprintf(stderr, "%s: %s: %s\n", argv[0], path, strerror(errno));
+		return EXIT_USAGE;
+	}
+	ret = jitring_stream_open(&st, fd,
+				  flags & JITRING_CHECK_ALLOW_TRUNCATED);
 	if (ret < 0) {
-		fprintf(stderr, "%s: %s: %s\n", argv[0], path, strerror(-ret));
+		fprintf(stderr, "%s: %s: %s\n", argv[0], path,
+			ret == -ENODEV ?
+				"not a regular file, pipe or socket (a device is never a jitdump file, and some never end)" :
+				strerror(-ret));
+		close(fd);
 		return EXIT_USAGE;
 	}
 	setvbuf(stdout, outbuf, _IOFBF, sizeof(outbuf));
 	if (do_check)
-		ret = check(path, &img, flags, json);
+		ret = check(path, &st, flags, json);
 	else
-		ret = dump(path, &img, flags, json);
-	image_close(&img);
+		ret = dump(path, &st, json);
+	jitring_stream_close(&st);
+	close(fd);
 	if (fflush(stdout) != 0 || ferror(stdout)) {
 		fprintf(stderr, "%s: write error: %s\n", argv[0],
 			strerror(errno));

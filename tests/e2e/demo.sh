@@ -5,7 +5,10 @@
 # the trampoline kit (testjit --mode runtime: every thread creates its
 # functions with jitring_trampolines_get(), each a fresh copy of the
 # built-in trampoline that calls the C evaluator jit_eval_hot), validate
-# its jitdump, and, where perf works, profile it and show what perf sees.
+# its jitdump, and, where perf works, profile it and show what perf sees;
+# then (x86_64) a JIT whose functions carry line tables, to show each hot
+# loop's samples on its own source line (perf report --sort srcline,
+# perf annotate).
 #
 #   demo.sh BUILD_DIR
 #
@@ -198,7 +201,48 @@ else
 fi
 echo "$good of $chains samples in jit_eval_hot unwound through a trampoline into jit_runtime_loop"
 
-section "6. chart"
+section "6. source lines (testjit --mode asm --lines: two hot loops, a line table each)"
+if [ "$(uname -m)" != x86_64 ]; then
+	echo "(testjit --mode asm generates x86_64 code only; skipped on $(uname -m))"
+else
+	mkdir -p "$work/lines/src"
+	for i in $(seq 1 40); do
+		case $i in
+		10) echo "function hot(n) {" ;;
+		20) echo "  for (let i = n; i; i--) {}   // loop 1" ;;
+		30) echo "  for (let j = n; j; j--) {}   // loop 2" ;;
+		40) echo "}" ;;
+		*) echo "//" ;;
+		esac
+	done > "$work/lines/src/hot.js"
+	cd "$work/lines" || die "cd $work/lines"
+	echo "\$ perf record -k 1 -e cpu-clock -- testjit --mode asm --lines $work/lines/src/hot.js ..."
+	echo "  (rows: line 10 at +0x0, line 20 at +0xc, line 30 at +0x11; jitring closes"
+	echo "   the table at the code's end, so perf covers the last row's loop too)"
+	timeout 60 perf record -k 1 -e cpu-clock -o perf.data -- \
+		"$testjit" --mode asm --lines "$work/lines/src/hot.js" --threads 2 \
+		--functions 4 --seconds 2 --engine "$ENGINE" --dir "$work/lines" \
+		> testjit.out 2> record.err ||
+		{ cat testjit.out record.err; die "perf record -- testjit --lines failed"; }
+	timeout 120 perf inject --jit -i perf.data -o perf.jit.data > inject.err 2>&1 ||
+		{ tail -n 5 inject.err; die "perf inject --jit (lines) failed"; }
+	ldump=$(find . -maxdepth 1 -name 'jit-*.dump' | head -n 1)
+	lpid=${ldump#./jit-}
+	lpid=${lpid%.dump}
+	echo "\$ perf report --sort sym,srcline"
+	timeout 60 perf report -i perf.jit.data --stdio --sort sym,srcline \
+		--pid "$lpid" -q > report.txt 2> report.err ||
+		{ tail -n 5 report.err; die "perf report --sort srcline failed"; }
+	head -n 8 report.txt | sed 's/^/  /'
+	grep -q 'hot\.js:30' report.txt || die "no sample is on hot.js:30 (the last row)"
+	echo "\$ perf annotate --stdio -s jit_func_t0_0   (source from the absolute path)"
+	timeout 60 perf annotate -i perf.jit.data --stdio -s jit_func_t0_0 2> annotate.err |
+		awk '/loop|function hot/ || ($1 ~ /^[0-9.]+$/ && $1 + 0 >= 1)' |
+		head -n 8 | sed 's/^/  /'
+	cd "$work/perf" || die "cd $work/perf"
+fi
+
+section "7. chart"
 if ! command -v gnuplot > /dev/null 2>&1; then
 	echo "gnuplot is missing; trying: bash scripts/deps.sh bench"
 	bash "$src/scripts/deps.sh" bench > deps.log 2>&1 || tail -n 3 deps.log

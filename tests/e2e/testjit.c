@@ -5,7 +5,7 @@
  *
  *   testjit [--mode runtime|asm] [--threads T] [--functions F]
  *           [--seconds S] [--engine rings|mutex] [--dir D]
- *           [--unwind|--no-unwind] [--name-prefix P]
+ *           [--unwind|--no-unwind] [--name-prefix P] [--lines FILE]
  *
  * --mode runtime (the default) is a small multithreaded runtime built on
  * the trampoline kit: each thread runs jit_runtime_loop() for S seconds
@@ -25,6 +25,11 @@
  * .eh_frame built with jitring_eh_frame_build(), code bytes), and only then
  * calls it; then every thread calls its functions from jit_caller_hot()
  * for S seconds, with function 0 the hottest.
+ *
+ * --mode asm --lines FILE generates a function with two hot loops
+ * instead, each under its own row of a line table in FILE (see
+ * lines_code[]), for tests/e2e/perf_lines.sh and the demo: perf must
+ * attribute each loop's samples to its line.
  *
  * The last lines are a summary ("key: value") that tests/e2e/demo.sh and
  * perf_e2e.sh read.
@@ -68,6 +73,7 @@ struct options {
 	const char *dir;
 	const char *prefix;
 	bool unwind;
+	const char *lines; /* asm: the line table's file, or NULL */
 };
 
 static struct options opt = {
@@ -261,7 +267,7 @@ static void print_call_times(const char *fn, uint64_t first_ns,
 #define CODE_SALT 16
 #define CODE_SIZE 24
 
-static const unsigned char loop_code[CODE_SALT] = {
+static const unsigned char loop_code[] = {
 	0x55,
 	0x48, 0x89, 0xe5,
 	0x48, 0x85, 0xff,
@@ -272,12 +278,63 @@ static const unsigned char loop_code[CODE_SALT] = {
 	0xc3,
 };
 
+/*
+ * --lines: void f(uint64_t iterations), two loops of the same cost:
+ *
+ *   0: 55            push %rbp          <- row 1: line 10
+ *   1: 48 89 e5      mov  %rsp,%rbp
+ *   4: 48 89 f8      mov  %rdi,%rax
+ *   7: 48 85 ff      test %rdi,%rdi
+ *   a: 74 0a         je   16
+ *   c: 48 ff cf      dec  %rdi          <- row 2: line 20, the first loop
+ *   f: 75 fb         jne  c
+ *  11: 48 ff c8      dec  %rax          <- row 3: line 30, the second loop
+ *  14: 75 fb         jne  11
+ *  16: 5d            pop  %rbp
+ *  17: c3            ret
+ *  18: 8 bytes of salt
+ *
+ * Row 3 is the last row and starts inside the code: perf 6.1 gives its
+ * samples no line unless the table is closed at the code's end (the
+ * library does that).
+ */
+#define LINES_OFF_RET 0x17
+#define LINES_SALT 0x18
+#define LINES_SIZE 0x20
+
+static const unsigned char lines_code[] = {
+	0x55,
+	0x48, 0x89, 0xe5,
+	0x48, 0x89, 0xf8,
+	0x48, 0x85, 0xff,
+	0x74, 0x0a,
+	0x48, 0xff, 0xcf,
+	0x75, 0xfb,
+	0x48, 0xff, 0xc8,
+	0x75, 0xfb,
+	0x5d,
+	0xc3,
+};
+
+static const struct {
+	uint32_t off;
+	int32_t line;
+} lines_rows[] = { { 0x00, 10 }, { 0x0c, 20 }, { 0x11, 30 } };
+
+_Static_assert(sizeof(loop_code) == CODE_SALT, "salt follows the code");
+_Static_assert(sizeof(lines_code) == LINES_SALT, "salt follows the code");
+
+/* The template in use: loop_code, or lines_code with --lines. */
+static const unsigned char *code_tmpl = loop_code;
+static unsigned int code_len = sizeof(loop_code);
+static unsigned int code_size = CODE_SIZE;
+
 /* DWARF register numbers, x86_64 psABI. */
 #define DW_RBP 6
 #define DW_RSP 7
 #define DW_RA 16
 
-static const struct jitring_cfi_op loop_ops[] = {
+static struct jitring_cfi_op loop_ops[] = {
 	/* entry: CFA = rsp + 8, return address at CFA - 8 */
 	{ 0, JITRING_CFI_DEF_CFA, DW_RSP, 8 },
 	{ 0, JITRING_CFI_OFFSET, DW_RA, -8 },
@@ -290,6 +347,8 @@ static const struct jitring_cfi_op loop_ops[] = {
 	{ CODE_OFF_RET, JITRING_CFI_DEF_CFA, DW_RSP, 8 },
 	{ CODE_OFF_RET, JITRING_CFI_RESTORE, DW_RBP, 0 },
 };
+
+#define OP_RET_FIRST 5 /* the two ops at CODE_OFF_RET, patched for --lines */
 
 static const struct jitring_cfi loop_cfi = {
 	.code_align = 1,
@@ -357,6 +416,7 @@ static int protect(unsigned char *p, size_t len, int prot)
 static int make_function(struct worker *w, unsigned int n)
 {
 	unsigned char *code = w->arena + (size_t)n * slot_size;
+	struct jitring_line rows[3];
 	struct jitring_entry e;
 	char name[64];
 	uint64_t salt, t0, t1;
@@ -367,22 +427,34 @@ static int make_function(struct worker *w, unsigned int n)
 	ret = protect(code, slot_size, PROT_READ | PROT_WRITE);
 	if (ret)
 		return ret;
-	memcpy(code, loop_code, sizeof(loop_code));
+	memcpy(code, code_tmpl, code_len);
 	salt = ((uint64_t)w->id << 32) | n;
-	memcpy(code + CODE_SALT, &salt, sizeof(salt));
+	memcpy(code + code_len, &salt, sizeof(salt));
 	ret = protect(code, slot_size, PROT_READ | PROT_EXEC);
 	if (ret)
 		return ret;
-	__builtin___clear_cache((char *)code, (char *)code + CODE_SIZE);
+	__builtin___clear_cache((char *)code, (char *)code + code_size);
 
 	snprintf(name, sizeof(name), "%st%u_%u", opt.prefix, w->id, n);
 	memset(&e, 0, sizeof(e));
 	e.name = name;
 	e.code_addr = code;
-	e.code_size = CODE_SIZE;
+	e.code_size = code_size;
 	if (opt.unwind) {
 		e.eh_frame = eh_frame;
 		e.eh_frame_size = eh_frame_size;
+	}
+	if (opt.lines) {
+		/* The natural table: one row per part, none at the end. */
+		for (unsigned int i = 0; i < 3; i++) {
+			rows[i].addr = (uint64_t)(uintptr_t)code +
+				       lines_rows[i].off;
+			rows[i].line = lines_rows[i].line;
+			rows[i].discrim = 0;
+			rows[i].file = opt.lines;
+		}
+		e.nr_lines = 3;
+		e.lines = rows;
 	}
 	t0 = now_ns();
 	idx = jitring_write(jr, &e);
@@ -441,7 +513,14 @@ static int run_asm(void)
 	size_t need;
 
 	page_size = (size_t)sysconf(_SC_PAGESIZE);
-	ret = jitring_eh_frame_build(&loop_cfi, CODE_SIZE, eh_frame,
+	if (opt.lines) {
+		code_tmpl = lines_code;
+		code_len = sizeof(lines_code);
+		code_size = LINES_SIZE;
+		loop_ops[OP_RET_FIRST].pc = LINES_OFF_RET;
+		loop_ops[OP_RET_FIRST + 1].pc = LINES_OFF_RET;
+	}
+	ret = jitring_eh_frame_build(&loop_cfi, code_size, eh_frame,
 				     sizeof(eh_frame));
 	if (ret < 0) {
 		fprintf(stderr, "testjit: jitring_eh_frame_build: %s\n",
@@ -457,7 +536,7 @@ static int run_asm(void)
 	 * inside another function's mapping.  A power of two keeps slots
 	 * from straddling pages.
 	 */
-	need = ALIGN_UP(CODE_SIZE, 8) + ALIGN_UP(eh_frame_size + 20u, 16);
+	need = ALIGN_UP(code_size, 8) + ALIGN_UP(eh_frame_size + 20u, 16);
 	for (slot_size = 64; slot_size < need; slot_size *= 2)
 		;
 
@@ -553,8 +632,11 @@ static int run_asm(void)
 	print_head("asm (hand-assembled loops, jitring_write)", st.engine);
 	printf("functions: %" PRIu64 " (%u per thread, %zu-byte slots, "
 	       "code %u bytes, eh_frame %s)\n",
-	       total_ok, opt.functions, slot_size, CODE_SIZE,
+	       total_ok, opt.functions, slot_size, code_size,
 	       opt.unwind ? "on" : "off");
+	if (opt.lines)
+		printf("lines: %s:10 at +0x0, :20 at +0xc (loop 1), :30 at "
+		       "+0x11 (loop 2)\n", opt.lines);
 	print_call_times("jitring_write", first_ns, st.engine, times,
 			 nr_times, steady_mean);
 	if (steady_mean > 0 && times[nr_times / 2])
@@ -856,6 +938,8 @@ static void usage(FILE *f)
 		"               [--seconds S] [--engine rings|mutex] "
 		"[--dir D]\n"
 		"               [--unwind|--no-unwind] [--name-prefix P]\n"
+		"               [--lines FILE]   (asm: two loops, a line "
+		"table in FILE)\n"
 		"Defaults: runtime mode, 4 threads, 64 functions each, 2 s, "
 		"rings,\n"
 		"$JITRING_DIR or /tmp, unwinding information on, prefix "
@@ -888,13 +972,14 @@ int main(int argc, char **argv)
 		{ "unwind", no_argument, NULL, 'u' },
 		{ "no-unwind", no_argument, NULL, 'U' },
 		{ "name-prefix", required_argument, NULL, 'p' },
+		{ "lines", required_argument, NULL, 'l' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
 	char *end;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "m:t:f:s:e:d:uUp:h", opts, NULL)) !=
+	while ((c = getopt_long(argc, argv, "m:t:f:s:e:d:uUp:l:h", opts, NULL)) !=
 	       -1) {
 		switch (c) {
 		case 'm':
@@ -941,6 +1026,11 @@ int main(int argc, char **argv)
 			if (strlen(optarg) > 200)
 				goto bad;
 			opt.prefix = optarg;
+			break;
+		case 'l':
+			if (!optarg[0] || strlen(optarg) > 1024)
+				goto bad;
+			opt.lines = optarg;
 			break;
 		case 'h':
 			usage(stdout);

@@ -21,10 +21,12 @@
  * is encoded after a hand-written 40-byte header: jitring_check(SORTED)
  * must accept the image, and the reader must decode back exactly the
  * caller's fields: the eh_frame bytes with only pc_begin rewritten (to
- * -(ALIGN_8(code_size) + its offset)), every line row, name, addresses,
- * size, code bytes, code_index, pid, tid and timestamp.  The group is then
- * re-stamped (jitring_record_restamp(), the rings engine's LATE path) and
- * checked again, and a CODE_MOVE of the same code_index appended
+ * -(ALIGN_8(code_size) + its offset)), every line row (and the closing
+ * row at code_addr + code_size when the last starts inside the code),
+ * name, addresses, size, code bytes, code_index, pid, tid and timestamp.
+ * The group is then re-stamped (jitring_record_restamp(), the rings
+ * engine's LATE path) and checked again, and a CODE_MOVE of the same
+ * code_index appended
  * (jitring_record_move_check() / jitring_record_encode_move()).
  */
 #include <errno.h>
@@ -435,22 +437,30 @@ static void check_image(const struct fx *f, const struct jitring_group *g,
 		struct jitring_rd_line ln;
 		size_t cur = 0;
 		uint32_t i = 0;
+		uint64_t start = (uint64_t)(uintptr_t)e->code_addr;
+		uint64_t end = start + e->code_size;
+		/* A closing row when the last starts inside the code. */
+		uint32_t rows = e->nr_lines +
+				(e->lines[e->nr_lines - 1].addr < end &&
+				 end > start);
 		int lr;
 
 		if (jitring_reader_next(&rd, &rec) != 1 ||
 		    rec.id != JITRING_RD_CODE_DEBUG_INFO || rec.ts != ts ||
-		    rec.code_addr != (uint64_t)(uintptr_t)e->code_addr ||
-		    rec.nr_entry != e->nr_lines)
+		    rec.code_addr != start || rec.nr_entry != rows)
 			FAIL("DEBUG_INFO");
 		while ((lr = jitring_reader_line(&rec, &cur, &ln)) == 1) {
-			const struct jitring_line *l = &e->lines[i++];
+			const struct jitring_line *l =
+				&e->lines[i < e->nr_lines ? i :
+							    e->nr_lines - 1];
 
-			if (ln.addr != l->addr || ln.line != l->line ||
-			    ln.discrim != l->discrim ||
+			if (ln.addr != (i < e->nr_lines ? l->addr : end) ||
+			    ln.line != l->line || ln.discrim != l->discrim ||
 			    strcmp(ln.file, l->file))
-				FAIL("line row %u differs", i - 1);
+				FAIL("line row %u differs", i);
+			i++;
 		}
-		if (lr != 0 || i != e->nr_lines)
+		if (lr != 0 || i != rows)
 			FAIL("line rows: %d after %u", lr, i);
 	}
 	if (jitring_reader_next(&rd, &rec) != 1 ||

@@ -18,7 +18,10 @@
  *  - if jitring_check() accepts the file, the reader (same truncation flag)
  *    walks it to the end without a violation and sees the same number of
  *    records; if the reader finds a violation, jitring_check() does too;
- *  - a reader error is sticky.
+ *  - a reader error is sticky;
+ *  - the reader in window mode, fed windows of a few bytes (each an
+ *    exact-size copy, so ASan sees any read past a window), returns the
+ *    same records, end, rule and offsets as over the whole buffer.
  * A broken invariant aborts, which libFuzzer reports as a crash.
  */
 #include <errno.h>
@@ -152,6 +155,82 @@ static int walk(const uint8_t *buf, size_t len, unsigned flags,
 	return 0;
 }
 
+/* A copy of @len bytes at @p in a buffer of exactly that size. */
+static uint8_t *window_copy(const uint8_t *p, size_t len)
+{
+	uint8_t *w = malloc(len ? len : 1);
+
+	if (!w)
+		abort();
+	memcpy(w, p, len);
+	return w;
+}
+
+/*
+ * Walk @buf whole and in windows growing by @step bytes; everything the
+ * two readers report must agree.
+ */
+static void windowed(const uint8_t *buf, size_t len, unsigned flags,
+		     size_t step)
+{
+	struct jitring_reader r, w;
+	struct jitring_rd_record a, b;
+	size_t first = len < 40 + step ? len : 40 + step;
+	uint8_t *win;
+	int ra, rw;
+
+	if (first < 40)
+		return; /* window mode needs the header in one piece */
+	win = window_copy(buf, first);
+	ra = jitring_reader_init(&r, buf, len, flags, NULL);
+	rw = jitring_reader_init(&w, win, first,
+				 flags | (first < len ? JITRING_READER_WINDOW :
+							0),
+				 NULL);
+	if (ra != rw)
+		FAIL("window init %d, whole %d", rw, ra);
+	if (ra != 0) {
+		free(win);
+		return; /* a header violation, compared above */
+	}
+	do {
+		ra = jitring_reader_next(&r, &a);
+		while ((rw = jitring_reader_next(&w, &b)) ==
+		       JITRING_READER_MORE) {
+			size_t from = (size_t)w.base + w.off;
+			size_t keep = w.len - w.off;
+			size_t n = keep + step;
+			uint8_t *next;
+
+			if (w.need == 0 || from + keep > len)
+				FAIL("MORE with need %zu at %zu", w.need, from);
+			if (n > len - from)
+				n = len - from;
+			next = window_copy(buf + from, n);
+			if (jitring_reader_feed(&w, next, n, from + n == len))
+				FAIL("feed refused");
+			free(win);
+			win = next;
+		}
+		if (ra != rw)
+			FAIL("window next %d, whole %d", rw, ra);
+		if (ra == 1 && (a.off != b.off || a.id != b.id ||
+				a.size != b.size ||
+				memcmp(a.raw, b.raw, a.size) ||
+				a.code_index != b.code_index ||
+				a.nr_entry != b.nr_entry))
+			FAIL("window record at %zu differs", a.off);
+	} while (ra == 1);
+	if (ra == -EBADMSG &&
+	    (strcmp(r.rule, w.rule) || r.err_off != w.err_off))
+		FAIL("window rule %s at %zu, whole %s at %zu", w.rule,
+		     w.err_off, r.rule, r.err_off);
+	if (r.zero_tail != w.zero_tail || r.truncated != w.truncated)
+		FAIL("window tail %zu/%zu, whole %zu/%zu", w.zero_tail,
+		     w.truncated, r.zero_tail, r.truncated);
+	free(win);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	static const unsigned fl[4] = {
@@ -214,6 +293,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			FAIL("reader saw %llu records, jitring_check %llu",
 			     (unsigned long long)n,
 			     (unsigned long long)res[ci].records);
+	}
+	/* Windows of 1 byte and of a size the input picks. */
+	for (int t = 0; t < 2; t++) {
+		unsigned rf = t ? JITRING_CHECK_ALLOW_TRUNCATED : 0;
+
+		windowed(buf, size, rf, 1);
+		windowed(buf, size, rf, size ? 1 + buf[size - 1] % 61 : 7);
 	}
 out:
 	free(buf);

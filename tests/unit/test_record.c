@@ -18,7 +18,9 @@
  *  3. several groups and a CODE_MOVE in one image (check --sorted);
  *  4. jitring_record_restamp() changes the timestamps and nothing else;
  *  5. CODE_MOVE round trip and jitring_record_move_check();
- *  6. jitring_record_plan() on every kind of bad input, and the limits.
+ *  6. jitring_record_plan() on every kind of bad input, and the limits;
+ *  7. the closing line-table row: exact bytes when the last row starts
+ *     inside the code, none when the table already reaches its end.
  */
 #include <errno.h>
 #include <stdbool.h>
@@ -245,27 +247,45 @@ static void check_unwind(const struct jitring_rd_record *rec,
 	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)v, eh_rt + fde_off);
 }
 
+/*
+ * Rows the file must hold for @e: the caller's, and a closing row at the
+ * code's end (repeating the last) when the last row starts before it.
+ */
+static uint32_t want_rows(const struct jitring_entry *e)
+{
+	uint64_t end = (uint64_t)(uintptr_t)e->code_addr + e->code_size;
+
+	return e->nr_lines + (e->lines[e->nr_lines - 1].addr < end);
+}
+
 static void check_debug(const struct jitring_rd_record *rec,
 			const struct jitring_entry *e)
 {
 	struct jitring_rd_line ln;
 	size_t cursor = 0;
-	uint32_t n = 0, want_end = DEBUG_FIXED;
+	uint32_t n = 0, want_end = DEBUG_FIXED, rows = want_rows(e);
 	int ret;
 
 	T_CHECK_EQ(rec->code_addr, (uint64_t)(uintptr_t)e->code_addr);
-	T_CHECK_EQ(rec->nr_entry, e->nr_lines);
+	T_CHECK_EQ(rec->nr_entry, rows);
 	while ((ret = jitring_reader_line(rec, &cursor, &ln)) == 1) {
-		T_REQUIRE(n < e->nr_lines);
-		T_CHECK_EQ(ln.addr, e->lines[n].addr);
-		T_CHECK_EQ(ln.line, e->lines[n].line);
-		T_CHECK_EQ(ln.discrim, e->lines[n].discrim);
-		T_CHECK(strcmp(ln.file, e->lines[n].file) == 0);
-		want_end += DEBUG_ROW + (uint32_t)strlen(e->lines[n].file) + 1;
+		const struct jitring_line *l =
+			&e->lines[n < e->nr_lines ? n : e->nr_lines - 1];
+
+		T_REQUIRE(n < rows);
+		T_CHECK_EQ(ln.addr,
+			   n < e->nr_lines ?
+				   l->addr :
+				   (uint64_t)(uintptr_t)e->code_addr +
+					   e->code_size);
+		T_CHECK_EQ(ln.line, l->line);
+		T_CHECK_EQ(ln.discrim, l->discrim);
+		T_CHECK(strcmp(ln.file, l->file) == 0);
+		want_end += DEBUG_ROW + (uint32_t)strlen(l->file) + 1;
 		n++;
 	}
 	T_CHECK_EQ(ret, 0);
-	T_CHECK_EQ(n, e->nr_lines);
+	T_CHECK_EQ(n, rows);
 	T_CHECK_EQ(rec->entries_end, want_end);
 	for (uint32_t i = rec->entries_end; i < rec->size; i++)
 		T_CHECK_EQ(rec->raw[i], 0);
@@ -336,6 +356,8 @@ static void check_valid(const unsigned char *img, size_t len,
 			res->rule ? res->rule : "?",
 			(unsigned long long)res->off, res->detail);
 	T_CHECK(res->rule == NULL);
+	/* The closing row: every table reaches the end of its code. */
+	T_CHECK_EQ(res->lines_uncovered, 0);
 }
 
 /*
@@ -983,8 +1005,11 @@ static void test_plan_lines(void)
 	b.e.nr_lines = JITRING_LINES_MAX;
 	T_CHECK_EQ(jitring_record_plan(&g, &b.e), 0);
 	T_CHECK_EQ(g.nr_records, 2);
-	T_CHECK_EQ(g.dbg_size, DEBUG_FIXED + (uint64_t)JITRING_LINES_MAX *
+	/* The closing row is the library's: not counted against the limit. */
+	T_CHECK_EQ(g.dbg_rows, JITRING_LINES_MAX + 1);
+	T_CHECK_EQ(g.dbg_size, DEBUG_FIXED + ((uint64_t)JITRING_LINES_MAX + 1) *
 					     (DEBUG_ROW + 2));
+	roundtrip(&b.e, 0);
 	b.e.nr_lines = JITRING_LINES_MAX + 1;
 	PLAN_EQ(&b.e, -E2BIG);
 	free(many);
@@ -1009,6 +1034,100 @@ static void test_plan_lines(void)
 	unbuild(&b);
 }
 
+/* One DEBUG_INFO row: addr, line, discrim, file and its NUL. */
+static size_t put_row(unsigned char *p, uint64_t addr, int32_t line,
+		      int32_t discrim, const char *file)
+{
+	size_t n = strlen(file) + 1;
+
+	memcpy(p, &addr, 8);
+	memcpy(p + 8, &line, 4);
+	memcpy(p + 12, &discrim, 4);
+	memcpy(p + 16, file, n);
+	return 16 + n;
+}
+
+/*
+ * The issue-14 table: a 15-byte function, line 10 at +0 and line 42 at
+ * +9 (the loop).  Encoded byte for byte as the DEBUG_INFO perf needs: a
+ * third row at +15 repeating line 42, so its line program covers the loop.
+ */
+static void test_closing_row(void)
+{
+	static unsigned char code[15] = { 0x55, 0x48, 0x89, 0xe5 };
+	const uint64_t addr = 0x7f1234560000ull;
+	struct jitring_line rows[3] = {
+		{ addr, 10, 0, "hot.js" },
+		{ addr + 9, 42, 3, "/srv/app/hot.js" },
+		{ addr + 15, 99, 0, "x" },
+	};
+	struct jitring_entry e = {
+		.name = "hot",
+		.code_addr = (const void *)(uintptr_t)addr,
+		.code_size = sizeof(code),
+		.code_bytes = code,
+		.nr_lines = 2,
+		.lines = rows,
+	};
+	unsigned char want[256], *img;
+	struct jitring_group g;
+	uint32_t v32;
+	uint64_t v64;
+	size_t len, n = 16;
+
+	/* Prefix (size patched below), code_addr, nr_entry, three rows. */
+	memset(want, 0, sizeof(want));
+	v32 = JITRING_RD_CODE_DEBUG_INFO;
+	memcpy(want, &v32, 4);
+	v64 = T_TS;
+	memcpy(want + 8, &v64, 8);
+	memcpy(want + n, &addr, 8);
+	v64 = 3;
+	memcpy(want + n + 8, &v64, 8);
+	n += 16;
+	n += put_row(want + n, addr, 10, 0, "hot.js");
+	n += put_row(want + n, addr + 9, 42, 3, "/srv/app/hot.js");
+	n += put_row(want + n, addr + 15, 42, 3, "/srv/app/hot.js");
+	v32 = (uint32_t)n;
+	memcpy(want + 4, &v32, 4);
+
+	T_REQUIRE(jitring_record_plan(&g, &e) == 0);
+	T_CHECK_EQ(g.dbg_rows, 3);
+	T_CHECK_EQ(g.dbg_size, n);
+	img = encode_alone(&e, &len);
+	T_CHECK_EQ(len, HDR_SIZE + n + LOAD_FIXED + 4 + sizeof(code));
+	T_CHECK(memcmp(img + HDR_SIZE, want, n) == 0);
+	free(img);
+	roundtrip(&e, 0);
+
+	/* A table that already ends at the code's end (the workaround
+	 * runtimes use today), or past it, is written as given. */
+	e.nr_lines = 3;
+	T_REQUIRE(jitring_record_plan(&g, &e) == 0);
+	T_CHECK_EQ(g.dbg_rows, 3);
+	rows[2].addr = addr + 1000;
+	T_REQUIRE(jitring_record_plan(&g, &e) == 0);
+	T_CHECK_EQ(g.dbg_rows, 3);
+	T_CHECK_EQ(g.dbg_size, n - (16 + 16) + (16 + 2));
+	img = encode_alone(&e, &len);
+	v64 = 3;
+	T_CHECK(memcmp(img + HDR_SIZE + 24, &v64, 8) == 0);
+	free(img);
+	roundtrip(&e, 0);
+
+	/* One row at the start: the closing row repeats it. */
+	e.nr_lines = 1;
+	T_REQUIRE(jitring_record_plan(&g, &e) == 0);
+	T_CHECK_EQ(g.dbg_rows, 2);
+	roundtrip(&e, 0);
+
+	/* Code that would wrap the address space gets no closing row. */
+	e.code_addr = (const void *)(uintptr_t)(UINT64_MAX - 7);
+	rows[0].addr = UINT64_MAX - 7;
+	T_REQUIRE(jitring_record_plan(&g, &e) == 0);
+	T_CHECK_EQ(g.dbg_rows, 1);
+}
+
 int main(void)
 {
 	test_shapes();
@@ -1022,5 +1141,6 @@ int main(void)
 	test_plan_code();
 	test_plan_eh();
 	test_plan_lines();
+	test_closing_row();
 	return t_report();
 }
