@@ -10,10 +10,11 @@
  * so perf names the Python function on every sample taken inside it, and
  * --call-graph dwarf unwinds through the copy with the CFI the kit writes.
  *
- * The copy of each code object is cached in a lock-free map keyed by the
- * code object's address (see "Code map" below): no lock on any path, and a
- * code object gets exactly one copy (one CODE_LOAD) per session however
- * many threads enter it at once.  PyUnstable_Code_SetExtra() is not used:
+ * The copy of each code object is cached in a map keyed by the code
+ * object's address (see "Code map" below): lock-free lookups on every call,
+ * a shard mutex only when a code object is first seen or destroyed, and
+ * exactly one copy (one CODE_LOAD) per code object and session however many
+ * threads enter it at once.  PyUnstable_Code_SetExtra() is not used:
  * it reallocates co_extra without a lock, so two threads entering the same
  * new code object race on it under free threading.
  *
@@ -149,183 +150,318 @@ static void state_unlock(void)
 /* Code map.                                                            */
 
 /*
- * Open addressing with linear probing, in a chain of tables that double in
- * size.  A slot's key goes EMPTY -> code address -> DEAD and never back, so:
- *  - inserters of the same key probe the same sequence and the CAS on the
- *    first EMPTY slot of it picks one winner: a key is in at most one live
- *    slot;
- *  - a key whose probe sequence in a table (PROBES slots) holds an EMPTY
- *    slot is in no later table, so a lookup stops at the first EMPTY slot;
- *    only a full sequence sends it on to the next table.
- * Nothing is ever freed or moved, so readers need no reclamation scheme.
+ * Code object address -> cell holding the tagged copy address.
  *
- * Address reuse: a code watcher marks the slot of every code object that is
- * destroyed during a session DEAD before its memory is freed, so a new code
- * object at the same address gets a new slot.  Code destroyed while no
- * session runs leaves its slot with an old tag, which no later session
- * trusts.  A thread looks up only code it is executing, which its frame
- * keeps alive.
+ * 256 shards (by hash), each one open-addressing table with linear probing
+ * at most half full.  Lookups take no lock and no atomic RMW: they probe
+ * until the key or an EMPTY slot.  Inserts and deletes take the shard's
+ * mutex (once per new or destroyed code object, never per call), publish a
+ * slot's cell before its key, and reuse DEAD slots.  A shard that fills up
+ * is rehashed into a new table that is then published; the old table is
+ * kept (a reader may still be probing it), so retired tables add up to less
+ * than the live ones.  The cell, not the slot, holds the value, so a value
+ * written into a slot of a retired table is still seen through the new one.
+ *
+ * Address reuse: a code watcher deletes the entry of every code object
+ * destroyed during a session, under the shard's mutex, before the object's
+ * memory is freed; a new code object at that address is created after that
+ * and looked up after that, so its lookups see the table the delete
+ * happened in (or a later one) and find no stale entry.  An entry of code
+ * destroyed while no session runs stays, with an old tag, which no later
+ * session trusts; the next object at its address reuses it.  A thread looks
+ * up only code it is executing, which its frame keeps alive, so a cell is
+ * never recycled under a thread that uses it.
  */
 #define KEY_EMPTY ((uintptr_t)0)
 #define KEY_DEAD ((uintptr_t)1)
-#define PROBES 16
-#define TABLE0_BITS 13		/* 8192 slots, 128 KiB of address space */
+#define SHARD_BITS 8
+#define NSHARDS (1u << SHARD_BITS)
+#define TABLE_MIN_BITS 4
+#define CELL_BLOCK 32
+
+struct cell {
+	_Atomic uint64_t val;
+	struct cell *next_free;		/* under the shard's mutex */
+};
 
 struct slot {
 	_Atomic uintptr_t key;
-	_Atomic uint64_t val;
+	struct cell *_Atomic cell;
 };
 
 struct table {
-	struct table *_Atomic next;
 	unsigned int bits;
+	struct table *retired;		/* older tables, kept */
 	struct slot s[];
 };
 
-static struct table *_Atomic map_root;
+/*
+ * A shard's table pointer carries the table's size bits in its low 6 bits
+ * (tables are 64-byte aligned), so a lookup reads one word, not the table's
+ * header too.
+ */
+#define TB_BITS_MASK ((uintptr_t)63)
 
-static inline size_t slot_hash(uintptr_t key, unsigned int bits)
+struct shard {
+	_Atomic uintptr_t tb;		/* table | bits */
+	pthread_mutex_t mu;
+	size_t used;			/* non-EMPTY slots of t, under mu */
+	size_t live;			/* keys in t, under mu */
+	struct cell *free;		/* cells of deleted keys, under mu */
+} __attribute__((aligned(64)));
+
+static struct shard shards[NSHARDS];
+
+static inline uint64_t key_hash(uintptr_t key)
 {
-	return (size_t)(((uint64_t)(key >> 4) * UINT64_C(0x9E3779B97F4A7C15)) >>
-			(64 - bits));
+	return (uint64_t)(key >> 4) * UINT64_C(0x9E3779B97F4A7C15);
 }
 
-static struct table *table_new(unsigned int bits)
+static inline struct shard *key_shard(uint64_t h)
 {
-	struct table *t = calloc(1, sizeof(*t) +
-				    ((size_t)1 << bits) * sizeof(struct slot));
+	return &shards[h >> (64 - SHARD_BITS)];
+}
 
-	if (t) {
-		t->bits = bits;
-		count(&pyc.map_tables);
+/* The slot index bits come from below the shard bits. */
+static inline size_t key_index(uint64_t h, unsigned int bits)
+{
+	return (size_t)((h << SHARD_BITS) >> (64 - bits));
+}
+
+static inline struct table *tb_table(uintptr_t tb)
+{
+	return (struct table *)(tb & ~TB_BITS_MASK);
+}
+
+/* @key's cell, or NULL.  Lock-free; any thread. */
+static inline struct cell *map_lookup(uintptr_t key)
+{
+	uint64_t h = key_hash(key);
+	/* Pairs with the release store of tb in shard_rehash(). */
+	uintptr_t tb = atomic_load_explicit(&key_shard(h)->tb,
+					    memory_order_acquire);
+	struct table *t = tb_table(tb);
+	unsigned int bits = (unsigned int)(tb & TB_BITS_MASK);
+	size_t i, mask = ((size_t)1 << bits) - 1;
+
+	if (unlikely(!t))
+		return NULL;
+	for (i = key_index(h, bits);; i = (i + 1) & mask) {
+		/* Pairs with the release store of key in map_claim(): the
+		 * cell pointer and the cell's zeroed value before the key. */
+		uintptr_t k = atomic_load_explicit(&t->s[i].key,
+						   memory_order_acquire);
+
+		if (k == key)
+			return atomic_load_explicit(&t->s[i].cell,
+						    memory_order_relaxed);
+		if (k == KEY_EMPTY)
+			return NULL;
 	}
-	return t;
 }
 
-/* Returns the table after @t, making it if needed; NULL without memory. */
-static COLD struct table *table_grow(struct table *t)
+static inline size_t table_mask(const struct table *t)
 {
-	struct table *n = table_new(t->bits + 1), *old = NULL;
+	return ((size_t)1 << t->bits) - 1;
+}
 
+/* Under sh->mu: a table with room for one more key, or NULL. */
+static struct table *shard_rehash(struct shard *sh)
+{
+	struct table *o = tb_table(atomic_load_explicit(&sh->tb,
+							memory_order_relaxed));
+	struct table *n;
+	unsigned int bits = TABLE_MIN_BITS;
+	size_t i, j, size;
+
+	if (o && (sh->used + 1) * 2 <= ((size_t)1 << o->bits))
+		return o;
+	/* At most a quarter full after the rehash. */
+	while (((size_t)1 << bits) < (sh->live + 1) * 4)
+		bits++;
+	size = sizeof(*n) + ((size_t)1 << bits) * sizeof(struct slot);
+	n = aligned_alloc(64, (size + 63) & ~(size_t)63);
 	if (!n)
 		return NULL;
-	/* Pairs with the acquire loads of next in map_find(): the zeroed
-	 * slots are visible before the table is reachable. */
-	if (!atomic_compare_exchange_strong_explicit(&t->next, &old, n,
-						     memory_order_acq_rel,
-						     memory_order_acquire)) {
-		free(n);
-		return old;
+	memset(n, 0, size);
+	n->bits = bits;
+	if (o) {
+		uint64_t h;
+		uintptr_t k;
+
+		for (i = 0; i <= table_mask(o); i++) {
+			k = atomic_load_explicit(&o->s[i].key,
+						 memory_order_relaxed);
+			if (k == KEY_EMPTY || k == KEY_DEAD)
+				continue;
+			h = key_hash(k);
+			for (j = key_index(h, bits); n->s[j].key;
+			     j = (j + 1) & table_mask(n))
+				;
+			atomic_init(&n->s[j].cell,
+				    atomic_load_explicit(&o->s[i].cell,
+							 memory_order_relaxed));
+			atomic_init(&n->s[j].key, k);
+		}
+		n->retired = o;
 	}
+	sh->used = sh->live;
+	count(&pyc.map_tables);
+	/* Pairs with the acquire load in map_lookup(): the copied slots
+	 * before the table. */
+	atomic_store_explicit(&sh->tb, (uintptr_t)n | bits,
+			      memory_order_release);
 	return n;
 }
 
-/*
- * Find @key's live slot; with @claim, make one if there is none.  Returns
- * NULL if absent (or, with @claim, if no table could be allocated).
- */
-static inline struct slot *map_find(uintptr_t key, bool claim)
+/* @key's cell, made if there is none; NULL without memory. */
+static COLD struct cell *map_claim(uintptr_t key)
 {
-	/* Pairs with the release CAS in map_init(). */
-	struct table *t = atomic_load_explicit(&map_root, memory_order_acquire);
+	uint64_t h = key_hash(key);
+	struct shard *sh = key_shard(h);
+	struct slot *dead = NULL, *sl;
+	struct cell *c = NULL;
+	struct table *t;
+	size_t i;
+	uintptr_t k;
 
-	while (t) {
-		size_t mask = ((size_t)1 << t->bits) - 1;
-		size_t i = slot_hash(key, t->bits);
-		struct table *n;
-
-		for (int p = 0; p < PROBES; p++, i = (i + 1) & mask) {
-			struct slot *s = &t->s[i];
-			uintptr_t k = atomic_load_explicit(&s->key,
-							   memory_order_relaxed);
-
-			if (k == key)
-				return s;
-			if (k != KEY_EMPTY)
-				continue;
-			if (!claim)
-				return NULL;
-			/* Relaxed: uniqueness comes from the RMW order on
-			 * this one location; the value is published on its
-			 * own (see slot_copy()). */
-			if (atomic_compare_exchange_strong_explicit(
-				    &s->key, &k, key, memory_order_relaxed,
-				    memory_order_relaxed))
-				return s;
-			if (k == key)
-				return s;
-		}
-		/* Pairs with the acq_rel CAS in table_grow(). */
-		n = atomic_load_explicit(&t->next, memory_order_acquire);
-		if (!n && claim)
-			n = table_grow(t);
-		t = n;
-	}
-	return NULL;
-}
-
-static int map_init(void)
-{
-	struct table *t, *old = NULL;
-
-	if (atomic_load_explicit(&map_root, memory_order_relaxed))
-		return 0;
-	t = table_new(TABLE0_BITS);
+	pthread_mutex_lock(&sh->mu);
+	t = shard_rehash(sh);
 	if (!t)
-		return -ENOMEM;
-	/* Pairs with the acquire load in map_find(). */
-	if (!atomic_compare_exchange_strong_explicit(&map_root, &old, t,
-						     memory_order_acq_rel,
-						     memory_order_acquire))
-		free(t);
-	return 0;
+		goto out;
+	for (i = key_index(h, t->bits);; i = (i + 1) & table_mask(t)) {
+		sl = &t->s[i];
+		k = atomic_load_explicit(&sl->key, memory_order_relaxed);
+		if (k == key) {
+			c = atomic_load_explicit(&sl->cell,
+						 memory_order_relaxed);
+			goto out;
+		}
+		if (k == KEY_DEAD && !dead)
+			dead = sl;
+		if (k == KEY_EMPTY)
+			break;
+	}
+	if (!sh->free) {
+		/* Cells come in blocks: fewer mallocs, denser cache lines. */
+		struct cell *b = calloc(CELL_BLOCK, sizeof(*b));
+
+		if (!b)
+			goto out;
+		for (i = 0; i < CELL_BLOCK; i++) {
+			b[i].next_free = sh->free;
+			sh->free = &b[i];
+		}
+	}
+	c = sh->free;
+	sh->free = c->next_free;
+	atomic_store_explicit(&c->val, 0, memory_order_relaxed);
+	if (dead)
+		sl = dead;
+	else
+		sh->used++;
+	sh->live++;
+	atomic_store_explicit(&sl->cell, c, memory_order_relaxed);
+	/* Pairs with the acquire load of key in map_lookup(). */
+	atomic_store_explicit(&sl->key, key, memory_order_release);
+out:
+	pthread_mutex_unlock(&sh->mu);
+	return c;
 }
 
 /* Code watcher: forget a code object before its memory is freed. */
 static int code_watcher(PyCodeEvent ev, PyCodeObject *co)
 {
-	struct slot *s;
-	uintptr_t k = (uintptr_t)co;
+	uintptr_t key = (uintptr_t)co, k;
+	uint64_t h = key_hash(key);
+	struct shard *sh = key_shard(h);
+	struct table *t;
+	struct slot *sl;
+	struct cell *c;
+	size_t i;
 
 	if (ev != PY_CODE_EVENT_DESTROY)
 		return 0;
-	s = map_find(k, false);
-	/* Relaxed: the free that follows (and the allocator's own
-	 * synchronisation before any reuse) orders it before a lookup of a
-	 * new object at this address. */
-	if (s && atomic_compare_exchange_strong_explicit(&s->key, &k, KEY_DEAD,
-							 memory_order_relaxed,
-							 memory_order_relaxed))
+	/* Most code never ran under a session: no lock for those. */
+	if (!map_lookup(key))
+		return 0;
+	pthread_mutex_lock(&sh->mu);
+	t = tb_table(atomic_load_explicit(&sh->tb, memory_order_relaxed));
+	for (i = key_index(h, t->bits);; i = (i + 1) & table_mask(t)) {
+		sl = &t->s[i];
+		k = atomic_load_explicit(&sl->key, memory_order_relaxed);
+		if (k == KEY_EMPTY)
+			break;
+		if (k != key)
+			continue;
+		/* Relaxed: the mutex and the free that follows order it
+		 * before any lookup of a new object at this address. */
+		atomic_store_explicit(&sl->key, KEY_DEAD,
+				      memory_order_relaxed);
+		c = atomic_load_explicit(&sl->cell, memory_order_relaxed);
+		c->next_free = sh->free;
+		sh->free = c;
+		sh->live--;
 		count(&pyc.map_forgotten);
+		break;
+	}
+	pthread_mutex_unlock(&sh->mu);
 	return 0;
+}
+
+static void map_atfork_child(void)
+{
+	for (unsigned int i = 0; i < NSHARDS; i++)
+		pthread_mutex_init(&shards[i].mu, NULL);
+}
+
+static void map_init(void)
+{
+	for (unsigned int i = 0; i < NSHARDS; i++)
+		pthread_mutex_init(&shards[i].mu, NULL);
 }
 
 /* ------------------------------------------------------------------ */
 /* Making a copy.                                                       */
 
-/* UTF-8 of @s, or a replacement; *@tmp keeps a bytes object alive. */
-static const char *utf8_of(PyObject *s, PyObject **tmp)
+/* UTF-8 of @s and its length, or a replacement; *@tmp keeps a bytes
+ * object alive. */
+static const char *utf8_of(PyObject *s, PyObject **tmp, Py_ssize_t *len)
 {
 	const char *u;
 
 	*tmp = NULL;
 	if (!s || !PyUnicode_Check(s))
-		return "?";
-	u = PyUnicode_AsUTF8AndSize(s, NULL);
+		goto none;
+	u = PyUnicode_AsUTF8AndSize(s, len);
 	if (u)
 		return u;
 	PyErr_Clear();		/* lone surrogates, e.g. undecodable paths */
 	*tmp = PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace");
-	if (*tmp)
+	if (*tmp) {
+		*len = PyBytes_GET_SIZE(*tmp);
 		return PyBytes_AS_STRING(*tmp);
+	}
 	PyErr_Clear();
+none:
+	*len = 1;
 	return "?";
 }
 
-/* Cut a truncated UTF-8 sequence off the end of @buf. */
-static void utf8_trim(char *buf)
+/* Append @n bytes of @src at @buf[*pos], within @size - 1. */
+static void put(char *buf, size_t size, size_t *pos, const char *src,
+		size_t n)
 {
-	size_t len = strlen(buf), i = len, need;
+	if (n > size - 1 - *pos)
+		n = size - 1 - *pos;
+	memcpy(buf + *pos, src, n);
+	*pos += n;
+}
+
+/* Cut a truncated UTF-8 sequence off the end of @buf (@len bytes). */
+static void utf8_trim(char *buf, size_t len)
+{
+	size_t i = len, need;
 	unsigned char c;
 
 	while (i > 0 && ((unsigned char)buf[i - 1] & 0xc0) == 0x80)
@@ -338,16 +474,23 @@ static void utf8_trim(char *buf)
 		buf[i - 1] = '\0';
 }
 
-/* "py::<co_qualname>:<co_filename>", cut to JITRING_NAME_MAX bytes. */
+/* "py::<co_qualname>:<co_filename>", cut to @size - 1 bytes. */
 static void format_name(PyCodeObject *co, char *buf, size_t size)
 {
 	PyObject *exc = PyErr_GetRaisedException();	/* throwflag frames */
 	PyObject *t1, *t2;
-	const char *q = utf8_of(co->co_qualname, &t1);
-	const char *f = utf8_of(co->co_filename, &t2);
+	Py_ssize_t ql, fl;
+	const char *q = utf8_of(co->co_qualname, &t1, &ql);
+	const char *f = utf8_of(co->co_filename, &t2, &fl);
+	size_t pos = 0;
 
-	if (snprintf(buf, size, "py::%s:%s", q, f) >= (int)size)
-		utf8_trim(buf);
+	put(buf, size, &pos, "py::", 4);
+	put(buf, size, &pos, q, (size_t)ql);
+	put(buf, size, &pos, ":", 1);
+	put(buf, size, &pos, f, (size_t)fl);
+	buf[pos] = '\0';
+	if (pos == size - 1)
+		utf8_trim(buf, pos);
 	Py_XDECREF(t1);
 	Py_XDECREF(t2);
 	PyErr_SetRaisedException(exc);
@@ -410,7 +553,7 @@ static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 #define PENDING_SPINS 256
 #define PENDING_YIELDS 64
 
-static COLD void *slot_copy(struct session *s, PyObject *co, struct slot *sl)
+static COLD void *cell_copy(struct session *s, PyObject *co, struct cell *c)
 {
 	const uint64_t tag = s->tag << TAG_SHIFT;
 	unsigned int waits = 0;
@@ -418,14 +561,14 @@ static COLD void *slot_copy(struct session *s, PyObject *co, struct slot *sl)
 	void *addr = NULL;
 	uint64_t v;
 
-	if (!sl)
-		sl = map_find((uintptr_t)co, true);
-	if (!sl) {
+	if (!c)
+		c = map_claim((uintptr_t)co);
+	if (!c) {
 		count(&pyc.copy_errors);
 		return NULL;
 	}
-	/* Pairs with the release stores and CAS of val below. */
-	v = atomic_load_explicit(&sl->val, memory_order_acquire);
+	/* Pairs with the release stores of val below. */
+	v = atomic_load_explicit(&c->val, memory_order_acquire);
 	for (;;) {
 		if ((v & ~ADDR_MASK) == tag) {
 			if ((v & ADDR_MASK) > VAL_FAILED)
@@ -441,14 +584,15 @@ static COLD void *slot_copy(struct session *s, PyObject *co, struct slot *sl)
 				sched_yield();
 			else
 				cpu_relax();
-			v = atomic_load_explicit(&sl->val,
+			v = atomic_load_explicit(&c->val,
 						 memory_order_acquire);
 			continue;
 		}
-		/* Empty or another session's: claim it.  Acquire pairs with
-		 * the release store that made @v, so a retry sees it. */
+		/* Empty or another session's: claim it.  Acquire (on
+		 * failure too) pairs with the release stores below, as the
+		 * loads above do. */
 		if (atomic_compare_exchange_weak_explicit(
-			    &sl->val, &v, tag | VAL_PENDING,
+			    &c->val, &v, tag | VAL_PENDING,
 			    memory_order_acquire, memory_order_acquire))
 			break;
 	}
@@ -457,17 +601,17 @@ static COLD void *slot_copy(struct session *s, PyObject *co, struct slot *sl)
 	case COPY_OK:
 		/* Pairs with the acquire loads of val: the copy (handed to
 		 * us by the kit, already executable) before its address. */
-		atomic_store_explicit(&sl->val,
+		atomic_store_explicit(&c->val,
 				      tag | (uint64_t)(uintptr_t)addr,
 				      memory_order_release);
 		return addr;
 	case COPY_RETRY:
 		/* Back to what it was: the next call claims it again. */
-		atomic_store_explicit(&sl->val, v, memory_order_release);
+		atomic_store_explicit(&c->val, v, memory_order_release);
 		return NULL;
 	case COPY_FAILED:
 	default:
-		atomic_store_explicit(&sl->val, tag | VAL_FAILED,
+		atomic_store_explicit(&c->val, tag | VAL_FAILED,
 				      memory_order_release);
 		return NULL;
 	}
@@ -522,7 +666,7 @@ static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
 	/* Pairs with the release store in start(): the session's fields. */
 	struct session *s = atomic_load_explicit(&cur_session,
 						 memory_order_acquire);
-	struct slot *sl;
+	struct cell *c;
 	PyObject *co;
 	void *t = NULL;
 	uint64_t v;
@@ -532,16 +676,16 @@ static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
 	co = frame_code(f);
 	if (unlikely(!PyCode_Check(co)))
 		goto plain;
-	sl = map_find((uintptr_t)co, false);
-	if (likely(sl)) {
-		/* Pairs with the release store in slot_copy(). */
-		v = atomic_load_explicit(&sl->val, memory_order_acquire);
+	c = map_lookup((uintptr_t)co);
+	if (likely(c)) {
+		/* Pairs with the release store in cell_copy(). */
+		v = atomic_load_explicit(&c->val, memory_order_acquire);
 		if (likely((v >> TAG_SHIFT) == s->tag &&
 			   (v & ADDR_MASK) > VAL_FAILED))
 			t = (void *)(uintptr_t)(v & ADDR_MASK);
 	}
 	if (unlikely(!t)) {
-		t = slot_copy(s, co, sl);
+		t = cell_copy(s, co, c);
 		if (!t)
 			goto plain;
 	}
@@ -565,6 +709,7 @@ static void atfork_child(void)
 						 memory_order_relaxed);
 
 	pthread_mutex_init(&state_mu, NULL);
+	map_atfork_child();
 	if (s)
 		s->tag = take_tag();
 }
@@ -643,10 +788,6 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 		PyErr_SetString(PyExc_RuntimeError,
 				"another eval-frame function is installed "
 				"(a debugger, or -X perf / -X perf_jit)");
-		goto err;
-	}
-	if (map_init() < 0) {
-		PyErr_NoMemory();
 		goto err;
 	}
 	s = calloc(1, sizeof(*s));
@@ -919,6 +1060,7 @@ static int jr_exec(PyObject *m)
 	static int atfork_done;
 
 	if (!atfork_done) {
+		map_init();
 		if (pthread_atfork(NULL, NULL, atfork_child)) {
 			PyErr_SetString(PyExc_RuntimeError,
 					"pthread_atfork failed");
