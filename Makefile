@@ -131,6 +131,20 @@ build-release/build.ninja: | deps deps-bench
 bench: deps-bench build-release/build.ninja
 	$(NINJA) -C build-release
 	bash bench/run.sh quick build-release
+	$(MAKE) bench-python
+
+# Profiling cost per new Python code object: jitring rings / mutex against
+# CPython's -X perf_jit, on the free-threaded interpreter (bench/README.md).
+bench-python: deps-bench build-release/build.ninja
+	@py=$$(bash scripts/build-python.sh) || exit 1; \
+	cur=$$($(MESON) introspect --buildoptions build-release | $(PY) -c \
+		'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "python"))'); \
+	[ "$$cur" = "$$py" ] || $(MESON) configure build-release -Dpython="$$py"; \
+	$(NINJA) -C build-release && \
+	PYTHONPATH=$(CURDIR)/build-release/subprojects/jitring-python \
+	JITRING_DUMP=$(CURDIR)/build-release/tools/jitring-dump \
+	$$py bench/python/bench_py.py --quick --out bench/results/python-quick.json \
+		| tee bench/results/python-quick.txt
 
 bench-full: deps-bench build-release/build.ninja
 	$(NINJA) -C build-release

@@ -272,15 +272,15 @@ def main():
     if args[:1] == ["--worker"]:
         worker(args[1], int(args[2]), int(args[3]), args[4])
         return
-    reps, n = 3, 51200
+    reps, n = 3, 204800
     out = None
     threads = THREADS
     while args:
         a = args.pop(0)
         if a == "--quick":
-            reps, n = 3, 51200
+            reps, n = 3, 204800
         elif a == "--full":
-            reps, n = 5, 204800
+            reps, n = 5, 409600
         elif a == "--reps":
             reps = int(args.pop(0))
         elif a == "--n":
