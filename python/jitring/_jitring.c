@@ -212,9 +212,17 @@ struct shard {
 
 static struct shard shards[NSHARDS];
 
+/*
+ * Placement keeps locality: the hash of a key's 64 KiB region picks the
+ * shard and a base slot, and the key's offset in the region (in 64-byte
+ * steps; a code object is larger) is added to it.  Code objects made
+ * together (a module's functions) sit together in memory, so their slots
+ * share cache lines and the first calls of a module's functions, like the
+ * hot lookups, miss the cache less than under a fully scrambling hash.
+ */
 static inline uint64_t key_hash(uintptr_t key)
 {
-	return (uint64_t)(key >> 4) * UINT64_C(0x9E3779B97F4A7C15);
+	return (uint64_t)(key >> 16) * UINT64_C(0x9E3779B97F4A7C15);
 }
 
 static inline struct shard *key_shard(uint64_t h)
@@ -222,10 +230,11 @@ static inline struct shard *key_shard(uint64_t h)
 	return &shards[h >> (64 - SHARD_BITS)];
 }
 
-/* The slot index bits come from below the shard bits. */
-static inline size_t key_index(uint64_t h, unsigned int bits)
+/* Region base (the hash bits below the shard bits) plus the offset. */
+static inline size_t key_index(uintptr_t key, uint64_t h, unsigned int bits)
 {
-	return (size_t)((h << SHARD_BITS) >> (64 - bits));
+	return (size_t)(((h << SHARD_BITS) >> (64 - bits)) + (key >> 6)) &
+	       (((size_t)1 << bits) - 1);
 }
 
 static inline struct table *tb_table(uintptr_t tb)
@@ -246,7 +255,7 @@ static inline struct cell *map_lookup(uintptr_t key)
 
 	if (unlikely(!t))
 		return NULL;
-	for (i = key_index(h, bits);; i = (i + 1) & mask) {
+	for (i = key_index(key, h, bits);; i = (i + 1) & mask) {
 		/* Pairs with the release store of key in map_claim(): the
 		 * cell pointer and the cell's zeroed value before the key. */
 		uintptr_t k = atomic_load_explicit(&t->s[i].key,
@@ -295,7 +304,7 @@ static struct table *shard_rehash(struct shard *sh)
 			if (k == KEY_EMPTY || k == KEY_DEAD)
 				continue;
 			h = key_hash(k);
-			for (j = key_index(h, bits); n->s[j].key;
+			for (j = key_index(k, h, bits); n->s[j].key;
 			     j = (j + 1) & table_mask(n))
 				;
 			atomic_init(&n->s[j].cell,
@@ -329,7 +338,7 @@ static COLD struct cell *map_claim(uintptr_t key)
 	t = shard_rehash(sh);
 	if (!t)
 		goto out;
-	for (i = key_index(h, t->bits);; i = (i + 1) & table_mask(t)) {
+	for (i = key_index(key, h, t->bits);; i = (i + 1) & table_mask(t)) {
 		sl = &t->s[i];
 		k = atomic_load_explicit(&sl->key, memory_order_relaxed);
 		if (k == key) {
@@ -387,7 +396,7 @@ static int code_watcher(PyCodeEvent ev, PyCodeObject *co)
 		return 0;
 	pthread_mutex_lock(&sh->mu);
 	t = tb_table(atomic_load_explicit(&sh->tb, memory_order_relaxed));
-	for (i = key_index(h, t->bits);; i = (i + 1) & table_mask(t)) {
+	for (i = key_index(key, h, t->bits);; i = (i + 1) & table_mask(t)) {
 		sl = &t->s[i];
 		k = atomic_load_explicit(&sl->key, memory_order_relaxed);
 		if (k == KEY_EMPTY)
