@@ -73,8 +73,12 @@ if cached; then			# another run finished it while we waited
 	exit 0
 fi
 
+# Holding the lock, any build directory left here is from a run that was
+# killed (SIGKILL skips the trap below): nothing in it is trusted.
+rm -rf "$cache"/.build-"$variant".*
 tmp=$(mktemp -d "$cache/.build-$variant.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 130' INT TERM HUP
 
 # --- the tarball -----------------------------------------------------------
 
