@@ -515,6 +515,13 @@ static void format_name(PyCodeObject *co, char *buf, size_t size)
 
 enum copy_result { COPY_OK, COPY_RETRY, COPY_FAILED };
 
+/*
+ * Test hook: $JITRING_PY_TEST_COPY_DELAY_US, read by start(), makes every
+ * copy take that long (thread state released), so that tests can make
+ * other threads find a copy in the making.  0 (unset) in normal use.
+ */
+static long copy_delay_ns;
+
 static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 				       void **addr)
 {
@@ -523,6 +530,13 @@ static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 	struct timespec ts;
 	int64_t r;
 
+	if (unlikely(copy_delay_ns)) {
+		ts.tv_sec = copy_delay_ns / 1000000000L;
+		ts.tv_nsec = copy_delay_ns % 1000000000L;
+		Py_BEGIN_ALLOW_THREADS
+		nanosleep(&ts, NULL);
+		Py_END_ALLOW_THREADS
+	}
 	format_name(co, name, sizeof(name));
 	for (;;) {
 		r = jitring_trampolines_get(s->tr, name, addr);
@@ -781,6 +795,11 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	}
 	if (perf_map)
 		cfg.flags |= JITRING_F_PERF_MAP;
+	{
+		const char *d = getenv("JITRING_PY_TEST_COPY_DELAY_US");
+
+		copy_delay_ns = d ? strtol(d, NULL, 10) * 1000L : 0;
+	}
 	if (dir_obj != Py_None) {
 		if (!PyUnicode_FSConverter(dir_obj, &dir_bytes))
 			return NULL;
