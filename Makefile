@@ -68,11 +68,11 @@ test-python-gil: build
 		'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "libdir"))'); \
 	stage=$(CURDIR)/build-gil/root$$prefix; \
 	sed -i "s|^prefix=.*|prefix=$$stage|" $$stage/$$libdir/pkgconfig/jitring.pc; \
+	export PKG_CONFIG_PATH=$$stage/$$libdir/pkgconfig PATH=$$stage/bin:$$PATH; \
 	[ -f build-gil/py/build.ninja ] || \
-		PKG_CONFIG_PATH=$$stage/$$libdir/pkgconfig PATH=$$stage/bin:$$PATH \
 		$(MESON) setup build-gil/py python -Dpython="$$py"; \
 	$(NINJA) -C build-gil/py && \
-	PATH=$$stage/bin:$$PATH $(MESON) test -C build-gil/py --no-rebuild \
+	$(MESON) test -C build-gil/py --no-rebuild \
 		--num-processes 1 --print-errorlogs --suite python
 
 demo: build
