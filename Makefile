@@ -79,11 +79,13 @@ demo: build
 	@bash tests/e2e/demo.sh build
 
 # Every test: unit, e2e (through real perf where permitted), the short
-# stress runs and the Python module's suite.  The last line is the summary.
+# stress runs, the safety suite (hostile files, tests/safety/) and the
+# Python module's suite.  The last line is the summary.
 test: build-py deps-cross
 	@rm -f build/meson-logs/testlog.json
 	-@$(MESON) test -C build --no-rebuild --num-processes $(JOBS) \
-		--print-errorlogs --suite unit --suite e2e --suite stress --suite python \
+		--print-errorlogs --suite unit --suite e2e --suite stress --suite safety \
+		--suite python \
 		> build/test-output.txt 2>&1; tail -n 40 build/test-output.txt
 	@$(PY) scripts/test-summary.py build/meson-logs/testlog.json
 
@@ -100,7 +102,7 @@ test-asan: build-asan/build.ninja
 	-@ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 	 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
 	 $(MESON) test -C build-asan --no-rebuild --num-processes $(JOBS) \
-		--print-errorlogs --suite unit --suite stress \
+		--print-errorlogs --suite unit --suite stress --suite safety \
 		> build-asan/test-output.txt 2>&1; tail -n 40 build-asan/test-output.txt
 	@$(PY) scripts/test-summary.py build-asan/meson-logs/testlog.json
 
@@ -113,7 +115,7 @@ test-tsan: build-tsan/build.ninja
 	@rm -f build-tsan/meson-logs/testlog.json
 	-@TSAN_OPTIONS="suppressions=$(CURDIR)/tsan.supp halt_on_error=1 second_deadlock_stack=1 die_after_fork=0" \
 	 $(MESON) test -C build-tsan --no-rebuild --num-processes 1 \
-		--print-errorlogs --suite unit --suite stress \
+		--print-errorlogs --suite unit --suite stress --suite safety \
 		> build-tsan/test-output.txt 2>&1; tail -n 40 build-tsan/test-output.txt
 	@$(PY) scripts/test-summary.py build-tsan/meson-logs/testlog.json
 

@@ -3,8 +3,10 @@
  * jitring: tell Linux perf about JIT code from many threads without a
  * process-wide lock.
  *
- * A writer (struct jitring) owns one perf jitdump file, <dir>/jit-<pid>.dump.
- * Each jitring_write() describes one function: an optional UNWINDING_INFO
+ * A writer (struct jitring) owns one perf jitdump file, <dir>/jit-<pid>.dump
+ * (a writer opened after an earlier one of the process was closed continues
+ * that dump: see jitring_open()).  Each jitring_write() describes one
+ * function: an optional UNWINDING_INFO
  * record (DWARF .eh_frame), an optional DEBUG_INFO record (a line table) and
  * a CODE_LOAD record with a code_index unique in the process.  The records of
  * one call are always contiguous in the file, because perf attaches
@@ -43,7 +45,9 @@
  *
  * Fork: the child gets its own jit-<childpid>.dump and a working writer for
  * every writer that was open in the parent; entries the parent had not yet
- * written stay the parent's.  Not async-signal-safe: see jitring_write().
+ * written stay the parent's.  The child keeps no descriptor of the parent's
+ * files (so it never keeps them locked, see jitring_open()).  Not
+ * async-signal-safe: see jitring_write().
  */
 #ifndef JITRING_H
 #define JITRING_H
@@ -97,7 +101,9 @@ enum jitring_engine {
 #define JITRING_F_DROP (1u << 1)
 /** Also write /tmp/perf-<pid>.map lines ("<hex addr> <hex size> <name>")
  *  for every CODE_LOAD, in the same order, from the same thread that writes
- *  the dump (the flusher, or the caller under the mutex engine's lock). */
+ *  the dump (the flusher, or the caller under the mutex engine's lock).
+ *  The map is claimed like the dump (see jitring_open()): one open writer
+ *  of the process has it; a later one continues it. */
 #define JITRING_F_PERF_MAP (1u << 2)
 #define JITRING_F_ALL (JITRING_F_WRITE_CLOSE | JITRING_F_DROP | JITRING_F_PERF_MAP)
 
@@ -218,7 +224,8 @@ struct jitring_entry {
  * @entries_written: groups (one per successful jitring_write() or
  *	jitring_move()) that are in the file.
  * @records_written: jitdump records in the file, header excluded.
- * @bytes_written: bytes in the file, header included.
+ * @bytes_written: bytes in the file, header included (for a writer that
+ *	continued a dump, what the earlier writers left is included).
  * @refused_invalid: calls refused with -EINVAL, -E2BIG, -ENOENT or
  *	-EDEADLK.
  * @refused_nomem: calls refused with -ENOMEM.
@@ -300,19 +307,56 @@ JITRING_API void jitring_config_init(struct jitring_config *cfg);
  * @cfg: options, or NULL for defaults.
  * @out: receives the writer; untouched on failure.
  *
- * Creates <dir>/jit-<pid>.dump with O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC
- * (a file or symlink already at that path is never followed or reused),
- * writes the 40-byte header and maps the first page PROT_READ|PROT_EXEC,
- * which is how perf finds the dump.  Call it before any JIT code becomes
- * executable.  The rings engine also starts its background thread.
+ * Creates <dir>/jit-<pid>.dump with O_CREAT|O_EXCL|O_NOFOLLOW|O_NONBLOCK|
+ * O_CLOEXEC, locks it (an OFD lock, see below), writes the 40-byte header
+ * and maps the first page PROT_READ|PROT_EXEC, which is how perf finds the
+ * dump.  Call it before any JIT code becomes executable.  The rings engine
+ * also starts its background thread.
+ *
+ * Whose file it is.  A file already at that name is judged by what it is
+ * (device and inode, and its lock), never by how the directory is spelled
+ * (D, D/, ./D and a symlink to D are one directory):
+ *  - held by an open writer of this process: -EEXIST (one open writer per
+ *    directory, also if its dump was removed meanwhile);
+ *  - the dump of a closed writer of this process: continued.  The new
+ *    writer appends after the last complete record (a CLOSE record at its
+ *    end is cut off, since perf stops reading there), with a fresh marker
+ *    mapping; code_index values stay unique in the process.  perf inject
+ *    then processes the whole dump at each marker mapping it sees: every
+ *    function is injected once per writer that mapped the dump during the
+ *    recording, with the same result;
+ *  - stale, and replaced by a new file: a regular file the caller owns,
+ *    with one link, whose lock nobody holds (left by an earlier process
+ *    with our pid, or by one in another pid namespace that has exited);
+ *  - anything else is never opened, followed, written or removed: -EEXIST
+ *    (a symlink, FIFO, device, directory, another user's file, a hard
+ *    link, or a file whose lock is held: the live dump of a process with
+ *    our pid in another pid namespace sharing the directory).
+ * Each writer's dump stays open and locked until the process exits, also
+ * after jitring_close() (perf inject needs a closed writer's dump too),
+ * unless a later writer continues it; a fork child closes its copies.  So
+ * the process holds one descriptor per dump file it made and that still
+ * has its name.  On a file system without locks the file is still made,
+ * but a stale dump there is never replaced.
+ *
+ * @dir is followed if it (or a component of it) is a symlink: the caller
+ * chose it, and perf records the file's real path from the mapping, so
+ * perf inject writes its ELFs next to the real file.  Only the last
+ * component, the dump's own name, is never followed.
+ *
+ * Never blocks on another process: no FIFO is opened and no lock is
+ * waited for; the library's global lock is not held across any system
+ * call, so fork() and exit() in other threads proceed meanwhile.
  *
  * Context: any thread; not async-signal-safe.  May be called concurrently
  * with every other function.
  * Return: 0; -EINVAL for a NULL @out, a @cfg with struct_size smaller than
  * version 1, unknown engine or flags, a bad ring_size or non-zero reserved;
  * -ENAMETOOLONG if the path does not fit PATH_MAX; -ENOMEM; -EEXIST if the
- * dump already exists (also when a symlink is planted there); or the
- * negative errno of open(2), write(2), mmap(2) or pthread_create(3).
+ * dump (or, with JITRING_F_PERF_MAP, /tmp/perf-<pid>.map) is there and
+ * neither continued nor replaced (see above); -EIO if a closed writer's
+ * dump was cut below its header; or the negative errno of open(2),
+ * write(2), mmap(2) or pthread_create(3).
  */
 JITRING_API int jitring_open(const struct jitring_config *cfg,
 			     struct jitring **out);
@@ -349,9 +393,11 @@ JITRING_API int jitring_open(const struct jitring_config *cfg,
  * code_size must also leave the 32-bit unwind offsets room: about 2 GiB
  * less 8 KiB); -ENOMEM if no ring could be had within mem_budget (or
  * malloc failed for a large entry); -EAGAIN (JITRING_F_DROP only); -EDEADLK
- * (nested call, see above); -ESHUTDOWN once jitring_close() has started; or
- * the negative errno with which the file failed.  Every refusal is counted
- * in struct jitring_stats and writes nothing.
+ * (nested call, see above); -ESHUTDOWN once jitring_close() has started,
+ * whatever @e holds (-ESHUTDOWN wins over every error of the entry: the
+ * writer is gone, so the entry no longer matters; an entry racing the
+ * close gets either); or the negative errno with which the file failed.
+ * Every refusal is counted in struct jitring_stats and writes nothing.
  */
 JITRING_API int64_t jitring_write(struct jitring *jr,
 				  const struct jitring_entry *e);
@@ -368,7 +414,9 @@ JITRING_API int64_t jitring_write(struct jitring *jr,
  *
  * Context: as jitring_write().
  * Return: 0; -EINVAL for a NULL @new_addr or bad @code_size; -ENOENT for a
- * code_index this writer never handed out; otherwise as jitring_write().
+ * code_index this writer never handed out (also one an earlier writer of
+ * the same dump handed out); otherwise as jitring_write(), so -ESHUTDOWN
+ * once close has started, over -EINVAL and -ENOENT.
  */
 JITRING_API int jitring_move(struct jitring *jr, uint64_t code_index,
 			     const void *new_addr, const void *old_addr,
@@ -399,8 +447,11 @@ JITRING_API int jitring_flush(struct jitring *jr);
  *
  * Refuses new calls (-ESHUTDOWN), waits for calls already inside
  * jitring_write()/jitring_move() to commit, writes every committed entry,
- * optionally a CLOSE record (JITRING_F_WRITE_CLOSE), unmaps the marker page
- * and closes the file.  The dump is never unlinked: perf inject needs it.
+ * optionally a CLOSE record (JITRING_F_WRITE_CLOSE) and unmaps the marker
+ * page.  The dump is never unlinked: perf inject needs it.  Its descriptor
+ * and lock are kept until exit, so no process with our pid (in another pid
+ * namespace) takes it for stale; a later jitring_open() on the same
+ * directory continues it (see jitring_open()).
  * Rings of threads still alive are released when those threads exit or call
  * jitring_thread_detach().  A process that exits through exit(3) without
  * closing still has its open writers flushed (an atexit handler); _exit(2)

@@ -17,6 +17,10 @@
  *  - The engine state is never freed (like the handle): a thread that takes
  *    the lock after close sees the state and returns -ESHUTDOWN, instead of
  *    writing to a closed FILE as CPython's free_state race did.
+ *  - code_index values come from the process-wide counter in blocks of
+ *    JR_IDS_BLOCK (one atomic per 64 entries instead of one per entry), so
+ *    they are unique across writers; the blocks are remembered, so a move
+ *    of an index this writer never handed out is refused.
  *
  * Invariants: every field below is protected by lock; flushed_off is the
  * file size the kernel has and always a group boundary.
@@ -28,6 +32,7 @@
 #include <stdio_ext.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -47,6 +52,11 @@ struct mutex_eng {
 	uint64_t flushed_off;  /* what the kernel has: a group boundary */
 	uint64_t pend_entries; /* groups in the buffer */
 	uint64_t pend_records;
+	uint64_t id_next;      /* next code_index of the current block */
+	uint64_t id_end;       /* end of the current block */
+	uint64_t *blocks;      /* starts of the blocks taken, ascending */
+	size_t nblocks;
+	size_t blocks_cap;
 };
 
 /*
@@ -103,15 +113,15 @@ static int open_stream(struct jitring *jr, struct mutex_eng *m)
 		return -ENOMEM;
 	}
 	setvbuf(m->f, m->buf, _IOFBF, MUTEX_BUF_SIZE);
-	/* The header went in with pwrite(); append after it. */
-	if (fseeko(m->f, (off_t)sizeof(struct jitdump_header), SEEK_SET)) {
+	/* After the header (pwrite()) or the end of a continued dump. */
+	if (fseeko(m->f, (off_t)jr->file.start, SEEK_SET)) {
 		int ret = -errno;
 
 		fclose(m->f);
 		m->f = NULL;
 		return ret;
 	}
-	m->off = m->flushed_off = sizeof(struct jitdump_header);
+	m->off = m->flushed_off = jr->file.start;
 	m->pend_entries = m->pend_records = 0;
 	if (jr->map_fd >= 0) {
 		int mfd = dup(jr->map_fd);
@@ -258,6 +268,63 @@ static int commit_locked(struct jitring *jr, struct mutex_eng *m,
 	return 0;
 }
 
+/*
+ * Make room for more block starts.  mmap/mremap, not malloc: a write may
+ * run in a signal handler that interrupted malloc (see jitring_write()).
+ * Without memory the block goes unrecorded and its moves get -ENOENT, as
+ * with the rings engine.
+ */
+static void blocks_grow(struct mutex_eng *m)
+{
+	size_t old = m->blocks_cap * sizeof(*m->blocks);
+	size_t len = old ? 2 * old : (size_t)sysconf(_SC_PAGESIZE);
+	void *p = old ? mremap(m->blocks, old, len, MREMAP_MAYMOVE) :
+			mmap(NULL, len, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return;
+	m->blocks = p;
+	m->blocks_cap = len / sizeof(*m->blocks);
+}
+
+/* The next code_index, under the lock. */
+static uint64_t id_next_locked(struct mutex_eng *m)
+{
+	if (m->id_next == m->id_end) {
+		uint64_t start = jitring_ids_take();
+
+		if (m->nblocks == m->blocks_cap)
+			blocks_grow(m);
+		if (m->nblocks < m->blocks_cap)
+			m->blocks[m->nblocks++] = start;
+		m->id_next = start;
+		m->id_end = start + JR_IDS_BLOCK;
+	}
+	return m->id_next++;
+}
+
+/* Did this writer hand out @id?  Under the lock. */
+static bool id_issued_locked(const struct mutex_eng *m, uint64_t id)
+{
+	size_t lo = 0, hi = m->nblocks;
+
+	/* The last block whose start is <= @id. */
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+
+		if (m->blocks[mid] <= id)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	if (!lo || id - m->blocks[lo - 1] >= JR_IDS_BLOCK)
+		return false;
+	/* In the current block only what was handed out so far. */
+	return m->blocks[lo - 1] + JR_IDS_BLOCK != m->id_end ||
+	       id < m->id_next;
+}
+
 int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
 {
 	struct mutex_eng *m = jr->eng;
@@ -313,8 +380,7 @@ int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
 		uint32_t pid = (uint32_t)getpid();
 		uint32_t tid = (uint32_t)syscall(SYS_gettid);
 
-		code_index = atomic_fetch_add_explicit(&jr->next_id, 1,
-						       memory_order_relaxed);
+		code_index = id_next_locked(m);
 		jitring_record_load_fixed(g, ts, pid, tid, code_index, &l);
 		fwrite(&l, sizeof(l), 1, m->f);
 		fwrite(e->name, g->name_len, 1, m->f);
@@ -345,10 +411,7 @@ int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
 	ret = lock_open(jr, m);
 	if (ret)
 		return ret;
-	/* Indices are handed out densely from 1 under the lock. */
-	if (code_index == 0 ||
-	    code_index >= atomic_load_explicit(&jr->next_id,
-					       memory_order_relaxed)) {
+	if (!id_issued_locked(m, code_index)) {
 		lock_drop(m);
 		jitring_count(&jr->c.refused_invalid, 1);
 		return -ENOENT;
@@ -408,6 +471,11 @@ int jitring_mutex_stop(struct jitring *jr)
 	}
 	free(m->buf);
 	m->buf = NULL;
+	/* Late callers are refused before they look at the blocks. */
+	if (m->blocks)
+		munmap(m->blocks, m->blocks_cap * sizeof(*m->blocks));
+	m->blocks = NULL;
+	m->nblocks = m->blocks_cap = 0;
 	pthread_mutex_unlock(&m->lock);
 	/* The engine state stays: a late caller must find the lock. */
 	return ret;
@@ -440,6 +508,9 @@ void jitring_mutex_fork_child(struct jitring *jr)
 		m->f = NULL;
 	}
 	map_discard(m);
+	/* The child's file has none of the parent's loads to move. */
+	m->nblocks = 0;
+	m->id_next = m->id_end = 0;
 	if (jr->file.fd >= 0 && open_stream(jr, m) == 0)
 		return;
 	m->f = NULL;

@@ -58,7 +58,8 @@
 #define JR_BATCH_GROUPS 4096u
 #define JR_BATCH_BYTES (8u << 20)
 #define JR_TRIM_NS (1000u * 1000000ull)  /* idle this long: drop pages */
-#define JR_CLOSE_POLL_NS (1000000u)
+/* Retry registering a ring after running out of memory. */
+#define JR_RETRY_NS (1000000u)
 /* A round that wrote this many groups is followed at once by another. */
 #define JR_BUSY_ROUND_GROUPS 32u
 
@@ -245,6 +246,8 @@ struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
 	r->mask = size - 1;
 	r->jr = jr;
 	r->lb = lb;
+	/* Idle from now: trimmed JR_TRIM_NS after this, not at once. */
+	r->idle_since = lb;
 	atomic_init(&r->pub, 0);
 	atomic_init(&r->head, 0);
 	atomic_init(&r->space_waiter, 0);
@@ -277,6 +280,7 @@ static void pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
 	r->head_cache = r->head_local;
 	r->busy_since = 0;
 	r->lb = now;
+	r->idle_since = now;
 	r->tls_next = NULL;
 	r->grow_asked = false;
 	atomic_store_explicit(&r->grow_req, 0, memory_order_relaxed);
@@ -338,11 +342,13 @@ static void pool_maintain(struct jr_rings *e, uint64_t now)
 }
 
 /*
- * Register the rings threads made themselves.  Return false if one could
- * not be registered (no memory): it may hold entries older than anything
- * we could write, so the caller writes nothing this round.
+ * Register the rings threads made themselves; their idle time (for
+ * trim_idle()) starts at @now.  Return false if one could not be
+ * registered (no memory): it may hold entries older than anything we
+ * could write, so the caller writes nothing this round and completes no
+ * flush ticket.
  */
-static bool attach_rings(struct jr_rings *e)
+static bool attach_rings(struct jr_rings *e, uint64_t now)
 {
 	/* Pairs with the release CAS in ring_get() (rings.c). */
 	struct jr_ring *list = atomic_exchange_explicit(&e->attach, NULL,
@@ -358,34 +364,49 @@ static bool attach_rings(struct jr_rings *e)
 	while (e->attach_pending) {
 		struct jr_ring *r = e->attach_pending;
 
-		if (reg_add(e, r))
+		if (JITRING_FAULT(attach_reg, r) || reg_add(e, r))
 			return false;
+		r->idle_since = now;
 		e->attach_pending = r->attach_next;
 		r->attach_next = NULL;
 	}
 	return true;
 }
 
+static void ring_free_jumbos(struct jr_ring *r);
+
+/*
+ * Free every ring.  Called by close once the flusher has stopped (every
+ * committed entry is in the file, no thread can commit more), by a failed
+ * start, and in a fork child (@child: nothing of the parent's is written,
+ * and no thread of the parent's exists).
+ *
+ * A ring a live thread still lists (ACTIVE) is split between two owners
+ * by one CAS: close turns it ORPHAN and takes the buffer, the thread keeps
+ * the control block (it frees it when it next notices, see
+ * ring_release()).  Close reads buf and size before the CAS and never
+ * touches the control block after it; the thread never touches the buffer
+ * once it sees the writer is not open.  If the thread's CAS to DETACHED
+ * won instead, the whole ring is ours.
+ */
 void jitring_flusher_release_rings(struct jr_rings *e, bool child)
 {
-	attach_rings(e);
+	attach_rings(e, 0);
 	for (uint32_t i = 0; i < e->nreg; i++) {
 		struct jr_ring *r = e->reg[i];
-		uint32_t own = JR_OWN_ACTIVE;
+		uint8_t *buf = r->buf;
+		uint32_t size = r->size, own = JR_OWN_ACTIVE;
 
+		/* A fork child frees what the parent had not written. */
+		ring_free_jumbos(r);
+		/* Pairs with the acq_rel CAS to DETACHED in ring_release(). */
 		if (!child && atomic_compare_exchange_strong_explicit(
 				      &r->own, &own, JR_OWN_ORPHAN,
 				      memory_order_acq_rel,
 				      memory_order_acquire)) {
-			/*
-			 * A live thread still lists it: free the buffer (the
-			 * thread backs out before touching it, see rings.c)
-			 * and leave the control block to the thread.  Pairs
-			 * with the CAS to DETACHED in ring_release().  The
-			 * thread no longer owns a ring of this writer.
-			 */
-			munmap(r->buf, r->size);
-			r->buf = NULL;
+			JITRING_TESTPOINT(close_orphan, r);
+			/* r is the thread's from here on: locals only. */
+			munmap(buf, size);
 			atomic_fetch_sub_explicit(&e->jr->c.threads_attached, 1,
 						  memory_order_relaxed);
 			continue;
@@ -397,6 +418,7 @@ void jitring_flusher_release_rings(struct jr_rings *e, bool child)
 		struct jr_ring *r = e->attach_pending;
 
 		e->attach_pending = r->attach_next;
+		ring_free_jumbos(r);
 		jitring_ring_free(r);
 	}
 	free(e->reg);
@@ -404,12 +426,11 @@ void jitring_flusher_release_rings(struct jr_rings *e, bool child)
 	e->nreg = e->reg_cap = 0;
 	atomic_store_explicit(&e->ring_bytes, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->grow_bytes, 0, memory_order_relaxed);
-	if (e->m)
-		e->m->cap = 0;
 	if (e->m) {
 		free(e->m->heap);
 		free(e->m->busy);
 		e->m->heap = e->m->busy = NULL;
+		e->m->cap = 0;
 	}
 }
 
@@ -451,8 +472,7 @@ void jitring_idmap_free(struct jr_rings *e)
 /* Have the chunk for the next blocks ready before a producer needs it. */
 static void idmap_ahead(struct jr_rings *e)
 {
-	uint64_t next = atomic_load_explicit(&e->jr->next_id,
-					     memory_order_relaxed);
+	uint64_t next = jitring_ids_peek();
 
 	jitring_idmap_chunk(e, next);
 	if ((next & ((1u << JR_IDMAP_SHIFT) - 1)) >
@@ -515,6 +535,41 @@ static bool ring_peek(struct jr_ring *r)
 	}
 	r->rd = rd;
 	return false;
+}
+
+/*
+ * Free the heap buffers of jumbo groups committed to @r but not written
+ * (head_local up to the published tail).  Only a fork child has any: close
+ * writes everything first.  No producer can commit meanwhile.
+ */
+static void ring_free_jumbos(struct jr_ring *r)
+{
+	uint32_t rd = r->head_local;
+	uint32_t end = JR_PUB_TAIL(atomic_load_explicit(&r->pub,
+							memory_order_relaxed));
+
+	while (rd != end) {
+		uint32_t pos = rd & r->mask, to_end = r->size - pos, len, n;
+		struct jitdump_prefix pre;
+
+		if (to_end < JR_MIN_RECORD) {
+			rd += to_end;
+			continue;
+		}
+		memcpy(&pre, r->buf + pos, sizeof(pre));
+		if (pre.id == JR_ID_PAD) {
+			rd += pre.total_size;
+		} else if (pre.id == JR_ID_JUMBO) {
+			struct jr_jumbo j;
+
+			memcpy(&j, r->buf + pos, sizeof(j));
+			free((void *)(uintptr_t)j.ptr);
+			rd += sizeof(j);
+		} else {
+			group_size(r->buf + pos, &len, &n);
+			rd += len;
+		}
+	}
 }
 
 static inline bool ts_less(const struct jr_ring *a, const struct jr_ring *b)
@@ -874,6 +929,7 @@ static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
 			continue;
 		madvise(r->buf, r->size, MADV_DONTNEED);
 		r->trimmed = true;
+		JITRING_TESTPOINT(ring_trimmed, r);
 		/* Pairs with the acquire load in trim_wait() (rings.c). */
 		atomic_fetch_and_explicit(&r->pub, ~(uint64_t)JR_PUB_TRIM,
 					  memory_order_release);
@@ -889,21 +945,32 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	bool stopping, snap, attached, any_busy = false;
 
 	T = jitring_clock_ns();
+	/*
+	 * stop before (F), both seq_cst: a producer whose (B) read OPEN did
+	 * so before close's CAS to CLOSING in the single total order S, and
+	 * its (A) before that; close stores stop after its CAS; so if this
+	 * load sees stop, (A) precedes (F) in S and the pub loads below,
+	 * sequenced after (F), see BUSY (C11 fence rule, no hardware
+	 * argument needed).  Pairs with the seq_cst store of stop in
+	 * jitring_rings_stop().
+	 */
+	stopping = atomic_load_explicit(&e->stop, memory_order_seq_cst);
 	/* (F): pairs with the seq_cst fetch_or of BUSY (A) in produce(). */
 	atomic_thread_fence(memory_order_seq_cst);
-	/* Pairs with the seq_cst store of stop in jitring_rings_stop(). */
-	stopping = atomic_load_explicit(&e->stop, memory_order_acquire);
 	/* Pairs with the seq_cst fetch_add in jitring_rings_flush(). */
 	req = atomic_load_explicit(&e->flush_req, memory_order_acquire);
 	snap = !e->flush_ticket &&
 	       req > atomic_load_explicit(&e->flush_done, memory_order_relaxed);
 	if (snap)
 		e->flush_ticket = req;
+	/* What this round has seen: news() looks only for newer things. */
+	e->req_seen = req;
+	e->stop_seen = stopping;
 	/*
 	 * After (F): a ring pushed before it is registered now; one pushed
 	 * after it is stamped after T (its owner fences after the push).
 	 */
-	attached = attach_rings(e);
+	attached = attach_rings(e, T);
 
 	W = attached ? T : 0;
 	m->nbusy = 0;
@@ -979,7 +1046,8 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	write_batch(e);
 	publish_heads(e);
 
-	if (e->flush_ticket) {
+	/* Not while a ring with entries is unregistered (no memory). */
+	if (e->flush_ticket && attached) {
 		bool all = true;
 
 		for (uint32_t i = 0; i < e->nreg && all; i++) {
@@ -1044,8 +1112,21 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	}
 	out->done = false;
 	if (stopping || e->flush_ticket) {
+		/*
+		 * Someone waits for us.  What is left waits for an event that
+		 * wakes us: a BUSY ring's commit or back-out (its (D) finds
+		 * DEEP), or the hold-back deadline.  Only two things need a
+		 * timer: a ring we could not register (retry), and a group
+		 * stamped after this round's T (the next round takes it).
+		 */
 		out->mode = JR_DEEP;
-		out->timeout = JR_CLOSE_POLL_NS;
+		if (!attached)
+			out->timeout = JR_RETRY_NS;
+		else if (m->nheap && m->heap[0]->pk_ts > T)
+			out->timeout = 1;
+		else
+			out->timeout = deadline == UINT64_MAX ? 0 :
+				       deadline > T ? deadline - T : 1;
 	} else if (m->round_groups >= JR_BUSY_ROUND_GROUPS) {
 		/* Data is streaming in: go straight on, this is work. */
 		out->mode = JR_AWAKE;
@@ -1064,15 +1145,24 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	}
 }
 
-/* Anything for the flusher since the round?  Called after storing mode. */
+/*
+ * Anything for the flusher since the round?  Called after storing the
+ * sleep mode.  A stop or flush request the round already saw is not news:
+ * what it waits for wakes us itself (a flusher that took it for news again
+ * would busy-loop for as long as a stalled producer holds the flush).
+ */
 static bool news(struct jr_rings *e, uint32_t mode)
 {
-	if (atomic_load_explicit(&e->stop, memory_order_seq_cst) ||
+	uint64_t req = atomic_load_explicit(&e->flush_req,
+					    memory_order_seq_cst);
+
+	if ((!e->stop_seen &&
+	     atomic_load_explicit(&e->stop, memory_order_seq_cst)) ||
 	    atomic_load_explicit(&e->pool_want, memory_order_seq_cst) ||
 	    atomic_load_explicit(&e->attach, memory_order_seq_cst) ||
-	    jitring_tramps_wanted(e->jr) ||
-	    atomic_load_explicit(&e->flush_req, memory_order_seq_cst) >
-		    atomic_load_explicit(&e->flush_done, memory_order_relaxed))
+	    jitring_tramps_wanted(e->jr) || req > e->req_seen ||
+	    (!e->flush_ticket &&
+	     req > atomic_load_explicit(&e->flush_done, memory_order_relaxed)))
 		return true;
 	for (uint32_t i = 0; i < e->nreg; i++) {
 		struct jr_ring *r = e->reg[i];

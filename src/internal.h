@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "atomics.h"
 #include "compiler.h"
@@ -64,14 +65,34 @@ struct jr_counters {
 	_Atomic uint64_t tramp_arenas_waited;
 };
 
-/* The dump file, owned by writer.c; engines write through fd. */
+/*
+ * Which file a descriptor we hold is, and where it was made: the identity
+ * "is this file ours" is decided on (never a path string, which has many
+ * spellings), and the directory and name it was made under.
+ */
+struct jr_ident {
+	dev_t dev;
+	ino_t ino;
+	dev_t dir_dev;
+	ino_t dir_ino;
+	uint32_t pid;       /* the pid in its name */
+};
+
+/*
+ * The dump file, owned by writer.c; engines write through fd from start on.
+ * The fd, and the lock on it, are kept after close until exit (or until a
+ * later writer continues the dump): see "Whose file is it" in writer.c.
+ */
 struct jr_file {
 	int fd;
 	uint32_t pid;
+	uint64_t start;     /* first byte the engine writes: the header's end,
+			     * or the end of a dump a closed writer left */
 	void *marker;       /* page 0 mapped PROT_READ|PROT_EXEC */
 	size_t marker_len;
-	char *path;         /* <dir>/jit-<pid>.dump */
+	char *path;         /* <dir>/jit-<pid>.dump, for messages */
 	char *dir;
+	struct jr_ident id;
 };
 
 struct jitring {
@@ -97,10 +118,7 @@ struct jitring {
 	 * freed the engine. */
 	_Atomic uint32_t grow_asks;
 
-	/* Line 2: next unreserved code_index (blocks are carved from it). */
-	alignas(JITRING_CACHELINE) _Atomic uint64_t next_id;
-
-	/* Line 3: cold-path calls inside the engine; close waits for 0. */
+	/* Line 2: cold-path calls inside the engine; close waits for 0. */
 	alignas(JITRING_CACHELINE) _Atomic uint32_t users;
 	_Atomic int32_t io_error;  /* first error of the file, or 0 */
 
@@ -112,7 +130,10 @@ struct jitring {
 
 	/* Cold. */
 	struct jr_file file;
-	int map_fd;               /* /tmp/perf-<pid>.map, or -1 */
+	int map_fd;               /* /tmp/perf-<pid>.map while lines go to
+				   * it, else -1 (the map failed, or close) */
+	int map_hold;             /* the same fd, kept like file.fd */
+	struct jr_ident map_id;
 	uint64_t map_off;         /* its size: always a line boundary */
 	char *map_path;
 	pthread_mutex_t lock;     /* close/fork vs. each other */
@@ -177,19 +198,55 @@ int jitring_refuse_state(struct jitring *jr, uint32_t s);
 /* Record the file's first error and move an open writer to JR_FAILED. */
 void jitring_set_io_error(struct jitring *jr, int err);
 
-/**
- * jitring_file_create_excl() - Create @path for writing, exclusively.
- *
- * O_CREAT|O_EXCL|O_NOFOLLOW|O_CLOEXEC; a stale file left by an earlier
- * process with our pid (a regular file we own, one link, not made by this
- * process) is replaced, anything else refused.  Called with the global lock.
- * Return: the fd, or -EEXIST / -errno from open(2).
- */
-int jitring_file_create_excl(const char *path);
+/* Kinds of file a writer holds (see jitring_file_claim()). */
+enum jr_kind {
+	JR_KIND_DUMP,
+	JR_KIND_MAP,
+};
 
-/* Is @path a perf map only closed writers of this process made?  (It is
- * then appended to.)  Called with the global lock. */
-bool jitring_map_reusable(const char *path);
+/**
+ * jitring_file_claim() - Get the file @name in @dir for writer @jr.
+ * @jr: the writer being opened (not yet on the handle list).
+ * @kind: JR_KIND_DUMP or JR_KIND_MAP: which of @jr's idents is filled.
+ * @dir: the directory (followed if it is a symlink).
+ * @name: the file's name in it: never followed, never a FIFO or device.
+ * @pid: the pid in @name.
+ * @child: called from the fork child handler, which holds the global lock.
+ * @from: receives the closed writer of this process whose file this is
+ *	(to continue: its descriptor now belongs to @jr), or NULL for a new
+ *	empty file.
+ *
+ * A new file is created O_EXCL and locked.  A file already there is
+ * continued if a closed writer of this process holds it (by device and
+ * inode), refused if an open one does, replaced if it is stale (a regular
+ * file we own, with one link, whose lock nobody holds), and refused in
+ * every other case.  Never blocks on a peer (no FIFO is opened, locks are
+ * tried, not waited for) and never holds the global lock across a system
+ * call.
+ * Return: the descriptor (O_RDWR, O_CLOEXEC, locked); -EEXIST; or -errno.
+ */
+int jitring_file_claim(struct jitring *jr, enum jr_kind kind,
+		       const char *dir, const char *name, uint32_t pid,
+		       bool child, struct jitring **from);
+
+/**
+ * jitring_file_unclaim() - Undo jitring_file_claim() after a later failure.
+ * @fd: what it returned.
+ * @from: what it gave in *@from: the descriptor goes back to that writer;
+ *	if NULL, the new file is unlinked (if it still has @name) and closed.
+ */
+void jitring_file_unclaim(struct jitring *jr, enum jr_kind kind,
+			  const char *dir, const char *name, int fd,
+			  struct jitring *from, bool child);
+
+/* code_index blocks, process-wide, so that no two writers of the process
+ * (open at once or one after the other) ever hand out the same index:
+ * each call returns the first of JR_IDS_BLOCK fresh values, a multiple of
+ * JR_IDS_BLOCK, never 0.  Lock-free. */
+#define JR_IDS_BLOCK 64u
+uint64_t jitring_ids_take(void);
+/* The first value no block has been taken from yet (a hint). */
+uint64_t jitring_ids_peek(void);
 
 /**
  * jitring_file_pwritev_all() - pwritev(2) all of @iov at @off.

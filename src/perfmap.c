@@ -67,38 +67,47 @@ size_t jitring_perfmap_line_load(char *buf, const uint8_t *group, size_t len)
 			p.total_size - sizeof(l)));
 }
 
-int jitring_perfmap_open(struct jitring *jr)
+int jitring_perfmap_open(struct jitring *jr, bool child,
+			 struct jitring **from)
 {
-	char path[64];
+	char name[32], path[64];
+	off_t end = 0;
 	int fd;
 
-	off_t end = 0;
-
-	snprintf(path, sizeof(path), "/tmp/perf-%u.map", jr->file.pid);
-	fd = jitring_file_create_excl(path);
-	if (fd == -EEXIST && jitring_map_reusable(path)) {
-		/* A writer we closed made it: carry on after its lines. */
-		fd = open(path, O_WRONLY | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0)
-			return -errno;
-		end = lseek(fd, 0, SEEK_END);
-		if (end < 0) {
-			close(fd);
-			return -errno;
-		}
-	}
-	if (fd < 0)
-		return fd;
+	snprintf(name, sizeof(name), "perf-%u.map", jr->file.pid);
+	snprintf(path, sizeof(path), "/tmp/%s", name);
 	free(jr->map_path);
 	jr->map_path = strdup(path);
-	if (!jr->map_path) {
-		close(fd);
-		unlink(path);
+	if (!jr->map_path)
 		return -ENOMEM;
+	/* The same checks for a new map and for one a closed writer of
+	 * ours left (which is carried on after its last line). */
+	fd = jitring_file_claim(jr, JR_KIND_MAP, "/tmp", name, jr->file.pid,
+				child, from);
+	if (fd < 0)
+		return fd;
+	/* The mutex engine writes through a dup() sharing this offset. */
+	end = lseek(fd, 0, SEEK_END);
+	if (end < 0) {
+		int ret = -errno;
+
+		jitring_file_unclaim(jr, JR_KIND_MAP, "/tmp", name, fd, *from,
+				     child);
+		return ret;
 	}
-	jr->map_fd = fd;
+	jr->map_hold = jr->map_fd = fd;
 	jr->map_off = (uint64_t)end;
 	return 0;
+}
+
+void jitring_perfmap_abandon(struct jitring *jr, struct jitring *from)
+{
+	char name[32];
+
+	snprintf(name, sizeof(name), "perf-%u.map", jr->file.pid);
+	jitring_file_unclaim(jr, JR_KIND_MAP, "/tmp", name, jr->map_hold, from,
+			     false);
+	jr->map_hold = jr->map_fd = -1;
 }
 
 void jitring_perfmap_write(struct jitring *jr, const char *buf, size_t len)
@@ -118,7 +127,7 @@ void jitring_perfmap_write(struct jitring *jr, const char *buf, size_t len)
 				jitring_log(jr, JITRING_LOG_ERR,
 					    "perf map truncate: %s",
 					    strerror(errno));
-			close(jr->map_fd);
+			/* No more lines; map_hold keeps the file ours. */
 			jr->map_fd = -1;
 			return;
 		}
@@ -132,7 +141,6 @@ void jitring_perfmap_write(struct jitring *jr, const char *buf, size_t len)
 
 void jitring_perfmap_close(struct jitring *jr)
 {
-	if (jr->map_fd >= 0)
-		close(jr->map_fd);
+	/* The descriptor stays in map_hold (see writer.c). */
 	jr->map_fd = -1;
 }

@@ -9,6 +9,7 @@
 #ifndef JITRING_SRC_PERFMAP_H
 #define JITRING_SRC_PERFMAP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,10 +36,22 @@ size_t jitring_perfmap_line(char *buf, uint64_t addr, uint64_t size,
  */
 size_t jitring_perfmap_line_load(char *buf, const uint8_t *group, size_t len);
 
-/* Create the map for the current pid (JITRING_F_PERF_MAP); 0 or -errno. */
-int jitring_perfmap_open(struct jitring *jr);
+/**
+ * jitring_perfmap_open() - Get /tmp/perf-<pid>.map (JITRING_F_PERF_MAP).
+ * @child: from the fork child handler (see jitring_file_claim()).
+ * @from: receives the closed writer whose map this continues, or NULL.
+ *
+ * Goes through jitring_file_claim() whether or not a closed writer of this
+ * process left a map: never follows, opens or appends to a file someone
+ * planted there, never blocks on a FIFO.
+ * Return: 0; -EEXIST; -ENOMEM; or -errno.
+ */
+int jitring_perfmap_open(struct jitring *jr, bool child, struct jitring **from);
+/* Undo jitring_perfmap_open() after a later failure of jitring_open(). */
+void jitring_perfmap_abandon(struct jitring *jr, struct jitring *from);
 /* Append @len bytes; a failure is logged and stops the map, never the dump. */
 void jitring_perfmap_write(struct jitring *jr, const char *buf, size_t len);
+/* Stop writing lines (close); the file stays held. */
 void jitring_perfmap_close(struct jitring *jr);
 
 #endif /* JITRING_SRC_PERFMAP_H */

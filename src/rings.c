@@ -135,8 +135,13 @@ static void ring_release(struct jr_ring *r)
 		jitring_rings_wake(jr, false);
 		return;
 	}
-	/* ORPHAN: the writer closed and left the control block to us. */
-	jitring_ring_free(r);
+	/*
+	 * ORPHAN: close won and took the buffer (it unmaps it, and never
+	 * touches the control block again); the control block is ours.
+	 * r->buf may already be unmapped, and its address reused: never
+	 * touch it.
+	 */
+	free(r);
 }
 
 /* Detach the calling thread's rings of @jr (NULL: all).  Returns count. */
@@ -223,7 +228,8 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 	for (int tries = 0;; tries++) {
 		/* Pairs with the release increment in pool_maintain(). */
 		gen = atomic_load_explicit(&e->pool_gen, memory_order_acquire);
-		if (ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
+		if (!JITRING_FAULT(pool_empty, jr) &&
+		    ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
 			/*
 			 * Pairs with the release store of own (POOLED) before
 			 * the flusher enqueued r: TSan cannot see ck_ring's
@@ -294,7 +300,7 @@ static JR_NOINLINE struct jr_ring *ring_attach(struct jitring *jr, int *err)
 {
 	struct jr_ring **pp, *r;
 	struct jr_rings *e;
-	bool made = false, wake = false;
+	bool made = false, wake = false, entered;
 	uint32_t s;
 
 	/* A ring of ours further down the list: move it to the front. */
@@ -308,10 +314,12 @@ static JR_NOINLINE struct jr_ring *ring_attach(struct jitring *jr, int *err)
 	}
 
 	s = jitring_enter(jr);
+	/* Whatever the restart below ends in, we hold a user count. */
+	entered = s < JR_CLOSING;
 	if (s == JR_FORKED)
 		s = restart_after_fork(jr);
 	if (s != JR_OPEN) {
-		if (s < JR_CLOSING)
+		if (entered)
 			jitring_exit(jr);
 		*err = jitring_refuse_state(jr, s);
 		return NULL;
@@ -496,8 +504,7 @@ static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
  */
 static JR_NOINLINE uint64_t id_refill(struct jitring *jr, struct jr_ring *r)
 {
-	uint64_t start = atomic_fetch_add_explicit(&jr->next_id, JR_ID_BLOCK,
-						   memory_order_relaxed);
+	uint64_t start = jitring_ids_take();
 	_Atomic uint64_t *chunk = jitring_idmap_chunk(jr->eng, start);
 
 	r->next_id = start + 1;
@@ -509,7 +516,7 @@ static JR_NOINLINE uint64_t id_refill(struct jitring *jr, struct jr_ring *r)
 	return start;
 }
 
-/* Is @id one this writer handed out?  Between (B) and (C) only. */
+/* Is @id one this writer handed out?  Inside jitring_enter() only. */
 static bool id_issued(struct jitring *jr, uint64_t id)
 {
 	struct jr_rings *e = jr->eng;
@@ -530,6 +537,32 @@ static bool id_issued(struct jitring *jr, uint64_t id)
 					    (JR_IDMAP_WORDS - 1)],
 				     memory_order_relaxed) >>
 		(id & 63)) & 1;
+}
+
+/*
+ * A move's code_index must be one this writer handed out.  Checked before
+ * the move waits for (or, in drop mode, gives up on) ring space, so that a
+ * bad index gets -ENOENT whatever the ring's state.  Moves are rare: the
+ * user count that keeps the idmap alive costs two RMWs, not the write's
+ * hot path.  A writer that failed says so; in a fork child before its
+ * first write nothing was handed out yet.
+ */
+static JR_NOINLINE int move_check(struct jitring *jr, uint64_t id)
+{
+	uint32_t s = jitring_enter(jr);
+	bool issued;
+
+	if (s >= JR_CLOSING)
+		return jitring_refuse_state(jr, s);
+	issued = s == JR_OPEN && id_issued(jr, id);
+	jitring_exit(jr);
+	if (s == JR_FAILED)
+		return jitring_refuse_state(jr, s);
+	if (!issued) {
+		jitring_count(&jr->c.refused_invalid, 1);
+		return -ENOENT;
+	}
+	return 0;
 }
 
 /*
@@ -644,6 +677,11 @@ produce_body(struct jitring *jr, const struct jitring_group *g,
 		if (!r)
 			return ret;
 	}
+	if (mv) {
+		ret = move_check(jr, mv->code_index);
+		if (ret)
+			return ret;
+	}
 	total = g ? g->total : JR_MOVE_SIZE;
 	ring_bytes = (uint32_t)total;
 	if (unlikely(total > r->size / 2)) {
@@ -691,16 +729,6 @@ again:
 	s = atomic_load_explicit(&jr->state, memory_order_seq_cst);
 	if (unlikely(s != JR_OPEN)) {
 		ret = back_out(jr, r, s);
-		goto err;
-	}
-	/* The idmap is only safe to read once (B) saw the writer open. */
-	if (mv && unlikely(!id_issued(jr, mv->code_index))) {
-		/* Nothing written: undo BUSY (and a LATE set meanwhile). */
-		atomic_fetch_and_explicit(&r->pub, ~(uint64_t)JR_PUB_BITS,
-					  memory_order_seq_cst);
-		jitring_rings_wake(jr, false);
-		jitring_count(&jr->c.refused_invalid, 1);
-		ret = -ENOENT;
 		goto err;
 	}
 
@@ -892,9 +920,8 @@ int jitring_rings_start(struct jitring *jr)
 	atomic_init(&e->pool_low, JR_POOL_LOW_INIT);
 	pthread_mutex_init(&e->fork_lock, NULL);
 	make_lock_init(e);
-	/* 64-aligned blocks: each is one idmap word. */
-	atomic_store_explicit(&jr->next_id, JR_ID_BLOCK, memory_order_relaxed);
-	e->file_off = sizeof(struct jitdump_header);
+	/* A continued dump (see jitring_open()) goes on after its end. */
+	e->file_off = jr->file.start;
 	jr->eng = e;
 	ret = jitring_flusher_init(e);
 	if (ret)
@@ -922,37 +949,57 @@ err_free:
 /*
  * First call in a fork child: start a flusher for the child's file.  Runs
  * inside jitring_enter(), so close (which holds jr->lock while it waits for
- * users) cannot be waited on here: serialise on fork_lock instead, and move
- * FORKED to OPEN with a CAS that a racing close wins.
+ * users) cannot be waited on here: serialise on fork_lock instead.  The
+ * state moves FORKED -> OPEN (or FAILED) by a CAS under that lock, so a
+ * racing close wins or loses cleanly, and a thread that queued behind a
+ * failed restart finds FAILED and does not try again (a second attempt
+ * used to leak the first one's state and start a flusher for a failed
+ * writer).
+ * Return: the state after the attempt.
  */
 static int restart_after_fork(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
-	uint32_t s = JR_FORKED;
+	uint32_t s;
 	int ret = 0;
 
+	JITRING_TESTPOINT(fork_restart_enter, jr);
 	pthread_mutex_lock(&e->fork_lock);
-	if (!e->running) {
+	/* Pairs with the seq_cst CASes on state here and in close. */
+	s = atomic_load_explicit(&jr->state, memory_order_seq_cst);
+	if (s == JR_FORKED && !e->running) {
 		e->pid = jr->file.pid;
 		ret = jitring_flusher_init(e);
 		if (!ret)
-			ret = jitring_flusher_prefill(e);
+			ret = JITRING_FAULT(fork_restart, jr) ? -ENOMEM :
+			      jitring_flusher_prefill(e);
 		if (!ret)
 			ret = start_thread(e);
 	}
-	pthread_mutex_unlock(&e->fork_lock);
-	if (ret) {
-		jitring_set_io_error(jr, ret);
+	JITRING_TESTPOINT(fork_restart, jr);
+	if (s == JR_FORKED) {
+		if (ret) {
+			int32_t none = 0;
+
+			atomic_compare_exchange_strong_explicit(
+				&jr->io_error, &none, ret,
+				memory_order_relaxed, memory_order_relaxed);
+			jitring_log(jr, JITRING_LOG_ERR,
+				    "restart after fork: %s", strerror(-ret));
+		}
+		/*
+		 * Release for io_error (read after FAILED is seen, see
+		 * jitring_refuse_state()); seq_cst pairs with the loads of
+		 * state in jitring_enter() and (B).  A racing close's CAS to
+		 * CLOSING wins over ours.
+		 */
 		atomic_compare_exchange_strong_explicit(
-			&jr->state, &s, JR_FAILED, memory_order_seq_cst,
-			memory_order_relaxed);
-		return atomic_load_explicit(&jr->state, memory_order_seq_cst);
+			&jr->state, &s, ret ? JR_FAILED : JR_OPEN,
+			memory_order_seq_cst, memory_order_relaxed);
+		s = atomic_load_explicit(&jr->state, memory_order_seq_cst);
 	}
-	/* Pairs with the seq_cst loads of state (B) and in jitring_enter. */
-	atomic_compare_exchange_strong_explicit(&jr->state, &s, JR_OPEN,
-						memory_order_seq_cst,
-						memory_order_relaxed);
-	return atomic_load_explicit(&jr->state, memory_order_seq_cst);
+	pthread_mutex_unlock(&e->fork_lock);
+	return s;
 }
 
 int jitring_rings_stop(struct jitring *jr, bool forked)
@@ -1036,5 +1083,7 @@ void jitring_rings_fork_child(struct jitring *jr)
 	atomic_store_explicit(&jr->sleep, JR_AWAKE, memory_order_relaxed);
 	e->file_off = sizeof(struct jitdump_header);
 	e->flush_ticket = 0;
+	e->req_seen = 0;
+	e->stop_seen = false;
 	e->failed = false;
 }

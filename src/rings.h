@@ -157,6 +157,8 @@ struct jr_rings {
 	struct jr_ring *attach_pending; /* taken from attach, not registered */
 	uint64_t file_off;
 	uint64_t flush_ticket;         /* ticket being worked on, or 0 */
+	uint64_t req_seen;             /* flush_req the last round loaded */
+	bool stop_seen;                /* the last round saw stop */
 	bool failed;                   /* the file failed: drop everything */
 	struct jr_merge *m;
 };

@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -100,6 +101,7 @@ void jitring_set_io_error(struct jitring *jr, int err)
 #ifdef JITRING_TESTPOINTS
 jitring_io_hook_fn jitring_io_hook;
 _Atomic(jitring_testpoint_fn) jitring_testpoint_hook;
+_Atomic(jitring_fault_fn) jitring_fault_hook;
 #endif
 
 int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
@@ -167,122 +169,568 @@ int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
 }
 
 /* ------------------------------------------------------------------ */
-/* The dump file.                                                       */
+/* code_index values.                                                   */
 
-/* Is @path a file a writer of this process (open or closed) made? */
-static int path_is_ours(const char *path)
+/*
+ * One counter for the process: two writers, open at once or one after the
+ * other on the same dump, never hand out the same index (perf names each
+ * injected ELF by it).  Blocks of JR_IDS_BLOCK, aligned: the rings engine
+ * keeps one idmap word per block.  Relaxed: uniqueness is the RMW's, and
+ * nothing else is published through the counter.
+ */
+_Static_assert(JR_IDS_BLOCK == JR_ID_BLOCK, "one block size for all");
+static _Atomic uint64_t jr_ids = JR_IDS_BLOCK;
+
+uint64_t jitring_ids_take(void)
 {
-	for (struct jitring *h = jr_all; h; h = h->next)
-		if ((h->file.path && strcmp(h->file.path, path) == 0) ||
-		    (h->map_path && strcmp(h->map_path, path) == 0))
-			return 1;
-	return 0;
+	return atomic_fetch_add_explicit(&jr_ids, JR_IDS_BLOCK,
+					 memory_order_relaxed);
+}
+
+uint64_t jitring_ids_peek(void)
+{
+	return atomic_load_explicit(&jr_ids, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------ */
+/* Whose file is it.                                                    */
+
+/*
+ * The dump (and the perf map) is named by pid, and a pid is not unique:
+ * another process with the same pid in another pid namespace may share the
+ * directory, an earlier process with our pid may have left its dump, and a
+ * directory has many spellings (D, D/, ./D, a symlink to D).  So a file is
+ * told by what it is, never by its path string:
+ *
+ *  - ours: a writer of this process holds a descriptor to it (device and
+ *    inode compared).  Every file a writer makes stays open, with its
+ *    lock, until exit, also after jitring_close() (perf inject still needs
+ *    the dump), or until a later writer continues it;
+ *  - live: somebody holds its lock.  The owner takes an OFD lock (per open
+ *    file description, so a second open of the file conflicts even inside
+ *    this process, and our own dup()s share it) on the file it made and
+ *    keeps it as long as it keeps the descriptor;
+ *  - stale: a regular file we own, with one link, that nobody holds the
+ *    lock of.  Only the holder of a file's lock ever unlinks it, after
+ *    checking that the name still refers to it, so two processes racing
+ *    over one stale file cannot remove each other's new one.
+ *
+ * A creator locks its O_EXCL file right away; if someone else got the lock
+ * first (taking the fresh file for a stale one), the creator gives up with
+ * -EEXIST and the other one wins.  Nothing here opens anything but a
+ * regular file (O_NOFOLLOW, O_NONBLOCK, fstat() after open), waits for a
+ * lock, or holds the global lock across a system call.
+ */
+
+static int *held_fd(struct jitring *h, enum jr_kind kind)
+{
+	return kind == JR_KIND_MAP ? &h->map_hold : &h->file.fd;
+}
+
+static struct jr_ident *held_id(struct jitring *h, enum jr_kind kind)
+{
+	return kind == JR_KIND_MAP ? &h->map_id : &h->file.id;
+}
+
+static void global_lock(bool child)
+{
+	/* A fork child runs single-threaded inside the atfork handler,
+	 * which already holds the lock. */
+	if (!child)
+		pthread_mutex_lock(&jr_global_lock);
+}
+
+static void global_unlock(bool child)
+{
+	if (!child)
+		pthread_mutex_unlock(&jr_global_lock);
+}
+
+static bool handle_closed(struct jitring *h)
+{
+	/* Pairs with the release store of JR_CLOSED in jitring_close(): its
+	 * engine no longer touches the file. */
+	return atomic_load_explicit(&h->state, memory_order_acquire) ==
+	       JR_CLOSED;
 }
 
 /*
- * A dump left by an earlier process that had our pid (pid reuse) is ours
- * to replace: a regular file we own with one link.  Anything else at the
- * path (a planted symlink, another user's file, a hard link, a dump this
- * process made) is refused.  Called with jr_global_lock held.
+ * Lock the whole file through its open file description.  Kernels before
+ * 3.15 have no OFD locks; flock(2) locks have the same per-description
+ * semantics.
+ * Return: 0; -EAGAIN if someone else holds it; -errno (-ENOLCK, ...) if
+ * the file system cannot lock.
  */
-static int stale_dump_replaceable(const char *path)
+static int lock_file(int fd)
 {
-	struct stat st;
+	struct flock fl = { .l_type = F_WRLCK, .l_whence = SEEK_SET };
 
-	if (lstat(path, &st))
+	if (!fcntl(fd, F_OFD_SETLK, &fl))
 		return 0;
-	return S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
-	       st.st_nlink == 1 && !path_is_ours(path);
+	if (errno == EINVAL && !flock(fd, LOCK_EX | LOCK_NB))
+		return 0;
+	return errno == EACCES || errno == EWOULDBLOCK ? -EAGAIN : -errno;
 }
 
-bool jitring_map_reusable(const char *path)
+/* Is @fd still the file named @name in @dirfd?  *@st gets fstat(@fd). */
+static bool still_named(int dirfd, const char *name, int fd, struct stat *st)
 {
-	bool found = false;
+	struct stat n;
 
-	for (struct jitring *h = jr_all; h; h = h->next) {
-		if (!h->map_path || strcmp(h->map_path, path))
-			continue;
-		if (atomic_load_explicit(&h->state, memory_order_acquire) !=
-		    JR_CLOSED)
-			return false;
-		found = true;
-	}
-	return found;
+	return !fstat(fd, st) &&
+	       !fstatat(dirfd, name, &n, AT_SYMLINK_NOFOLLOW) &&
+	       n.st_dev == st->st_dev && n.st_ino == st->st_ino;
 }
 
-int jitring_file_create_excl(const char *path)
+static bool stale_shape(const struct stat *st)
 {
-	for (int tries = 0;; tries++) {
-		int fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
-				    O_CLOEXEC, 0644);
-
-		if (fd >= 0)
-			return fd;
-		if (errno != EEXIST || tries > 0 ||
-		    !stale_dump_replaceable(path))
-			return -errno;
-		if (unlink(path) && errno != ENOENT)
-			return -EEXIST;
-	}
+	return S_ISREG(st->st_mode) && st->st_uid == geteuid() &&
+	       st->st_nlink == 1;
 }
 
-static int file_create(struct jr_file *f, uint32_t elf_mach)
+/*
+ * The file @st at @name is not ours: remove it if it is stale.
+ * Return: 0 if it is gone (by us or someone else: try again), -EEXIST if
+ * it must stay.
+ */
+static int stale_remove(int dirfd, const char *name, const struct stat *st)
 {
-	struct jitdump_header h;
-	char path[PATH_MAX];
-	long page = sysconf(_SC_PAGESIZE);
-	uint32_t pid = (uint32_t)getpid();
-	int fd, n, ret;
-	void *map;
+	struct stat fst;
+	int fd, ret = -EEXIST;
 
-	n = snprintf(path, sizeof(path), "%s/jit-%u.dump", f->dir, pid);
-	if (n < 0 || (size_t)n >= sizeof(path))
-		return -ENAMETOOLONG;
-	fd = jitring_file_create_excl(path);
+	if (!stale_shape(st))
+		return -EEXIST;
+	fd = openat(dirfd, name,
+		    O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0)
-		return fd;
-
-	jitring_record_header(&h, elf_mach, pid, jitring_clock_ns());
-	if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-		ret = errno ? -errno : -EIO;
-		goto err_unlink;
-	}
-	map = mmap(NULL, (size_t)page, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd,
-		   0);
-	if (map == MAP_FAILED) {
-		ret = -errno;
-		goto err_unlink;
-	}
-	free(f->path);
-	f->path = strdup(path);
-	if (!f->path) {
-		munmap(map, (size_t)page);
-		ret = -ENOMEM;
-		goto err_unlink;
-	}
-	f->fd = fd;
-	f->pid = pid;
-	f->marker = map;
-	f->marker_len = (size_t)page;
-	return 0;
-
-err_unlink:
-	unlink(path);
+		return errno == ENOENT ? 0 : -EEXIST;
+	if (fstat(fd, &fst) || fst.st_dev != st->st_dev ||
+	    fst.st_ino != st->st_ino || !stale_shape(&fst))
+		goto out;
+	/* Held by its owner (live), or no locks here: never touch it. */
+	if (lock_file(fd))
+		goto out;
+	ret = 0;
+	/* Ours to remove only while the name still refers to it. */
+	if (still_named(dirfd, name, fd, &fst) && stale_shape(&fst) &&
+	    unlinkat(dirfd, name, 0) && errno != ENOENT)
+		ret = -EEXIST;
+out:
 	close(fd);
 	return ret;
 }
 
-/* Unmap and close; the dump itself stays (perf inject needs it). */
+/*
+ * A writer of this process, closed or not as @closed says, that holds a
+ * @kind file made under the same name (the same directory, by device and
+ * inode, and pid).  Called with the global lock.
+ */
+static struct jitring *held_same_name(enum jr_kind kind,
+				      const struct jr_ident *id, bool closed)
+{
+	for (struct jitring *h = jr_all; h; h = h->next) {
+		const struct jr_ident *hid = held_id(h, kind);
+
+		if (*held_fd(h, kind) >= 0 && hid->dir_dev == id->dir_dev &&
+		    hid->dir_ino == id->dir_ino && hid->pid == id->pid &&
+		    handle_closed(h) == closed)
+			return h;
+	}
+	return NULL;
+}
+
+/* Which writer of this process holds the file @st?  Global lock held. */
+static struct jitring *held_file(const struct stat *st, enum jr_kind *kind)
+{
+	for (struct jitring *h = jr_all; h; h = h->next)
+		for (int k = JR_KIND_DUMP; k <= JR_KIND_MAP; k++) {
+			const struct jr_ident *id = held_id(h, k);
+
+			if (*held_fd(h, k) >= 0 && id->dev == st->st_dev &&
+			    id->ino == st->st_ino) {
+				*kind = (enum jr_kind)k;
+				return h;
+			}
+		}
+	return NULL;
+}
+
+/*
+ * We made @fd with O_EXCL: lock it, and drop what closed writers still
+ * hold of earlier files of that name (no longer there: nobody can continue
+ * them, and their locks guard nothing).
+ */
+static int claim_new(struct jitring *jr, enum jr_kind kind, int dirfd,
+		     const char *name, int fd, bool child)
+{
+	struct jr_ident *id = held_id(jr, kind);
+	int drop[16], ndrop = 0;
+	struct stat st;
+	int ret = lock_file(fd);
+
+	if (ret == -EAGAIN)
+		/* Taken for a stale file between our open and our lock. */
+		return -EEXIST;
+	if (ret)
+		jitring_log(jr, JITRING_LOG_WARNING,
+			    "cannot lock %s (%s): a process with our pid in "
+			    "another pid namespace could replace it", name,
+			    strerror(-ret));
+	if (!still_named(dirfd, name, fd, &st))
+		return -EEXIST;
+	id->dev = st.st_dev;
+	id->ino = st.st_ino;
+
+	global_lock(child);
+	for (struct jitring *h; ndrop < (int)JR_ARRAY_SIZE(drop) &&
+				(h = held_same_name(kind, id, true));) {
+		drop[ndrop++] = *held_fd(h, kind);
+		*held_fd(h, kind) = -1;
+	}
+	global_unlock(child);
+	while (ndrop)
+		close(drop[--ndrop]);
+	return 0;
+}
+
+/*
+ * The file @st at the name may be ours.  Return: its descriptor, taken
+ * over from the closed writer *@from that holds it; -EEXIST if a writer
+ * that is not closed holds it (or as another kind); -ENOENT if no writer
+ * of this process holds it.
+ */
+static int claim_ours(struct jitring *jr, enum jr_kind kind,
+		      const struct stat *st, bool child, struct jitring **from)
+{
+	enum jr_kind k;
+	struct jitring *h;
+	int fd = -ENOENT;
+
+	global_lock(child);
+	h = held_file(st, &k);
+	if (h && (k != kind || !handle_closed(h))) {
+		fd = -EEXIST;
+	} else if (h) {
+		fd = *held_fd(h, kind);
+		*held_fd(h, kind) = -1;
+		*held_id(jr, kind) = *held_id(h, kind);
+		*from = h;
+	}
+	global_unlock(child);
+	return fd;
+}
+
+/*
+ * Close what closed writers hold of files that are gone (unlinked, their
+ * directory maybe too: nobody can continue them and their locks guard no
+ * name), so a process that makes writers in ever new directories does not
+ * pile up descriptors.  The fstat() calls run without the global lock; a
+ * descriptor is closed only if its writer still holds it.
+ */
+static void drop_removed(void)
+{
+	struct {
+		struct jitring *h;
+		enum jr_kind kind;
+		int fd;
+	} c[32];
+	int n = 0, i;
+
+	pthread_mutex_lock(&jr_global_lock);
+	for (struct jitring *h = jr_all; h && n < (int)JR_ARRAY_SIZE(c);
+	     h = h->next)
+		for (int k = JR_KIND_DUMP; k <= JR_KIND_MAP; k++)
+			if (*held_fd(h, k) >= 0 && handle_closed(h) &&
+			    n < (int)JR_ARRAY_SIZE(c))
+				c[n++] = (typeof(c[0])){ h, k,
+							 *held_fd(h, k) };
+	pthread_mutex_unlock(&jr_global_lock);
+	for (i = 0; i < n; i++) {
+		struct stat st;
+
+		if (fstat(c[i].fd, &st) || st.st_nlink)
+			c[i].fd = -1;
+	}
+	pthread_mutex_lock(&jr_global_lock);
+	for (i = 0; i < n; i++) {
+		if (c[i].fd >= 0 && *held_fd(c[i].h, c[i].kind) == c[i].fd)
+			*held_fd(c[i].h, c[i].kind) = -1;
+		else
+			c[i].fd = -1;
+	}
+	pthread_mutex_unlock(&jr_global_lock);
+	for (i = 0; i < n; i++)
+		if (c[i].fd >= 0)
+			close(c[i].fd);
+}
+
+int jitring_file_claim(struct jitring *jr, enum jr_kind kind,
+		       const char *dir, const char *name, uint32_t pid,
+		       bool child, struct jitring **from)
+{
+	struct jr_ident *id = held_id(jr, kind);
+	struct stat st;
+	int dirfd, fd, ret = -EEXIST;
+
+	*from = NULL;
+	if (!child)
+		drop_removed();
+	/* O_PATH: search permission is all the *at() calls need. */
+	dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd < 0)
+		return -errno;
+	if (fstat(dirfd, &st)) {
+		ret = -errno;
+		goto out;
+	}
+	memset(id, 0, sizeof(*id));
+	id->dir_dev = st.st_dev;
+	id->dir_ino = st.st_ino;
+	id->pid = pid;
+	/* One open writer per name: even if its file was removed. */
+	global_lock(child);
+	if (held_same_name(kind, id, false))
+		goto out_unlock;
+	global_unlock(child);
+
+	JITRING_TESTPOINT(claim_open, jr);
+	for (int tries = 0; tries < 4; tries++) {
+		fd = openat(dirfd, name,
+			    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW |
+				    O_NONBLOCK | O_CLOEXEC | O_NOCTTY,
+			    0644);
+		if (fd >= 0) {
+			ret = claim_new(jr, kind, dirfd, name, fd, child);
+			if (ret)
+				close(fd);
+			else
+				ret = fd;
+			goto out;
+		}
+		if (errno != EEXIST) {
+			ret = -errno;
+			goto out;
+		}
+		if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW)) {
+			if (errno == ENOENT)
+				continue;
+			ret = -errno;
+			goto out;
+		}
+		ret = claim_ours(jr, kind, &st, child, from);
+		if (ret != -ENOENT)
+			goto out;
+		ret = stale_remove(dirfd, name, &st);
+		if (ret)
+			goto out;
+		ret = -EEXIST;
+	}
+	goto out;
+
+out_unlock:
+	global_unlock(child);
+out:
+	close(dirfd);
+	return ret;
+}
+
+void jitring_file_unclaim(struct jitring *jr, enum jr_kind kind,
+			  const char *dir, const char *name, int fd,
+			  struct jitring *from, bool child)
+{
+	struct stat st;
+	int dirfd;
+
+	if (from) {
+		global_lock(child);
+		*held_fd(from, kind) = fd;
+		global_unlock(child);
+		return;
+	}
+	/* Still locked by us: nobody else removes it meanwhile. */
+	dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dirfd >= 0) {
+		if (still_named(dirfd, name, fd, &st) &&
+		    st.st_dev == held_id(jr, kind)->dev &&
+		    st.st_ino == held_id(jr, kind)->ino)
+			unlinkat(dirfd, name, 0);
+		close(dirfd);
+	}
+	close(fd);
+}
+
+/* ------------------------------------------------------------------ */
+/* The dump file.                                                       */
+
+/* What an open in progress may have to undo. */
+struct jr_opening {
+	struct jitring *from;     /* the closed writer whose dump we continue */
+	struct jitring *map_from; /* ... and whose perf map */
+	bool close_cut;           /* its CLOSE record was cut off */
+	struct jitdump_prefix close_rec;
+};
+
+static int dump_name(const struct jr_file *f, uint32_t pid, char *name,
+		     size_t len)
+{
+	char path[PATH_MAX];
+	int n = snprintf(path, sizeof(path), "%s/jit-%u.dump", f->dir, pid);
+
+	if (n < 0 || (size_t)n >= sizeof(path))
+		return -ENAMETOOLONG;
+	snprintf(name, len, "jit-%u.dump", pid);
+	return 0;
+}
+
+/*
+ * Go on where the closed writer @from left the dump: after its last
+ * complete record, less its CLOSE record (perf stops parsing at CLOSE).
+ */
+static int dump_continue(struct jitring *jr, struct jitring *from,
+			 struct jr_opening *op)
+{
+	struct jr_file *f = &jr->file;
+	uint64_t end = atomic_load_explicit(&from->c.bytes_written,
+					    memory_order_relaxed);
+	struct stat st;
+
+	if (fstat(f->fd, &st))
+		return -errno;
+	if ((uint64_t)st.st_size > end) {
+		/* Not ours after our last record: cut it off. */
+		if (ftruncate(f->fd, (off_t)end))
+			return -errno;
+	} else if ((uint64_t)st.st_size < end) {
+		jitring_log(jr, JITRING_LOG_WARNING,
+			    "%s was cut to %lld bytes since its writer closed",
+			    f->path ? f->path : "dump", (long long)st.st_size);
+		end = (uint64_t)st.st_size;
+	}
+	if (end < sizeof(struct jitdump_header))
+		return -EIO;
+	/* The CLOSE record is last iff it was asked for and nothing failed. */
+	if ((from->flags & JITRING_F_WRITE_CLOSE) &&
+	    !atomic_load_explicit(&from->io_error, memory_order_relaxed) &&
+	    end >= sizeof(struct jitdump_header) + sizeof(op->close_rec) &&
+	    pread(f->fd, &op->close_rec, sizeof(op->close_rec),
+		  (off_t)(end - sizeof(op->close_rec))) ==
+		    (ssize_t)sizeof(op->close_rec) &&
+	    op->close_rec.id == JIT_CODE_CLOSE &&
+	    op->close_rec.total_size == sizeof(op->close_rec)) {
+		end -= sizeof(op->close_rec);
+		if (ftruncate(f->fd, (off_t)end))
+			return -errno;
+		op->close_cut = true;
+	}
+	f->start = end;
+	return 0;
+}
+
+/* Put back the CLOSE record dump_continue() cut off. */
+static void file_uncut(struct jr_file *f, const struct jr_opening *op)
+{
+	int ret = 0;
+
+	if (op->close_cut &&
+	    pwrite(f->fd, &op->close_rec, sizeof(op->close_rec),
+		   (off_t)f->start) != (ssize_t)sizeof(op->close_rec))
+		/* Without it the dump still ends on a record boundary. */
+		ret = ftruncate(f->fd, (off_t)f->start);
+	(void)ret;
+}
+
+/*
+ * Unmap the marker.  The dump stays (perf inject needs it), and so do its
+ * descriptor and lock (see "Whose file is it").
+ */
 static void file_release(struct jr_file *f)
 {
 	if (f->marker)
 		munmap(f->marker, f->marker_len);
 	f->marker = NULL;
-	if (f->fd >= 0)
-		close(f->fd);
-	f->fd = -1;
 }
 
+/*
+ * Create (or continue) <dir>/jit-<pid>.dump, write its header, map its
+ * first page.  With @child, from the fork child handler.
+ */
+static int file_open(struct jitring *jr, bool child, struct jr_opening *op)
+{
+	struct jr_file *f = &jr->file;
+	struct jitdump_header h;
+	char name[32], path[PATH_MAX];
+	long page = sysconf(_SC_PAGESIZE);
+	uint32_t pid = (uint32_t)getpid();
+	int fd, ret;
+	void *map;
+
+	ret = dump_name(f, pid, name, sizeof(name));
+	if (ret)
+		return ret;
+	snprintf(path, sizeof(path), "%s/%s", f->dir, name);
+	free(f->path);
+	f->path = strdup(path);
+	if (!f->path)
+		return -ENOMEM;
+	fd = jitring_file_claim(jr, JR_KIND_DUMP, f->dir, name, pid, child,
+				&op->from);
+	if (fd < 0)
+		return fd;
+	f->fd = fd;
+	f->pid = pid;
+	op->close_cut = false;
+	if (op->from) {
+		ret = dump_continue(jr, op->from, op);
+		if (ret)
+			goto err_unclaim;
+	} else {
+		jitring_record_header(&h, jr->elf_mach, pid,
+				      jitring_clock_ns());
+		if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
+			ret = errno ? -errno : -EIO;
+			goto err_unclaim;
+		}
+		f->start = sizeof(h);
+	}
+	/* A marker for each writer: perf finds (and injects) the dump
+	 * through every executable mapping of it. */
+	map = mmap(NULL, (size_t)page, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd,
+		   0);
+	if (map == MAP_FAILED) {
+		ret = -errno;
+		goto err_uncut;
+	}
+	f->marker = map;
+	f->marker_len = (size_t)page;
+	/* bytes_written is the file's size (what earlier writers left too). */
+	atomic_store_explicit(&jr->c.bytes_written, f->start,
+			      memory_order_relaxed);
+	return 0;
+
+err_uncut:
+	file_uncut(f, op);
+err_unclaim:
+	jitring_file_unclaim(jr, JR_KIND_DUMP, f->dir, name, fd, op->from,
+			     child);
+	f->fd = -1;
+	return ret;
+}
+
+/* Undo file_open() (and the perf map's open) after a later failure. */
+static void file_abandon(struct jitring *jr, struct jr_opening *op)
+{
+	struct jr_file *f = &jr->file;
+	char name[32];
+
+	if (jr->map_hold >= 0)
+		jitring_perfmap_abandon(jr, op->map_from);
+	file_release(f);
+	file_uncut(f, op);
+	snprintf(name, sizeof(name), "jit-%u.dump", f->pid);
+	jitring_file_unclaim(jr, JR_KIND_DUMP, f->dir, name, f->fd, op->from,
+			     false);
+	f->fd = -1;
+}
 /* ------------------------------------------------------------------ */
 /* Fork.                                                                */
 
@@ -318,9 +766,22 @@ static void atfork_parent(void)
 
 static void atfork_child(void)
 {
+	/*
+	 * First the parent's files, closed writers' too: the child keeps no
+	 * copy, so its lock does not keep them live after the parent exits,
+	 * and none of them is ever taken for one of the child's.
+	 */
+	for (struct jitring *jr = jr_all; jr; jr = jr->next) {
+		if (jr->file.fd >= 0)
+			close(jr->file.fd);
+		if (jr->map_hold >= 0)
+			close(jr->map_hold);
+		jr->file.fd = jr->map_hold = jr->map_fd = -1;
+	}
 	for (struct jitring *jr = jr_all; jr; jr = jr->next) {
 		uint32_t s = atomic_load_explicit(&jr->state,
 						  memory_order_relaxed);
+		struct jr_opening op;
 		int ret;
 
 		pthread_mutex_init(&jr->lock, NULL);
@@ -331,19 +792,14 @@ static void atfork_child(void)
 					      memory_order_relaxed);
 			continue;
 		}
-		/* The parent's fd and mapping: drop ours, keep its file. */
+		/* The parent's mapping. */
 		file_release(&jr->file);
-		jitring_perfmap_close(jr);
 		atomic_store_explicit(&jr->io_error, 0, memory_order_relaxed);
-		ret = file_create(&jr->file, jr->elf_mach);
-		if (!ret && (jr->flags & JITRING_F_PERF_MAP))
-			ret = jitring_perfmap_open(jr);
 		/* The child's file starts empty: so do its counters. */
 		memset(&jr->c, 0, sizeof(jr->c));
-		if (!ret)
-			atomic_store_explicit(&jr->c.bytes_written,
-					      sizeof(struct jitdump_header),
-					      memory_order_relaxed);
+		ret = file_open(jr, true, &op);
+		if (!ret && (jr->flags & JITRING_F_PERF_MAP))
+			ret = jitring_perfmap_open(jr, true, &op.map_from);
 		if (jr->engine == JITRING_ENGINE_MUTEX)
 			jitring_mutex_fork_child(jr);
 		else
@@ -439,6 +895,7 @@ static int config_load(struct jitring *jr, const struct jitring_config *ucfg)
 
 int jitring_open(const struct jitring_config *cfg, struct jitring **out)
 {
+	struct jr_opening op = { 0 };
 	struct jitring *jr;
 	int ret;
 
@@ -452,47 +909,38 @@ int jitring_open(const struct jitring_config *cfg, struct jitring **out)
 	memset(jr, 0, sizeof(*jr));
 	jr->magic = JR_MAGIC;
 	jr->file.fd = -1;
-	jr->map_fd = -1;
+	jr->map_fd = jr->map_hold = -1;
 	atomic_init(&jr->state, JR_OPEN);
-	atomic_init(&jr->next_id, 1);
 	pthread_mutex_init(&jr->lock, NULL);
 
 	ret = config_load(jr, cfg);
 	if (ret)
 		goto err_free;
 
+	/* No lock held: claiming the files may wait on the file system. */
+	ret = file_open(jr, false, &op);
+	if (ret)
+		goto err_free;
+	if (jr->flags & JITRING_F_PERF_MAP) {
+		ret = jitring_perfmap_open(jr, false, &op.map_from);
+		if (ret)
+			goto err_file;
+	}
+	if (jr->engine == JITRING_ENGINE_MUTEX)
+		ret = jitring_mutex_start(jr);
+	else
+		ret = jitring_rings_start(jr);
+	if (ret)
+		goto err_file;
 	pthread_mutex_lock(&jr_global_lock);
-	ret = file_create(&jr->file, jr->elf_mach);
-	if (ret) {
-		pthread_mutex_unlock(&jr_global_lock);
-		goto err_free;
-	}
-	atomic_store_explicit(&jr->c.bytes_written,
-			      sizeof(struct jitdump_header),
-			      memory_order_relaxed);
-	ret = jr->flags & JITRING_F_PERF_MAP ? jitring_perfmap_open(jr) : 0;
-	if (!ret) {
-		if (jr->engine == JITRING_ENGINE_MUTEX)
-			ret = jitring_mutex_start(jr);
-		else
-			ret = jitring_rings_start(jr);
-		if (ret && jr->map_path) {
-			jitring_perfmap_close(jr);
-			unlink(jr->map_path);
-		}
-	}
-	if (ret) {
-		pthread_mutex_unlock(&jr_global_lock);
-		unlink(jr->file.path);
-		file_release(&jr->file);
-		goto err_free;
-	}
 	jr->next = jr_all;
 	jr_all = jr;
 	pthread_mutex_unlock(&jr_global_lock);
 	*out = jr;
 	return 0;
 
+err_file:
+	file_abandon(jr, &op);
 err_free:
 	free(jr->map_path);
 	free(jr->file.path);
@@ -571,6 +1019,25 @@ int jitring_refuse_state(struct jitring *jr, uint32_t s)
 	return atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 }
 
+/*
+ * An argument error: but once close has started, -ESHUTDOWN wins over it
+ * (every call on a closed writer gets -ESHUTDOWN).  Only this error path
+ * reads the state, so valid calls pay nothing for the rule.  Relaxed: the
+ * answer is one of two refusals either way, and a caller ordered after
+ * the close (its own earlier call, or any synchronisation) sees CLOSING by
+ * coherence and happens-before.
+ */
+static JR_NOINLINE int refuse_args(struct jitring *jr, int err)
+{
+	if (atomic_load_explicit(&jr->state, memory_order_relaxed) >=
+	    JR_CLOSING) {
+		jitring_count(&jr->c.refused_shutdown, 1);
+		return -ESHUTDOWN;
+	}
+	jitring_count(&jr->c.refused_invalid, 1);
+	return err;
+}
+
 int64_t jitring_write(struct jitring *jr, const struct jitring_entry *e)
 {
 	struct jitring_group g;
@@ -579,10 +1046,8 @@ int64_t jitring_write(struct jitring *jr, const struct jitring_entry *e)
 	if (unlikely(!handle_ok(jr)))
 		return -EINVAL;
 	ret = jitring_record_plan(&g, e);
-	if (unlikely(ret)) {
-		jitring_count(&jr->c.refused_invalid, 1);
-		return ret;
-	}
+	if (unlikely(ret))
+		return refuse_args(jr, ret);
 	if (likely(jr->engine == JITRING_ENGINE_RINGS))
 		return jitring_rings_write(jr, &g);
 	return jitring_mutex_write(jr, &g);
@@ -596,10 +1061,8 @@ int jitring_move(struct jitring *jr, uint64_t code_index, const void *new_addr,
 	if (!handle_ok(jr))
 		return -EINVAL;
 	ret = jitring_record_move_check(new_addr, code_size);
-	if (ret) {
-		jitring_count(&jr->c.refused_invalid, 1);
-		return ret;
-	}
+	if (ret)
+		return refuse_args(jr, ret);
 	if (jr->engine == JITRING_ENGINE_RINGS)
 		return jitring_rings_move(jr, code_index, new_addr, old_addr,
 					  code_size);

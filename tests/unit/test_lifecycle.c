@@ -1,0 +1,704 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Lifecycle races of the rings engine, each window held open with
+ * testpoints so the interleaving is certain, not likely.  Every case was
+ * written against the code that had the bug and failed there.
+ *
+ *  1. close vs detach, and close vs thread exit: close wins the
+ *     ACTIVE->ORPHAN CAS on a live thread's ring ("close_orphan"), and the
+ *     thread then lets go of the ring while close is still working on it.
+ *     The thread must free only the control block and close only the
+ *     buffer: the buffer must still be mapped when the thread is done (a
+ *     thread that unmapped it let the address be reused, and close then
+ *     unmapped the reuser: a "victim" mapping placed there must survive),
+ *     and unmapped once close returns.  (ASan also saw close write to the
+ *     freed control block.)
+ *  2. close in a fork child vs that child's first write: the write
+ *     restarts the engine ("fork_restart") while close moves the state to
+ *     CLOSING; the write must give up its user count and get -ESHUTDOWN,
+ *     and close must return.  It used to spin forever (a watchdog alarm
+ *     turns that into a failure).
+ *  3. two first writes in a fork child whose engine restart fails: the
+ *     second must not restart a FAILED writer (it used to start a flusher
+ *     for it and leak the first attempt's state).
+ *  4. the flusher must sleep while a flush, or a close, waits for a thread
+ *     parked between its timestamp and its commit: counted in flusher
+ *     rounds, which used to run back to back (a busy loop).
+ *  5. pooled rings are not trimmed at birth: no MADV_DONTNEED in the
+ *     flusher's first rounds (it used to drop the pre-faulted pages at
+ *     once), and trimming still happens after the idle time.
+ *  6. a flush must not complete while a ring that holds entries written
+ *     before it could not be registered (no memory, "attach_reg" fault).
+ *  7. a jumbo entry the parent had not written when it forked is freed in
+ *     the child (LeakSanitizer in the ASan build reports it otherwise).
+ *  8. drop mode with a full ring (flusher held): moving an index never
+ *     handed out is -ENOENT, not -EAGAIN counted as a drop; a good index
+ *     is -EAGAIN.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "jitring.h"
+#include "reader.h"
+#include "rings.h"
+#include "testpoint.h"
+
+#ifdef JITRING_TESTPOINTS
+
+static char base[4096];
+static const uint8_t code[16] = { 0xc3 };
+
+/* ------------------------------------------------------------------ */
+/* Shared hook state: one lock, one condition, named flags.             */
+
+static struct {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	struct jitring *jr;    /* the writer the hooks care about */
+	int which;             /* the case running */
+	/* case 1 */
+	void *orphan_buf;      /* buffer of the ring close orphaned */
+	size_t orphan_size;
+	bool victim;           /* the address was free: a victim took it */
+	bool thread_go;        /* the ring's thread may let go */
+	bool thread_done;      /* it did */
+	pthread_t thread;
+	bool by_exit;          /* it exits instead of detaching */
+	/* case 2, 3 */
+	unsigned in_restart;   /* threads inside restart_after_fork() */
+	bool closing;          /* close passed close_closing */
+	bool restart_go;
+	/* case 4, 5, 6 */
+	uint64_t rounds;
+	bool parked;
+	bool release;
+	uint64_t trims;
+	bool flush_done;
+	/* case 7 */
+	bool hold_flusher;
+	bool flusher_held;
+} tp = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.cond = PTHREAD_COND_INITIALIZER,
+};
+
+static __thread bool tl_park;
+/* Faults the library asks about from its own threads. */
+static _Atomic int fail_attach, pool_empty, fail_restart;
+
+/* Wait under tp.lock for @cond_expr; false after @sec seconds. */
+#define TP_WAIT(cond_expr, sec)                                             \
+	({                                                                  \
+		struct timespec ts_;                                        \
+		bool ok_ = true;                                            \
+		clock_gettime(CLOCK_REALTIME, &ts_);                        \
+		ts_.tv_sec += (sec);                                        \
+		pthread_mutex_lock(&tp.lock);                               \
+		while (!(cond_expr) && ok_)                                 \
+			ok_ = pthread_cond_timedwait(&tp.cond, &tp.lock,    \
+						     &ts_) == 0;            \
+		ok_ = (cond_expr);                                          \
+		pthread_mutex_unlock(&tp.lock);                             \
+		ok_;                                                        \
+	})
+
+#define TP_SET(stmt)                                                        \
+	do {                                                                \
+		pthread_mutex_lock(&tp.lock);                               \
+		stmt;                                                       \
+		pthread_cond_broadcast(&tp.cond);                           \
+		pthread_mutex_unlock(&tp.lock);                             \
+	} while (0)
+
+static bool page_mapped(void *p)
+{
+	unsigned char v;
+
+	return mincore(p, 1, &v) == 0;
+}
+
+static void hook(const char *name, void *arg)
+{
+	struct jitring *jr;
+	int which;
+
+	pthread_mutex_lock(&tp.lock);
+	jr = tp.jr;
+	which = tp.which;
+	pthread_mutex_unlock(&tp.lock);
+	if (!strcmp(name, "flusher_round")) {
+		if (arg != jr)
+			return;
+		pthread_mutex_lock(&tp.lock);
+		tp.rounds++;
+		pthread_cond_broadcast(&tp.cond);
+		while (tp.hold_flusher) {
+			tp.flusher_held = true;
+			pthread_cond_broadcast(&tp.cond);
+			pthread_cond_wait(&tp.cond, &tp.lock);
+		}
+		tp.flusher_held = false;
+		pthread_mutex_unlock(&tp.lock);
+	} else if (!strcmp(name, "ring_trimmed")) {
+		struct jr_ring *r = arg;
+
+		if (r->jr == jr)
+			TP_SET(tp.trims++);
+	} else if (!strcmp(name, "close_orphan") && which == 1) {
+		struct jr_ring *r = arg;
+
+		/* Close owns the buffer now; let the thread go meanwhile. */
+		pthread_mutex_lock(&tp.lock);
+		tp.orphan_buf = r->buf;
+		tp.orphan_size = r->size;
+		tp.thread_go = true;
+		pthread_cond_broadcast(&tp.cond);
+		while (!tp.by_exit && !tp.thread_done)
+			pthread_cond_wait(&tp.cond, &tp.lock);
+		pthread_mutex_unlock(&tp.lock);
+		/* Joined: its TLS destructor has run. */
+		if (tp.by_exit)
+			pthread_join(tp.thread, NULL);
+		/*
+		 * If the thread unmapped the buffer, its address is free for
+		 * anyone: take it, as a JIT's next code arena might.
+		 */
+		void *v = mmap(tp.orphan_buf, 4096, PROT_READ | PROT_WRITE,
+			       MAP_PRIVATE | MAP_ANONYMOUS |
+				       MAP_FIXED_NOREPLACE,
+			       -1, 0);
+		if (v == tp.orphan_buf)
+			tp.victim = true;
+		else if (v != MAP_FAILED)
+			munmap(v, 4096);
+	} else if (!strcmp(name, "close_closing") &&
+		   (which == 2 || which == 4)) {
+		TP_SET(tp.closing = true);
+	} else if (!strcmp(name, "fork_restart_enter") && which == 3) {
+		/* Both first writes get this far before either restarts. */
+		pthread_mutex_lock(&tp.lock);
+		tp.in_restart++;
+		pthread_cond_broadcast(&tp.cond);
+		while (tp.in_restart < 2)
+			pthread_cond_wait(&tp.cond, &tp.lock);
+		pthread_mutex_unlock(&tp.lock);
+	} else if (!strcmp(name, "fork_restart") && which == 2) {
+		/* The engine is up; hold the state CAS until close began. */
+		pthread_mutex_lock(&tp.lock);
+		tp.in_restart++;
+		pthread_cond_broadcast(&tp.cond);
+		while (!tp.closing)
+			pthread_cond_wait(&tp.cond, &tp.lock);
+		pthread_mutex_unlock(&tp.lock);
+	} else if (!strcmp(name, "write_stamped") && tl_park) {
+		tl_park = false;
+		pthread_mutex_lock(&tp.lock);
+		tp.parked = true;
+		pthread_cond_broadcast(&tp.cond);
+		while (!tp.release)
+			pthread_cond_wait(&tp.cond, &tp.lock);
+		tp.parked = false;
+		pthread_mutex_unlock(&tp.lock);
+	}
+}
+
+static int fault(const char *name, void *arg)
+{
+	(void)arg;
+	if (!strcmp(name, "attach_reg"))
+		return atomic_load(&fail_attach);
+	if (!strcmp(name, "pool_empty"))
+		return atomic_load(&pool_empty);
+	if (!strcmp(name, "fork_restart")) /* once */
+		return atomic_exchange(&fail_restart, 0);
+	return 0;
+}
+
+static void tp_reset(struct jitring *jr, int which)
+{
+	pthread_mutex_lock(&tp.lock);
+	memset((char *)&tp + offsetof(__typeof__(tp), jr), 0,
+	       sizeof(tp) - offsetof(__typeof__(tp), jr));
+	tp.jr = jr;
+	tp.which = which;
+	pthread_mutex_unlock(&tp.lock);
+}
+
+/* ------------------------------------------------------------------ */
+/* Helpers.                                                             */
+
+static int64_t write_one(struct jitring *jr, const char *name, uint64_t addr)
+{
+	struct jitring_entry e = {
+		.name = name,
+		.code_addr = (const void *)(uintptr_t)addr,
+		.code_size = sizeof(code),
+		.code_bytes = code,
+	};
+
+	return jitring_write(jr, &e);
+}
+
+static struct jitring *open_in(const char *sub, uint32_t ring_size,
+			       uint32_t holdback_ms)
+{
+	struct jitring_config cfg;
+	struct jitring *jr = NULL;
+	char dir[4200];
+
+	snprintf(dir, sizeof(dir), "%s/%s", base, sub);
+	mkdir(dir, 0755);
+	jitring_config_init(&cfg);
+	cfg.engine = JITRING_ENGINE_RINGS;
+	cfg.dir = dir;
+	cfg.ring_size = ring_size;
+	cfg.holdback_ms = holdback_ms;
+	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
+	return jr;
+}
+
+/* Loads in the dump of @jr's directory (for the calling process), or -1
+ * if the file does not check out. */
+static long count_loads(const char *sub, pid_t pid)
+{
+	struct jitring_check_result res;
+	char path[4300];
+	struct stat st;
+	uint8_t *buf;
+	long n = -1;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s/jit-%d.dump", base, sub, (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st))
+		return -1;
+	buf = malloc((size_t)st.st_size + 1);
+	if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size &&
+	    jitring_check(buf, (size_t)st.st_size, JITRING_CHECK_SORTED,
+			  &res) == 0)
+		n = (long)res.count[JITRING_RD_CODE_LOAD];
+	free(buf);
+	close(fd);
+	return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* 1. close vs detach / thread exit.                                    */
+
+static void *holder_main(void *arg)
+{
+	struct jitring *jr = arg;
+	int64_t id = write_one(jr, "held", 0x400000);
+
+	T_CHECK(id > 0);
+	TP_SET(tp.restart_go = true); /* attached */
+	T_REQUIRE(TP_WAIT(tp.thread_go, 30));
+	/* By exit: the TLS destructor lets go once we return. */
+	if (!tp.by_exit) {
+		T_CHECK_EQ(jitring_thread_detach(jr), 1);
+		TP_SET(tp.thread_done = true);
+	}
+	return NULL;
+}
+
+static void case_close_vs_release(bool by_exit)
+{
+	const char *sub = by_exit ? "c1exit" : "c1detach";
+	struct jitring *jr = open_in(sub, 0, 0);
+	void *buf;
+
+	tp_reset(jr, 1);
+	TP_SET(tp.by_exit = by_exit);
+	T_REQUIRE(pthread_create(&tp.thread, NULL, holder_main, jr) == 0);
+	T_REQUIRE(TP_WAIT(tp.restart_go, 30));
+	T_CHECK_EQ(jitring_close(jr), 0);
+	if (!by_exit)
+		pthread_join(tp.thread, NULL);
+	buf = tp.orphan_buf;
+	T_CHECK(buf != NULL);
+	/* The thread left the buffer to close... */
+	T_CHECK(!tp.victim);
+	/* ...and a mapping that took a freed address was never unmapped. */
+	if (tp.victim) {
+		T_CHECK(page_mapped(buf));
+		munmap(buf, 4096);
+	}
+	/* Close unmapped the buffer. */
+	if (buf && !tp.victim)
+		T_CHECK(!page_mapped(buf));
+	T_CHECK_EQ(count_loads(sub, getpid()), 1);
+	printf("close vs %s: buffer %s\n", by_exit ? "thread exit" : "detach",
+	       tp.victim ? "unmapped by the thread (bug)" :
+			   "left to close, unmapped once");
+}
+
+/* ------------------------------------------------------------------ */
+/* 2, 3. Fork child: close vs first write; failed restarts.             */
+
+static void *first_write_main(void *arg)
+{
+	struct jitring *jr = arg;
+	int64_t *ret = malloc(sizeof(*ret));
+
+	*ret = write_one(jr, "child", 0x410000);
+	return ret;
+}
+
+/* Child of case 2; exit code: 0 ok, 1 failed check, killed on a hang. */
+static int child_close_vs_first_write(struct jitring *jr)
+{
+	unsigned long f0 = t_failed;
+	pthread_t th;
+	int64_t *ret;
+	int rc;
+
+	tp_reset(jr, 2);
+	alarm(20); /* a hang in close is the bug: fail, do not hang */
+	if (pthread_create(&th, NULL, first_write_main, jr))
+		return 1;
+	if (!TP_WAIT(tp.in_restart == 1, 30))
+		return 1;
+	rc = jitring_close(jr);
+	pthread_join(th, (void **)&ret);
+	T_CHECK_EQ(rc, 0);
+	T_CHECK_EQ(*ret, -ESHUTDOWN);
+	free(ret);
+	return t_failed != f0;
+}
+
+static int child_failed_restarts(struct jitring *jr)
+{
+	pthread_t th[2];
+	int64_t *ret[2];
+	unsigned long f0 = t_failed;
+	uint64_t rounds;
+
+	tp_reset(jr, 3);
+	alarm(20);
+	atomic_store(&fail_restart, 1);
+	for (int i = 0; i < 2; i++)
+		if (pthread_create(&th[i], NULL, first_write_main, jr))
+			return 1;
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], (void **)&ret[i]);
+	/* Both refused with the first restart's error; no second try. */
+	T_CHECK_EQ(*ret[0], -ENOMEM);
+	T_CHECK_EQ(*ret[1], -ENOMEM);
+	free(ret[0]);
+	free(ret[1]);
+	T_CHECK_EQ(jitring_close(jr), -ENOMEM);
+	pthread_mutex_lock(&tp.lock);
+	rounds = tp.rounds;
+	pthread_mutex_unlock(&tp.lock);
+	/* No flusher ever ran for the failed writer (close joined any). */
+	T_CHECK_EQ(rounds, 0);
+	return t_failed != f0;
+}
+
+static void case_fork(int which)
+{
+	struct jitring *jr = open_in(which == 2 ? "c2" : "c3", 0, 0);
+	int status = 0;
+	pid_t pid;
+
+	T_CHECK(write_one(jr, "parent", 0x420000) > 0);
+	tp_reset(jr, 0);
+	fflush(stdout);
+	pid = fork();
+	T_REQUIRE(pid >= 0);
+	if (pid == 0)
+		_exit(which == 2 ? child_close_vs_first_write(jr) :
+				   child_failed_restarts(jr));
+	T_REQUIRE(waitpid(pid, &status, 0) == pid);
+	T_CHECK(WIFEXITED(status));
+	if (WIFSIGNALED(status))
+		fprintf(stderr, "child killed by signal %d (%s)\n",
+			WTERMSIG(status),
+			WTERMSIG(status) == SIGALRM ? "hung" : "crash");
+	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(count_loads(which == 2 ? "c2" : "c3", getpid()), 1);
+	printf("fork child: %s: %s\n",
+	       which == 2 ? "close vs first write" : "failed restarts",
+	       WIFEXITED(status) ? "returned" : "hung or crashed");
+}
+
+/* ------------------------------------------------------------------ */
+/* 4. The flusher sleeps while a flush or close waits on a stall.       */
+
+static void *parked_main(void *arg)
+{
+	tl_park = true;
+	return (void *)(intptr_t)write_one(arg, "P", 0x500000);
+}
+
+static void *flush_main(void *arg)
+{
+	intptr_t r = jitring_flush(arg);
+
+	TP_SET(tp.flush_done = true);
+	return (void *)r;
+}
+
+static void *close_main(void *arg)
+{
+	return (void *)(intptr_t)jitring_close(arg);
+}
+
+static uint64_t rounds_now(void)
+{
+	uint64_t r;
+
+	pthread_mutex_lock(&tp.lock);
+	r = tp.rounds;
+	pthread_mutex_unlock(&tp.lock);
+	return r;
+}
+
+static void case_flusher_sleeps(void)
+{
+	/* holdback 300 ms: a flush behind P completes once P is LATE. */
+	struct jitring *jr = open_in("c4", 0, 300);
+	pthread_t p, f, c;
+	uint64_t r0, r1, r2;
+	void *pr;
+	struct timespec until;
+
+	tp_reset(jr, 4);
+	T_REQUIRE(pthread_create(&p, NULL, parked_main, jr) == 0);
+	T_REQUIRE(TP_WAIT(tp.parked, 30));
+	/* An entry stamped after P's: held back until P is marked LATE. */
+	T_CHECK(write_one(jr, "Q", 0x510000) > 0);
+	r0 = rounds_now();
+	T_REQUIRE(pthread_create(&f, NULL, flush_main, jr) == 0);
+	T_REQUIRE(TP_WAIT(tp.flush_done, 30));
+	pthread_join(f, NULL);
+	r1 = rounds_now() - r0;
+	/*
+	 * A round every time something happens (flush request, the
+	 * hold-back deadline), not one per millisecond (300) or a busy loop
+	 * (tens of thousands).
+	 */
+	T_CHECK(r1 <= 20);
+
+	/* Close behind P: P stays parked for 200 ms of close. */
+	TP_SET(tp.release = false);
+	r0 = rounds_now();
+	T_REQUIRE(pthread_create(&c, NULL, close_main, jr) == 0);
+	T_REQUIRE(TP_WAIT(tp.closing, 30));
+	/* The stimulus is elapsed time here, not a handshake. */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += 200 * 1000000L;
+	if (until.tv_nsec >= 1000000000L) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000L;
+	}
+	pthread_mutex_lock(&tp.lock);
+	while (pthread_cond_timedwait(&tp.cond, &tp.lock, &until) == 0)
+		;
+	tp.release = true;
+	pthread_cond_broadcast(&tp.cond);
+	pthread_mutex_unlock(&tp.lock);
+	pthread_join(p, &pr);
+	pthread_join(c, NULL);
+	r2 = rounds_now() - r0;
+	T_CHECK(r2 <= 20);
+	/* P committed before close finished, or backed out: never lost. */
+	T_CHECK((intptr_t)pr > 0 || (intptr_t)pr == -ESHUTDOWN);
+	T_CHECK(count_loads("c4", getpid()) >= 1);
+	printf("flusher rounds while a flush waited 300 ms: %" PRIu64
+	       "; while a close waited 200 ms: %" PRIu64 "\n",
+	       r1, r2);
+}
+
+/* ------------------------------------------------------------------ */
+/* 5. No trim at birth.                                                 */
+
+static void case_no_trim_at_birth(void)
+{
+	struct jitring *jr;
+	uint64_t trims;
+	bool later;
+
+	tp_reset(NULL, 5);
+	jr = open_in("c5", 0, 0);
+	TP_SET(tp.jr = jr);
+	/* Several full rounds after open. */
+	for (int i = 0; i < 3; i++)
+		T_CHECK_EQ(jitring_flush(jr), 0);
+	pthread_mutex_lock(&tp.lock);
+	trims = tp.trims;
+	pthread_mutex_unlock(&tp.lock);
+	T_CHECK_EQ(trims, 0);
+	/* Idle for the trim time (1 s): the pool's pages do go. */
+	later = TP_WAIT(tp.trims > 0, 10);
+	T_CHECK(later);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	printf("trims in the first rounds: %" PRIu64 "; after idling: %s\n",
+	       trims, later ? "yes" : "no");
+}
+
+/* ------------------------------------------------------------------ */
+/* 6. A flush waits for a ring it could not register.                   */
+
+static void *writer_main(void *arg)
+{
+	return (void *)(intptr_t)write_one(arg, "W", 0x600000);
+}
+
+static void case_flush_unregistered(void)
+{
+	struct jitring *jr = open_in("c6", 0, 0);
+	pthread_t w, f;
+	void *wr;
+	bool early;
+
+	tp_reset(jr, 6);
+	/* The thread makes its own ring; registering it fails. */
+	atomic_store(&pool_empty, 1);
+	atomic_store(&fail_attach, 1);
+	T_REQUIRE(pthread_create(&w, NULL, writer_main, jr) == 0);
+	pthread_join(w, &wr);
+	T_CHECK((intptr_t)wr > 0);
+	T_REQUIRE(pthread_create(&f, NULL, flush_main, jr) == 0);
+	/* Three rounds that could not register the ring. */
+	uint64_t r0 = rounds_now();
+	T_REQUIRE(TP_WAIT(tp.rounds >= r0 + 3 || tp.flush_done, 30));
+	pthread_mutex_lock(&tp.lock);
+	early = tp.flush_done;
+	pthread_mutex_unlock(&tp.lock);
+	T_CHECK(!early);
+	atomic_store(&fail_attach, 0);
+	atomic_store(&pool_empty, 0);
+	pthread_join(f, NULL);
+	T_CHECK_EQ(count_loads("c6", getpid()), 1);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	printf("flush with an unregistered ring: %s\n",
+	       early ? "completed early (bug)" : "waited for it");
+}
+
+/* ------------------------------------------------------------------ */
+/* 7. The parent's unwritten jumbo entries in a fork child.             */
+
+static void case_fork_jumbo(void)
+{
+	/* 4 KiB rings: a 3 KiB entry goes by reference (jumbo). */
+	struct jitring *jr = open_in("c7", 4096, 0);
+	static uint8_t big[3072];
+	struct jitring_entry e = {
+		.name = "big",
+		.code_addr = (const void *)0x700000,
+		.code_size = sizeof(big),
+		.code_bytes = big,
+	};
+	int status = 0;
+	pid_t pid;
+
+	tp_reset(jr, 7);
+	TP_SET(tp.hold_flusher = true);
+	T_REQUIRE(TP_WAIT(tp.flusher_held, 30));
+	T_CHECK(jitring_write(jr, &e) > 0);
+	fflush(stdout);
+	pid = fork();
+	T_REQUIRE(pid >= 0);
+	if (pid == 0) {
+		/* exit(), not _exit(): LeakSanitizer runs at exit. */
+		exit(jitring_close(jr) == 0 ? 0 : 1);
+	}
+	T_REQUIRE(waitpid(pid, &status, 0) == pid);
+	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	TP_SET(tp.hold_flusher = false);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(count_loads("c7", getpid()), 1);
+	printf("fork with an unwritten jumbo entry: child exit %d\n",
+	       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
+/* ------------------------------------------------------------------ */
+/* 8. A bad move in drop mode with a full ring.                         */
+
+static void case_drop_move(void)
+{
+	struct jitring_config cfg;
+	struct jitring *jr = NULL;
+	struct jitring_stats st;
+	char dir[4200];
+	int64_t id, last = 0;
+	int n = 0;
+
+	snprintf(dir, sizeof(dir), "%s/c8", base);
+	mkdir(dir, 0755);
+	jitring_config_init(&cfg);
+	cfg.dir = dir;
+	cfg.ring_size = 4096;
+	cfg.flags = JITRING_F_DROP;
+	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
+	tp_reset(jr, 8);
+	TP_SET(tp.hold_flusher = true);
+	T_REQUIRE(TP_WAIT(tp.flusher_held, 30));
+	while ((id = write_one(jr, "fill", 0x800000 + (uint64_t)n * 64)) > 0 &&
+	       n < 10000) {
+		last = id;
+		n++;
+	}
+	T_CHECK_EQ(id, -EAGAIN);
+	st = t_stats(jr);
+	T_CHECK_EQ(jitring_move(jr, 1u << 30, (void *)0x900000, NULL, 16),
+		   -ENOENT);
+	T_CHECK_EQ(jitring_move(jr, (uint64_t)last, (void *)0x900000, NULL,
+				16),
+		   -EAGAIN);
+	/* One more drop (the good move), one more invalid (the bad one). */
+	T_CHECK_EQ(t_stats(jr).refused_dropped, st.refused_dropped + 1);
+	T_CHECK_EQ(t_stats(jr).refused_invalid, st.refused_invalid + 1);
+	TP_SET(tp.hold_flusher = false);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	printf("drop mode, full ring after %d writes: bad move -ENOENT\n", n);
+}
+
+int main(void)
+{
+	char tmpl[] = "/tmp/jitring-lifecycle-XXXXXX";
+
+	if (!mkdtemp(tmpl))
+		return T_EXIT_FAIL;
+	snprintf(base, sizeof(base), "%s", tmpl);
+	atomic_store(&jitring_testpoint_hook, hook);
+	atomic_store(&jitring_fault_hook, fault);
+
+	fflush(stdout);
+	case_close_vs_release(false);
+	case_close_vs_release(true);
+	case_fork(2);
+	case_fork(3);
+	case_flusher_sleeps();
+	case_no_trim_at_birth();
+	case_flush_unregistered();
+	case_fork_jumbo();
+	case_drop_move();
+
+	t_rmtree(base);
+	return t_report();
+}
+
+#else
+
+int main(void)
+{
+	t_skip("needs -Dtestpoints=true (lifecycle testpoints and faults)");
+}
+
+#endif

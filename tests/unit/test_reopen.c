@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jitring_open() after jitring_close() in the same process (issue 11: a
+ * runtime that deactivates and reactivates profiling):
+ *
+ *  1. a new writer on the same directory continues the same dump, for
+ *     every pair of engines and with and without JITRING_F_WRITE_CLOSE:
+ *     one header, every entry of both sessions once, code_index unique in
+ *     the file, timestamps sorted, CLOSE only at the very end (the first
+ *     session's is cut off), a fresh marker mapping, bytes_written the
+ *     file's size; a third session goes on the same way;
+ *  2. moves: an index of an earlier writer gets -ENOENT from the new one;
+ *  3. two writers open at once (one per engine) never hand out the same
+ *     code_index, from 4 threads writing to both;
+ *  4. an open that fails after taking the closed writer's dump over (its
+ *     perf map path is planted) gives it back unchanged (CLOSE restored),
+ *     and the next open continues it;
+ *  5. descriptors stay bounded: 30 open/close cycles keep one descriptor
+ *     for the dump, also when the dump is removed between cycles (a
+ *     removed dump is then started afresh), and 30 writers in directories
+ *     removed after each close keep at most the last ones;
+ *  6. an open writer whose dump was removed still owns the name: a second
+ *     open in its directory gets -EEXIST.
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <sys/stat.h>
+
+#include "../safety/filesafety.h"
+
+static long long fsize(const char *path)
+{
+	struct stat st;
+
+	return stat(path, &st) ? -1 : (long long)st.st_size;
+}
+
+/* Executable mappings of @path in this process. */
+static int markers(const char *path)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[1024];
+	int n = 0;
+
+	T_REQUIRE(f);
+	while (fgets(line, sizeof(line), f)) {
+		char *p = strchr(line, '/');
+
+		if (p && strstr(line, "r-xp") &&
+		    !strncmp(p, path, strlen(path)) &&
+		    p[strlen(path)] == '\n')
+			n++;
+	}
+	fclose(f);
+	return n;
+}
+
+static int nfds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	int n = 0;
+
+	T_REQUIRE(d);
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+struct wr {
+	struct jitring *jr[2];
+	const char *prefix;
+	int t;
+	unsigned int n;
+	int64_t *idx;
+};
+
+static void *writer_thread(void *arg)
+{
+	struct wr *w = arg;
+	static const unsigned char code[64];
+
+	for (unsigned int i = 0; i < w->n; i++) {
+		char name[64];
+		struct jitring *jr = w->jr[i & 1] ? w->jr[i & 1] : w->jr[0];
+		struct jitring_entry e = {
+			.name = name, .code_addr = code + (i % 32),
+			.code_size = 16,
+		};
+
+		snprintf(name, sizeof(name), "%st%d_%u", w->prefix, w->t, i);
+		w->idx[i] = jitring_write(jr, &e);
+		T_CHECK(w->idx[i] > 0);
+	}
+	return NULL;
+}
+
+/* @threads threads x @n writes to @jr (and @jr2 alternately if set). */
+static void write_threads(struct jitring *jr, struct jitring *jr2,
+			  const char *prefix, int threads, unsigned int n,
+			  int64_t *idx)
+{
+	pthread_t tid[8];
+	struct wr w[8];
+
+	for (int t = 0; t < threads; t++) {
+		w[t] = (struct wr){ { jr, jr2 }, prefix, t, n, idx + t * n };
+		T_REQUIRE(pthread_create(&tid[t], NULL, writer_thread,
+					 &w[t]) == 0);
+	}
+	for (int t = 0; t < threads; t++)
+		pthread_join(tid[t], NULL);
+}
+
+static int cmp64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void sessions(uint32_t e1, uint32_t e2, uint32_t f1, uint32_t f2)
+{
+	char dir[128], dump[256];
+	struct jitring *jr;
+	int64_t idx1[100], idx2[100];
+	uint64_t closes = 9;
+	long long size;
+	int other;
+
+	sf_mkdtemp(dir, NULL);
+	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
+
+	T_REQUIRE(sf_open(e1, dir, f1, &jr) == 0);
+	write_threads(jr, NULL, "s1_", 2, 50, idx1);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(markers(dump), 0);
+	size = fsize(dump);
+	T_CHECK_EQ(t_stats(jr).bytes_written, size);
+
+	/* 1. */
+	T_REQUIRE(sf_open(e2, dir, f2, &jr) == 0);
+	T_CHECK_EQ(markers(dump), 1);
+	if (f1 & JITRING_F_WRITE_CLOSE)
+		size -= 16; /* the CLOSE record is cut off */
+	T_CHECK_EQ(fsize(dump), size);
+	T_CHECK_EQ(t_stats(jr).bytes_written, size);
+	write_threads(jr, NULL, "s2_", 2, 50, idx2);
+	/* 2. */
+	T_CHECK_EQ(jitring_move(jr, (uint64_t)idx2[7], &other, NULL, 8), 0);
+	T_CHECK_EQ(jitring_move(jr, (uint64_t)idx1[7], &other, NULL, 8),
+		   -ENOENT);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(t_stats(jr).bytes_written, fsize(dump));
+	T_CHECK_EQ(sf_dump_count(dump, "s1_", &closes), 100);
+	T_CHECK_EQ(closes, (f2 & JITRING_F_WRITE_CLOSE) ? 1 : 0);
+	T_CHECK_EQ(sf_dump_count(dump, "s2_", NULL), 100);
+	/* The engines agree on indices: none of one session in the other. */
+	for (int i = 0; i < 100; i++)
+		for (int j = 0; j < 100; j++)
+			T_CHECK(idx1[i] != idx2[j]);
+
+	/* A third session, rings, no flags. */
+	T_REQUIRE(sf_open(JITRING_ENGINE_RINGS, dir, 0, &jr) == 0);
+	sf_write(jr, "s3_", 10, NULL);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(sf_dump_count(dump, "s1_", &closes), 100);
+	T_CHECK_EQ(sf_dump_count(dump, "s2_", NULL), 100);
+	T_CHECK_EQ(sf_dump_count(dump, "s3_", NULL), 10);
+	T_CHECK_EQ(closes, 0);
+	t_rmtree(dir);
+	jitring_thread_detach(NULL);
+}
+
+/* 3. */
+static void concurrent(void)
+{
+	char d1[128], d2[128], p1[256], p2[256];
+	struct jitring *a, *b;
+	static int64_t idx[4 * 400];
+
+	sf_mkdtemp(d1, NULL);
+	sf_mkdtemp(d2, NULL);
+	snprintf(p1, sizeof(p1), "%s/jit-%d.dump", d1, (int)getpid());
+	snprintf(p2, sizeof(p2), "%s/jit-%d.dump", d2, (int)getpid());
+	T_REQUIRE(sf_open(JITRING_ENGINE_RINGS, d1, 0, &a) == 0);
+	T_REQUIRE(sf_open(JITRING_ENGINE_MUTEX, d2, 0, &b) == 0);
+	write_threads(a, b, "c_", 4, 400, idx);
+	T_CHECK_EQ(jitring_close(a), 0);
+	T_CHECK_EQ(jitring_close(b), 0);
+	qsort(idx, 4 * 400, sizeof(idx[0]), cmp64);
+	for (int i = 1; i < 4 * 400; i++)
+		T_CHECK(idx[i] != idx[i - 1]);
+	T_CHECK_EQ(sf_dump_count(p1, "c_", NULL), 800);
+	T_CHECK_EQ(sf_dump_count(p2, "c_", NULL), 800);
+	t_rmtree(d1);
+	t_rmtree(d2);
+	jitring_thread_detach(NULL);
+}
+
+/* 4. */
+static void give_back(uint32_t engine)
+{
+	char dir[128], dump[256], map[64];
+	struct jitring *jr;
+	uint64_t closes = 9;
+	long long size;
+
+	sf_mkdtemp(dir, NULL);
+	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
+	snprintf(map, sizeof(map), "/tmp/perf-%d.map", (int)getpid());
+	unlink(map);
+	T_REQUIRE(sf_open(engine, dir, JITRING_F_WRITE_CLOSE, &jr) == 0);
+	sf_write(jr, "kept_", 5, NULL);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	size = fsize(dump);
+	T_REQUIRE(symlink(dir, map) == 0);
+	T_CHECK_EQ(sf_open(engine, dir, JITRING_F_PERF_MAP, &jr), -EEXIST);
+	T_CHECK_EQ(fsize(dump), size);
+	T_CHECK_EQ(sf_dump_count(dump, "kept_", &closes), 5);
+	T_CHECK_EQ(closes, 1);
+	T_CHECK_EQ(markers(dump), 0);
+	unlink(map);
+	T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+	sf_write(jr, "more_", 5, NULL);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(sf_dump_count(dump, "kept_", &closes), 5);
+	T_CHECK_EQ(sf_dump_count(dump, "more_", NULL), 5);
+	T_CHECK_EQ(closes, 0);
+	t_rmtree(dir);
+	jitring_thread_detach(NULL);
+}
+
+/* 5. and 6. */
+static void bounded(uint32_t engine)
+{
+	char dir[128], dump[256];
+	struct jitring *jr, *jr2;
+	int fds1 = 0;
+
+	sf_mkdtemp(dir, NULL);
+	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
+	for (int i = 0; i < 30; i++) {
+		T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+		sf_write(jr, "cycle_", 1, NULL);
+		T_CHECK_EQ(jitring_close(jr), 0);
+		if (i == 0)
+			fds1 = nfds();
+	}
+	T_CHECK_EQ(nfds(), fds1);
+	T_CHECK_EQ(sf_dump_count(dump, "cycle_", NULL), 30);
+	for (int i = 0; i < 30; i++) {
+		T_REQUIRE(unlink(dump) == 0);
+		T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+		T_CHECK_EQ(fsize(dump), 40);
+		sf_write(jr, "fresh_", 1, NULL);
+		T_CHECK_EQ(jitring_close(jr), 0);
+	}
+	T_CHECK_EQ(nfds(), fds1);
+	T_CHECK_EQ(sf_dump_count(dump, "fresh_", NULL), 1);
+
+	/* Writers in ever new directories, each removed after close. */
+	for (int i = 0; i < 30; i++) {
+		char d[128];
+
+		sf_mkdtemp(d, NULL);
+		T_REQUIRE(sf_open(engine, d, JITRING_F_PERF_MAP, &jr) == 0);
+		T_CHECK_EQ(jitring_close(jr), 0);
+		t_rmtree(d);
+	}
+	T_CHECK(nfds() <= fds1 + 2);
+
+	/* 6. */
+	T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+	T_REQUIRE(unlink(dump) == 0);
+	T_CHECK_EQ(sf_open(engine, dir, 0, &jr2), -EEXIST);
+	T_CHECK_EQ(fsize(dump), -1);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	snprintf(dump, sizeof(dump), "/tmp/perf-%d.map", (int)getpid());
+	unlink(dump);
+	t_rmtree(dir);
+	jitring_thread_detach(NULL);
+}
+
+int main(void)
+{
+	const uint32_t R = JITRING_ENGINE_RINGS, M = JITRING_ENGINE_MUTEX;
+	const uint32_t C = JITRING_F_WRITE_CLOSE;
+
+	sessions(R, R, 0, 0);
+	sessions(M, M, C, C);
+	sessions(R, M, C, 0);
+	sessions(M, R, 0, C);
+	sessions(R, R, C, C);
+	concurrent();
+	for (size_t i = 0; i < 2; i++) {
+		give_back(sf_engines[i]);
+		bounded(sf_engines[i]);
+	}
+	return t_report();
+}
