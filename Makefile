@@ -10,7 +10,8 @@ PY ?= python3
 JOBS ?= 2
 
 .PHONY: all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
-	stress bench bench-full format clean
+	stress bench bench-full format clean python python-configure build-py test-python \
+	test-python-gil bench-python
 
 all: build
 
@@ -34,16 +35,57 @@ build/build.ninja: | deps
 build: build/build.ninja
 	$(NINJA) -C build
 
+# The Python module (python/) and its 'python' test suite run on a
+# free-threaded CPython 3.13.5 that scripts/build-python.sh builds once
+# (about 2.5 minutes on 2 CPUs) and caches outside the clone.  `make python`
+# prints its path.
+python:
+	@bash scripts/build-python.sh
+
+# Point build/ at it (-Dpython); reconfigures only when the path changes.
+python-configure: build/build.ninja
+	@py=$$(bash scripts/build-python.sh) || exit 1; \
+	cur=$$($(MESON) introspect --buildoptions build | $(PY) -c \
+		'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "python"))'); \
+	[ "$$cur" = "$$py" ] || $(MESON) configure build -Dpython="$$py"
+
+build-py: python-configure
+	$(NINJA) -C build
+
+test-python: build-py
+	$(MESON) test -C build --no-rebuild --num-processes 1 --print-errorlogs --suite python
+
+# The same suite on the GIL build of the same tarball, built standalone
+# against libjitring installed from build/ into build-gil/root (the
+# standalone way to build python/).
+test-python-gil: build
+	@py=$$(bash scripts/build-python.sh --gil) || exit 1; \
+	rm -rf build-gil/root && \
+	$(MESON) install -C build --quiet --no-rebuild --destdir $(CURDIR)/build-gil/root && \
+	prefix=$$($(MESON) introspect --buildoptions build | $(PY) -c \
+		'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "prefix"))'); \
+	libdir=$$($(MESON) introspect --buildoptions build | $(PY) -c \
+		'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "libdir"))'); \
+	stage=$(CURDIR)/build-gil/root$$prefix; \
+	sed -i "s|^prefix=.*|prefix=$$stage|" $$stage/$$libdir/pkgconfig/jitring.pc; \
+	export PKG_CONFIG_PATH=$$stage/$$libdir/pkgconfig PATH=$$stage/bin:$$PATH; \
+	[ -f build-gil/py/build.ninja ] || \
+		$(MESON) setup build-gil/py python -Dpython="$$py"; \
+	$(NINJA) -C build-gil/py && \
+	$(MESON) test -C build-gil/py --no-rebuild \
+		--num-processes 1 --print-errorlogs --suite python
+
 demo: build
 	@bash tests/e2e/demo.sh build
 
 # Every test: unit, e2e (through real perf where permitted), the short
-# stress runs and the safety suite (hostile files, tests/safety/).  The
-# last line is the summary.
-test: build deps-cross
+# stress runs, the safety suite (hostile files, tests/safety/) and the
+# Python module's suite.  The last line is the summary.
+test: build-py deps-cross
 	@rm -f build/meson-logs/testlog.json
 	-@$(MESON) test -C build --no-rebuild --num-processes $(JOBS) \
 		--print-errorlogs --suite unit --suite e2e --suite stress --suite safety \
+		--suite python \
 		> build/test-output.txt 2>&1; tail -n 40 build/test-output.txt
 	@$(PY) scripts/test-summary.py build/meson-logs/testlog.json
 
@@ -91,6 +133,20 @@ build-release/build.ninja: | deps deps-bench
 bench: deps-bench build-release/build.ninja
 	$(NINJA) -C build-release
 	bash bench/run.sh quick build-release
+	$(MAKE) bench-python
+
+# Profiling cost per new Python code object: jitring rings / mutex against
+# CPython's -X perf_jit, on the free-threaded interpreter (bench/README.md).
+bench-python: deps-bench build-release/build.ninja
+	@py=$$(bash scripts/build-python.sh) || exit 1; \
+	cur=$$($(MESON) introspect --buildoptions build-release | $(PY) -c \
+		'import json, sys; print(next(o["value"] for o in json.load(sys.stdin) if o["name"] == "python"))'); \
+	[ "$$cur" = "$$py" ] || $(MESON) configure build-release -Dpython="$$py"; \
+	$(NINJA) -C build-release && \
+	PYTHONPATH=$(CURDIR)/build-release/subprojects/jitring-python \
+	JITRING_DUMP=$(CURDIR)/build-release/tools/jitring-dump \
+	$$py bench/python/bench_py.py --quick --out bench/results/python-quick.json \
+		| tee bench/results/python-quick.txt
 
 bench-full: deps-bench build-release/build.ninja
 	$(NINJA) -C build-release
@@ -100,4 +156,4 @@ format:
 	clang-format -i include/*.h include/jitring/*.h src/*.c src/*.h
 
 clean:
-	rm -rf build build-release build-asan build-tsan
+	rm -rf build build-release build-asan build-tsan build-gil

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Install the Debian 12 packages jitring needs, only those missing.
-# Usage: scripts/deps.sh [core|bench|fuzz|cross|all]   (default: core)
+# Usage: scripts/deps.sh [core|bench|fuzz|cross|python|all]   (default: core)
 # cross: an aarch64 cross compiler and qemu-user, for the aarch64
 # trampoline test (tests/cross/run-aarch64.sh), which skips without them.
+# python: what scripts/build-python.sh needs to build CPython from source
+# (xz for the tarball; zlib, bz2, lzma and libffi for the stdlib modules
+# the tests and the runner use).
 set -euo pipefail
 
 core=(gcc g++ make pkg-config meson ninja-build python3 binutils
@@ -11,6 +14,7 @@ core=(gcc g++ make pkg-config meson ninja-build python3 binutils
 bench=(libbenchmark-dev valgrind gnuplot-nox)
 fuzz=(clang libclang-rt-14-dev)
 cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
+python=(xz-utils zlib1g-dev libbz2-dev liblzma-dev libffi-dev)
 
 want=("${core[@]}")
 case "${1:-core}" in
@@ -18,8 +22,9 @@ core) ;;
 bench) want+=("${bench[@]}") ;;
 fuzz) want+=("${fuzz[@]}") ;;
 cross) want+=("${cross[@]}") ;;
-all) want+=("${bench[@]}" "${fuzz[@]}" "${cross[@]}") ;;
-*) echo "usage: $0 [core|bench|fuzz|cross|all]" >&2; exit 2 ;;
+python) want+=("${python[@]}") ;;
+all) want+=("${bench[@]}" "${fuzz[@]}" "${cross[@]}" "${python[@]}") ;;
+*) echo "usage: $0 [core|bench|fuzz|cross|python|all]" >&2; exit 2 ;;
 esac
 
 missing=()

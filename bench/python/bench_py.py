@@ -1,0 +1,330 @@
+# SPDX-License-Identifier: MIT
+"""Profiling cost per new Python code object: jitring (rings and mutex
+engines) against CPython's own -X perf_jit, in the same interpreter.
+
+    PYTHONPATH=<dir holding the built jitring package> \\
+    JITRING_DUMP=build-release/tools/jitring-dump \\
+    python3.13t bench/python/bench_py.py [--quick|--full] [--out FILE.json]
+
+One run is one fresh interpreter: T threads each compile their share of N
+fresh functions (not timed), wait at a barrier, then call each of their
+functions once.  The clock runs from the barrier's release until every
+thread has finished and (jitring) jitring.flush() has put every entry in
+the file.  CPU is the process's user + system time over the same span
+(every thread, the flusher included).  Modes:
+
+  base      no profiling: what a first call costs anyway
+  rings     jitring.start(engine="rings")
+  mutex     jitring.start(engine="mutex"): one lock around every write,
+            the design of CPython's perf_jit_trampoline.c
+  perf_jit  python -X perf_jit (CPython's own; dump in /tmp)
+
+cost per object = (median wall of a mode - median wall of base) / N, and
+the same for CPU.  Every dump is checked with jitring-dump --check
+--sorted; -X perf_jit runs that crash or leave an invalid dump are counted
+and reported as results.  Dumps are deleted after the check.
+"""
+
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+MODES = ("base", "rings", "mutex", "perf_jit")
+THREADS = (1, 2, 8, 64, 512)
+COUNTERS = ("refills_waited", "tramp_arenas_waited", "tramp_arenas_ahead",
+            "rings_grown", "ring_full_waits", "py_copy_waits",
+            "py_copy_drops", "py_pending_races", "refused_dropped")
+
+
+# --- one run (a fresh interpreter) ------------------------------------------
+
+def worker(mode, nthreads, n, d):
+    per = n // nthreads
+    srcs = []
+    for k in range(nthreads):
+        srcs.append(compile("".join("def f_%d_%d(x):\n    return x\n" % (k, i)
+                                    for i in range(per)),
+                            "<bench-%d>" % k, "exec"))
+    jr = None
+    if mode in ("rings", "mutex"):
+        import jitring as jr
+        jr.start(dir=d, engine=mode)
+    fns = []
+    for code in srcs:
+        ns = {}
+        exec(code, ns)
+        fns.append([v for k, v in ns.items() if k.startswith("f_")])
+    del srcs
+    go = threading.Barrier(nthreads + 1)
+
+    def run(fs):
+        go.wait()
+        for f in fs:
+            f(0)
+
+    threads = [threading.Thread(target=run, args=(fs,)) for fs in fns]
+    for t in threads:
+        t.start()
+    go.wait()
+    t0 = time.perf_counter_ns()
+    r0 = resource.getrusage(resource.RUSAGE_SELF)
+    for t in threads:
+        t.join()
+    if jr:
+        jr.flush()
+    r1 = resource.getrusage(resource.RUSAGE_SELF)
+    t1 = time.perf_counter_ns()
+    out = {"mode": mode, "threads": nthreads, "n": per * nthreads,
+           "wall_ns": t1 - t0,
+           "cpu_ns": int(((r1.ru_utime + r1.ru_stime) -
+                          (r0.ru_utime + r0.ru_stime)) * 1e9)}
+    if jr:
+        jr.stop()
+        st = jr.stats()
+        out["stats"] = {k: st.get(k, 0) for k in COUNTERS}
+    print(json.dumps(out), flush=True)
+
+
+# --- the driver ---------------------------------------------------------------
+
+def check_dump(path):
+    tool = os.environ.get("JITRING_DUMP", "jitring-dump")
+    p = subprocess.run([tool, "--check", "--sorted", path],
+                       capture_output=True, text=True)
+    return p.returncode == 0, (p.stdout + p.stderr).strip().splitlines()[:1]
+
+
+def one(mode, nthreads, n):
+    """A base, rings or mutex run; jitring's dump goes to a fresh dir."""
+    d = tempfile.mkdtemp(prefix="jitring-pybench.", dir="/tmp")
+    cmd = [sys.executable, os.path.abspath(__file__), "--worker", mode,
+           str(nthreads), str(n), d]
+    res = {"mode": mode, "threads": nthreads, "n": n}
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        rc, out, err = p.returncode, p.stdout, p.stderr
+    except subprocess.TimeoutExpired as e:
+        rc, out, err = "timeout", e.stdout or "", e.stderr or ""
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if rc == 0 and lines:
+        res.update(json.loads(lines[-1]))
+    else:
+        res["crash"] = rc if isinstance(rc, str) else (
+            "signal %d" % -rc if rc < 0 else "exit %d" % rc)
+        res["stderr"] = str(err)[-400:]
+    dumps = [os.path.join(d, f) for f in os.listdir(d)
+             if f.startswith("jit-") and f.endswith(".dump")]
+    if mode != "base":
+        res["dump_ok"] = len(dumps) == 1
+        if len(dumps) != 1:
+            res["dump_error"] = ["%d dumps" % len(dumps)]
+    for path in dumps:
+        ok, msg = check_dump(path)
+        if not ok:
+            res["dump_ok"] = False
+            res["dump_error"] = msg
+    for f in os.listdir(d):
+        os.unlink(os.path.join(d, f))
+    os.rmdir(d)
+    return res
+
+
+def one_perf_jit(nthreads, n):
+    """-X perf_jit writes /tmp/jit-<pid>.dump: find it by the child's pid."""
+    cmd = [sys.executable, "-X", "perf_jit", os.path.abspath(__file__),
+           "--worker", "perf_jit", str(nthreads), str(n), "/tmp"]
+    res = {"mode": "perf_jit", "threads": nthreads, "n": n}
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        out, err = p.communicate(timeout=600)
+        rc = p.returncode
+    except subprocess.TimeoutExpired:
+        p.kill()
+        out, err = p.communicate()
+        rc = "timeout"
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if rc == 0 and lines:
+        res.update(json.loads(lines[-1]))
+    else:
+        res["crash"] = rc if isinstance(rc, str) else (
+            "signal %d" % -rc if rc < 0 else "exit %d" % rc)
+        res["stderr"] = err[-400:]
+    path = "/tmp/jit-%d.dump" % p.pid
+    if os.path.exists(path):
+        ok, msg = check_dump(path)
+        res["dump_ok"] = ok
+        if not ok:
+            res["dump_error"] = msg
+        os.unlink(path)
+    else:
+        res["dump_ok"] = False
+        res["dump_error"] = ["no dump"]
+    return res
+
+
+def med(xs):
+    return statistics.median(xs) if xs else None
+
+
+def summarise(runs, threads):
+    rows = []
+    for t in threads:
+        row = {"threads": t}
+        for m in MODES:
+            rs = [r for r in runs if r["mode"] == m and r["threads"] == t]
+            ok = [r for r in rs if "wall_ns" in r]
+            row[m] = {
+                "runs": len(rs),
+                "crashes": len(rs) - len(ok),
+                "invalid_dumps": sum(1 for r in rs
+                                     if m != "base" and not r.get("dump_ok")),
+                "wall_per_obj_us": med([r["wall_ns"] / r["n"] / 1000
+                                        for r in ok]),
+                "cpu_per_obj_us": med([r["cpu_ns"] / r["n"] / 1000
+                                       for r in ok]),
+            }
+            if m in ("rings", "mutex"):
+                row[m]["stats"] = {k: med([r["stats"][k] for r in ok])
+                                   for k in COUNTERS} if ok else {}
+        b = row["base"]
+        for m in MODES[1:]:
+            x = row[m]
+            for k in ("wall", "cpu"):
+                a, z = x[k + "_per_obj_us"], b[k + "_per_obj_us"]
+                x[k + "_cost_us"] = (a - z) if a is not None and \
+                    z is not None else None
+        rows.append(row)
+    return rows
+
+
+def fmt(v, digits=2):
+    return "-" if v is None else ("%.*f" % (digits, v))
+
+
+def table(rows):
+    out = []
+    out.append("| threads | base first call | rings cost | mutex cost | "
+               "perf_jit cost | mutex/rings | rings CPU | mutex CPU | "
+               "perf_jit CPU | perf_jit crashed / invalid dump |")
+    out.append("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for r in rows:
+        rc, mc = r["rings"]["wall_cost_us"], r["mutex"]["wall_cost_us"]
+        ratio = (mc / rc) if rc and mc and rc > 0 else None
+        pj = r["perf_jit"]
+        out.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %d / %d "
+                   "of %d |" % (
+                       r["threads"], fmt(r["base"]["wall_per_obj_us"]),
+                       fmt(rc), fmt(mc), fmt(pj["wall_cost_us"]),
+                       fmt(ratio, 1),
+                       fmt(r["rings"]["cpu_cost_us"]),
+                       fmt(r["mutex"]["cpu_cost_us"]),
+                       fmt(pj["cpu_cost_us"]),
+                       pj["crashes"], pj["invalid_dumps"], pj["runs"]))
+    out.append("")
+    out.append("| threads | engine | refills_waited | tramp_arenas_waited "
+               "| tramp_arenas_ahead | rings_grown | py_copy_waits | "
+               "py_copy_drops | py_pending_races | invalid dumps |")
+    out.append("|--:|:--|--:|--:|--:|--:|--:|--:|--:|--:|")
+    for r in rows:
+        for m in ("rings", "mutex"):
+            s = r[m].get("stats", {})
+            out.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %d |"
+                       % ((r["threads"], m) + tuple(
+                           fmt(s.get(k), 0) for k in (
+                               "refills_waited", "tramp_arenas_waited",
+                               "tramp_arenas_ahead", "rings_grown",
+                               "py_copy_waits", "py_copy_drops",
+                               "py_pending_races")) +
+                          (r[m]["invalid_dumps"],)))
+    return "\n".join(out)
+
+
+def targets(rows):
+    msgs = []
+    for r in rows:
+        rc = r["rings"]["wall_cost_us"]
+        msgs.append(("rings <= 0.3 us/object at %d threads" % r["threads"],
+                     rc is not None and rc <= 0.3, fmt(rc)))
+        a, b = r["rings"]["cpu_cost_us"], r["mutex"]["cpu_cost_us"]
+        msgs.append(("rings CPU < mutex CPU at %d threads" % r["threads"],
+                     a is not None and b is not None and a < b,
+                     "%s vs %s" % (fmt(a), fmt(b))))
+    last = [r for r in rows if r["threads"] == 512]
+    if last:
+        rc, mc = last[0]["rings"]["wall_cost_us"], \
+            last[0]["mutex"]["wall_cost_us"]
+        msgs.append(("mutex/rings >= 25 at 512 threads",
+                     bool(rc and mc and rc > 0 and mc / rc >= 25),
+                     fmt(mc / rc if rc and mc and rc > 0 else None, 1)))
+    return msgs
+
+
+def main():
+    args = sys.argv[1:]
+    if args[:1] == ["--worker"]:
+        worker(args[1], int(args[2]), int(args[3]), args[4])
+        return
+    reps, n = 3, 204800
+    out = None
+    threads = THREADS
+    while args:
+        a = args.pop(0)
+        if a == "--quick":
+            reps, n = 3, 204800
+        elif a == "--full":
+            reps, n = 5, 409600
+        elif a == "--reps":
+            reps = int(args.pop(0))
+        elif a == "--n":
+            n = int(args.pop(0))
+        elif a == "--threads":
+            threads = tuple(int(x) for x in args.pop(0).split(","))
+        elif a == "--out":
+            out = args.pop(0)
+        else:
+            sys.exit(__doc__)
+    import sysconfig
+    info = {"python": sys.version.split()[0],
+            "free_threaded": bool(sysconfig.get_config_var(
+                "Py_GIL_DISABLED")),
+            "machine": platform.machine(), "cpus": os.cpu_count(),
+            "kernel": platform.release(), "n": n, "reps": reps,
+            "threads": threads}
+    print("# %s" % json.dumps(info), flush=True)
+    runs = []
+    start = time.time()
+    for rep in range(reps):             # interleaved: the whole matrix, again
+        for t in threads:
+            for m in MODES:
+                r = one_perf_jit(t, n) if m == "perf_jit" else one(m, t, n)
+                runs.append(r)
+                print("[%5.0fs] rep %d %-8s %3d threads: %s" % (
+                    time.time() - start, rep, m, t,
+                    r.get("crash") or "%.3f us/obj wall, %.3f CPU%s" % (
+                        r["wall_ns"] / r["n"] / 1000,
+                        r["cpu_ns"] / r["n"] / 1000,
+                        "" if r.get("dump_ok", True) else
+                        ", INVALID DUMP %s" % r.get("dump_error"))),
+                    flush=True)
+    rows = summarise(runs, threads)
+    print()
+    print(table(rows))
+    print()
+    for what, ok, val in targets(rows):
+        print("%s %s (%s)" % ("met:   " if ok else "MISSED:", what, val))
+    if out:
+        with open(out, "w") as f:
+            json.dump({"info": info, "runs": runs, "rows": rows,
+                       "targets": targets(rows)}, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

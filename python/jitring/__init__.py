@@ -1,0 +1,78 @@
+# SPDX-License-Identifier: MIT
+"""perf profiling of Python functions through libjitring.
+
+Works on CPython >= 3.12, with or without the GIL, with no interpreter
+patch: while active, every Python function runs through its own small
+trampoline, described to perf in ``<dir>/jit-<pid>.dump`` as
+``py::<qualname>:<filename>`` (the names CPython's ``-X perf`` uses)::
+
+    perf record -k 1 -e cpu-clock --call-graph dwarf -- \\
+        python -m jitring script.py args...
+    perf inject --jit -i perf.data -o perf.jit.data
+    perf report -i perf.jit.data
+
+or from code::
+
+    import jitring
+    jitring.start()          # dir=None: $JITRING_DIR, else /tmp
+    ...
+    jitring.stop()
+
+Importing the module leaves the GIL of a free-threaded build disabled.
+"""
+
+import os as _os
+
+from . import _jitring
+from ._jitring import flush, is_active, stats
+
+__all__ = ["start", "stop", "is_active", "flush", "stats"]
+
+_real_exit = None
+
+
+def _exit_flushing(status):
+    # os._exit() skips exit(3), so the library's exit-time flush never
+    # runs: write what the rings still hold first (a fork child that ends
+    # with os._exit, as multiprocessing's do, keeps its entries).
+    try:
+        _jitring.flush()
+    except Exception:
+        pass
+    _real_exit(status)
+
+
+def start(dir=None, engine="rings", perf_map=False):
+    """Start profiling: open ``jit-<pid>.dump`` in *dir*.
+
+    *dir*: a directory (str, bytes or path-like); None means
+    ``$JITRING_DIR``, else ``/tmp``.  It must stay writable and the dump
+    must still exist when ``perf inject --jit`` runs.
+    *engine*: ``"rings"`` (per-thread lock-free rings and a background
+    flusher) or ``"mutex"`` (one lock around every write: the design
+    CPython's ``-X perf_jit`` uses, kept as a yardstick).
+    *perf_map*: also write ``/tmp/perf-<pid>.map``.
+
+    Raises RuntimeError if already active or if another eval-frame function
+    (a debugger, ``-X perf``) is installed, OSError if the dump cannot be
+    created.
+    """
+    global _real_exit
+    _jitring.start(dir, engine, perf_map)
+    if _real_exit is None and _os._exit is not _exit_flushing:
+        _real_exit = _os._exit
+        _os._exit = _exit_flushing
+
+
+def stop():
+    """Stop profiling and close the dump.  Returns True if it was active."""
+    global _real_exit
+    was = _jitring.stop()
+    if _real_exit is not None and _os._exit is _exit_flushing:
+        _os._exit = _real_exit
+        _real_exit = None
+    return was
+
+
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(before=_jitring._before_fork)

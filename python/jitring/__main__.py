@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: MIT
+"""python -m jitring [--dir D] [--engine rings|mutex] [--perf-map]
+                     (script.py | -m module) [args...]
+
+Runs a script or module as ``python script.py`` / ``python -m module``
+would, with jitring profiling active from before its first line until the
+interpreter exits.
+"""
+
+import atexit
+import os
+import runpy
+import sys
+
+import jitring
+
+USAGE = ("usage: python -m jitring [--dir D] [--engine rings|mutex] "
+         "[--perf-map] (script.py | -m module) [args...]")
+
+
+def parse(argv):
+    opts = {"dir": None, "engine": "rings", "perf_map": False}
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-h", "--help"):
+            print(USAGE)
+            print(__doc__.split("\n\n", 1)[1].strip())
+            sys.exit(0)
+        if a.startswith("--dir="):
+            opts["dir"] = a.split("=", 1)[1]
+        elif a.startswith("--engine="):
+            opts["engine"] = a.split("=", 1)[1]
+        elif a in ("--dir", "--engine"):
+            if i + 1 >= len(argv):
+                sys.exit(USAGE)
+            opts[a[2:]] = argv[i + 1]
+            i += 1
+        elif a == "--perf-map":
+            opts["perf_map"] = True
+        elif a == "-m":
+            if i + 1 >= len(argv):
+                sys.exit(USAGE)
+            return opts, ("module", argv[i + 1]), argv[i + 2:]
+        elif a == "--":
+            i += 1
+            break
+        elif a.startswith("-"):
+            sys.exit("jitring: unknown option %s\n%s" % (a, USAGE))
+        else:
+            break
+        i += 1
+    if i >= len(argv):
+        sys.exit(USAGE)
+    return opts, ("script", argv[i]), argv[i + 1:]
+
+
+def main():
+    opts, (kind, target), args = parse(sys.argv[1:])
+    if opts["engine"] not in ("rings", "mutex"):
+        sys.exit("jitring: --engine must be rings or mutex")
+    if kind == "script":
+        sys.argv = [target] + args
+        sys.path[0] = os.path.dirname(os.path.abspath(target))
+    else:
+        sys.argv = [target] + args      # runpy puts the full path in
+        sys.path[0] = os.getcwd()
+    jitring.start(**opts)
+    atexit.register(jitring.stop)
+    if kind == "script":
+        runpy.run_path(target, run_name="__main__")
+    else:
+        runpy.run_module(target, run_name="__main__", alter_sys=True)
+
+
+if __name__ == "__main__":
+    main()

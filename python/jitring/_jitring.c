@@ -1,0 +1,1126 @@
+// SPDX-License-Identifier: MIT
+/*
+ * jitring._jitring: perf profiling of Python functions through libjitring,
+ * for CPython >= 3.12, GIL and free-threaded builds, without an interpreter
+ * patch.
+ *
+ * A PEP 523 eval-frame function calls every code object through its own
+ * copy of the runtime kit's built-in trampoline, described to perf as
+ * "py::<co_qualname>:<co_filename>" (CPython's own perf trampoline names),
+ * so perf names the Python function on every sample taken inside it, and
+ * --call-graph dwarf unwinds through the copy with the CFI the kit writes.
+ *
+ * The copy of each code object is cached in a map keyed by the code
+ * object's address (see "Code map" below): lock-free lookups on every call,
+ * a shard mutex only when a code object is first seen or destroyed, and
+ * exactly one copy (one CODE_LOAD) per code object and session however many
+ * threads enter it at once.  PyUnstable_Code_SetExtra() is not used:
+ * it reallocates co_extra without a lock, so two threads entering the same
+ * new code object race on it under free threading.
+ *
+ * A session is one start() .. stop(): one writer (jit-<pid>.dump), one
+ * trampoline set, one tag.  Map values carry the tag of the session that
+ * made them, so a later session (or a fork child, which gets its own dump)
+ * never trusts a copy described in another session's dump.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include <jitring.h>
+
+#if PY_VERSION_HEX < 0x030C0000
+#error "jitring needs CPython 3.12 or later (PEP 523 frame API, code watchers)"
+#endif
+
+#if defined(__GNUC__)
+#define likely(x) __builtin_expect(!!(x), 1)
+#define unlikely(x) __builtin_expect(!!(x), 0)
+#define COLD __attribute__((noinline, cold))
+#else
+#define likely(x) (x)
+#define unlikely(x) (x)
+#define COLD
+#endif
+
+#if defined(__x86_64__) || defined(__i386__)
+#define cpu_relax() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define cpu_relax() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define cpu_relax() do { } while (0)
+#endif
+
+/* The built-in trampoline: calls its 4th argument with the first three. */
+typedef PyObject *(*tramp_fn)(PyThreadState *, struct _PyInterpreterFrame *,
+			      int, _PyFrameEvalFunction);
+
+/* ------------------------------------------------------------------ */
+/* Counters of the module itself (stats() reports them with "py_").     */
+
+struct py_counters {
+	_Atomic uint64_t copies;	/* copies made and cached */
+	_Atomic uint64_t copy_waits;	/* ring-full waits (thread state released) */
+	_Atomic uint64_t copy_drops;	/* gave up after the bounded wait */
+	_Atomic uint64_t copy_errors;	/* copies refused for good this session */
+	_Atomic uint64_t pending_races;	/* ran unnamed: another thread was
+					 * making the same code object's copy */
+	_Atomic uint64_t map_tables;	/* code map tables allocated */
+	_Atomic uint64_t map_forgotten;	/* map entries of destroyed code */
+};
+
+static struct py_counters pyc;
+
+static inline void count(_Atomic uint64_t *c)
+{
+	atomic_fetch_add_explicit(c, 1, memory_order_relaxed);
+}
+
+/* ------------------------------------------------------------------ */
+/* Sessions.                                                            */
+
+/*
+ * Value layout of a map slot: the session tag in the top 16 bits, the
+ * copy's address (or VAL_PENDING / VAL_FAILED) in the low 48.  Trampoline
+ * arenas come from mmap(2) without a hint, below 2^47 on x86_64 and 2^48 on
+ * aarch64 (4-level tables; 52-bit aarch64 only hands out high addresses on
+ * request).  A copy above 2^48 is refused and counted as an error.
+ */
+#define TAG_SHIFT 48
+#define ADDR_MASK ((UINT64_C(1) << TAG_SHIFT) - 1)
+#define VAL_PENDING UINT64_C(1)
+#define VAL_FAILED UINT64_C(2)
+
+struct session {
+	struct jitring *jr;
+	struct jitring_trampolines *tr;
+	uint64_t tag;		/* 1..0xffff: set before the session is
+				 * published, changed only in a fork child */
+	int engine;
+	int watcher;		/* code watcher id */
+};
+
+/* The running session, NULL when inactive.  Written under state_mu. */
+static struct session *_Atomic cur_session;
+/* The last session started (stats() after stop()).  Under state_mu. */
+static struct session *last_session;
+/* Next session tag; under state_mu, or in a fork child (one thread). */
+static uint64_t next_tag = 1;
+/* Serialises start, stop and stats against each other. */
+static pthread_mutex_t state_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t take_tag(void)
+{
+	uint64_t t = next_tag++;
+
+	if (next_tag > 0xffff)	/* wraps: see docs (an old copy may be
+				 * reused, never a wrong name in the dump) */
+		next_tag = 1;
+	return t;
+}
+
+/*
+ * Wait for state_mu without holding the thread state: the holder may need
+ * it back (a stop-the-world, or the GIL) before it can unlock.
+ */
+static void state_lock(void)
+{
+	if (pthread_mutex_trylock(&state_mu) == 0)
+		return;
+	Py_BEGIN_ALLOW_THREADS
+	pthread_mutex_lock(&state_mu);
+	Py_END_ALLOW_THREADS
+}
+
+static void state_unlock(void)
+{
+	pthread_mutex_unlock(&state_mu);
+}
+
+/* ------------------------------------------------------------------ */
+/* Code map.                                                            */
+
+/*
+ * Code object address -> cell holding the tagged copy address.
+ *
+ * 256 shards (by hash), each one open-addressing table with linear probing
+ * at most half full.  Lookups take no lock and no atomic RMW: they probe
+ * until the key or an EMPTY slot.  Inserts and deletes take the shard's
+ * mutex (once per new or destroyed code object, never per call), publish a
+ * slot's cell before its key, and reuse DEAD slots.  A shard that fills up
+ * is rehashed into a new table that is then published; the old table is
+ * kept (a reader may still be probing it), so retired tables add up to less
+ * than the live ones.  The cell, not the slot, holds the value, so a value
+ * written into a slot of a retired table is still seen through the new one.
+ *
+ * Address reuse: a code watcher deletes the entry of every code object
+ * destroyed during a session, under the shard's mutex, before the object's
+ * memory is freed; a new code object at that address is created after that
+ * and looked up after that, so its lookups see the table the delete
+ * happened in (or a later one) and find no stale entry.  An entry of code
+ * destroyed while no session runs stays, with an old tag, which no later
+ * session trusts; the next object at its address reuses it.  A thread looks
+ * up only code it is executing, which its frame keeps alive, so a cell is
+ * never recycled under a thread that uses it.
+ */
+#define KEY_EMPTY ((uintptr_t)0)
+#define KEY_DEAD ((uintptr_t)1)
+#define SHARD_BITS 8
+#define NSHARDS (1u << SHARD_BITS)
+#define TABLE_MIN_BITS 4
+#define CELL_BLOCK 32
+
+struct cell {
+	_Atomic uint64_t val;
+	struct cell *next_free;		/* under the shard's mutex */
+};
+
+struct slot {
+	_Atomic uintptr_t key;
+	struct cell *_Atomic cell;
+};
+
+struct table {
+	unsigned int bits;
+	struct table *retired;		/* older tables, kept */
+	struct slot s[];
+};
+
+/*
+ * A shard's table pointer carries the table's size bits in its low 6 bits
+ * (tables are 64-byte aligned), so a lookup reads one word, not the table's
+ * header too.
+ */
+#define TB_BITS_MASK ((uintptr_t)63)
+
+struct shard {
+	_Atomic uintptr_t tb;		/* table | bits */
+	pthread_mutex_t mu;
+	size_t used;			/* non-EMPTY slots of t, under mu */
+	size_t live;			/* keys in t, under mu */
+	struct cell *free;		/* cells of deleted keys, under mu */
+} __attribute__((aligned(64)));
+
+static struct shard shards[NSHARDS];
+
+/*
+ * Placement keeps locality: the hash of a key's 64 KiB region picks the
+ * shard and a base slot, and the key's offset in the region (in 64-byte
+ * steps; a code object is larger) is added to it.  Code objects made
+ * together (a module's functions) sit together in memory, so their slots
+ * share cache lines and the first calls of a module's functions, like the
+ * hot lookups, miss the cache less than under a fully scrambling hash.
+ */
+static inline uint64_t key_hash(uintptr_t key)
+{
+	return (uint64_t)(key >> 16) * UINT64_C(0x9E3779B97F4A7C15);
+}
+
+static inline struct shard *key_shard(uint64_t h)
+{
+	return &shards[h >> (64 - SHARD_BITS)];
+}
+
+/* Region base (the hash bits below the shard bits) plus the offset. */
+static inline size_t key_index(uintptr_t key, uint64_t h, unsigned int bits)
+{
+	return (size_t)(((h << SHARD_BITS) >> (64 - bits)) + (key >> 6)) &
+	       (((size_t)1 << bits) - 1);
+}
+
+static inline struct table *tb_table(uintptr_t tb)
+{
+	return (struct table *)(tb & ~TB_BITS_MASK);
+}
+
+/* @key's cell, or NULL.  Lock-free; any thread. */
+static inline struct cell *map_lookup(uintptr_t key)
+{
+	uint64_t h = key_hash(key);
+	/* Pairs with the release store of tb in shard_rehash(). */
+	uintptr_t tb = atomic_load_explicit(&key_shard(h)->tb,
+					    memory_order_acquire);
+	struct table *t = tb_table(tb);
+	unsigned int bits = (unsigned int)(tb & TB_BITS_MASK);
+	size_t i, mask = ((size_t)1 << bits) - 1;
+
+	if (unlikely(!t))
+		return NULL;
+	for (i = key_index(key, h, bits);; i = (i + 1) & mask) {
+		/* Pairs with the release store of key in map_claim(): the
+		 * cell pointer and the cell's zeroed value before the key. */
+		uintptr_t k = atomic_load_explicit(&t->s[i].key,
+						   memory_order_acquire);
+
+		if (k == key)
+			return atomic_load_explicit(&t->s[i].cell,
+						    memory_order_relaxed);
+		if (k == KEY_EMPTY)
+			return NULL;
+	}
+}
+
+static inline size_t table_mask(const struct table *t)
+{
+	return ((size_t)1 << t->bits) - 1;
+}
+
+/* Under sh->mu: a table with room for one more key, or NULL. */
+static struct table *shard_rehash(struct shard *sh)
+{
+	struct table *o = tb_table(atomic_load_explicit(&sh->tb,
+							memory_order_relaxed));
+	struct table *n;
+	unsigned int bits = TABLE_MIN_BITS;
+	size_t i, j, size;
+
+	if (o && (sh->used + 1) * 2 <= ((size_t)1 << o->bits))
+		return o;
+	/* At most a quarter full after the rehash. */
+	while (((size_t)1 << bits) < (sh->live + 1) * 4)
+		bits++;
+	size = sizeof(*n) + ((size_t)1 << bits) * sizeof(struct slot);
+	n = aligned_alloc(64, (size + 63) & ~(size_t)63);
+	if (!n)
+		return NULL;
+	memset(n, 0, size);
+	n->bits = bits;
+	if (o) {
+		uint64_t h;
+		uintptr_t k;
+
+		for (i = 0; i <= table_mask(o); i++) {
+			k = atomic_load_explicit(&o->s[i].key,
+						 memory_order_relaxed);
+			if (k == KEY_EMPTY || k == KEY_DEAD)
+				continue;
+			h = key_hash(k);
+			for (j = key_index(k, h, bits); n->s[j].key;
+			     j = (j + 1) & table_mask(n))
+				;
+			atomic_init(&n->s[j].cell,
+				    atomic_load_explicit(&o->s[i].cell,
+							 memory_order_relaxed));
+			atomic_init(&n->s[j].key, k);
+		}
+		n->retired = o;
+	}
+	sh->used = sh->live;
+	count(&pyc.map_tables);
+	/* Pairs with the acquire load in map_lookup(): the copied slots
+	 * before the table. */
+	atomic_store_explicit(&sh->tb, (uintptr_t)n | bits,
+			      memory_order_release);
+	return n;
+}
+
+/* @key's cell, made if there is none; NULL without memory. */
+static COLD struct cell *map_claim(uintptr_t key)
+{
+	uint64_t h = key_hash(key);
+	struct shard *sh = key_shard(h);
+	struct slot *dead = NULL, *sl;
+	struct cell *c = NULL;
+	struct table *t;
+	size_t i;
+	uintptr_t k;
+
+	pthread_mutex_lock(&sh->mu);
+	t = shard_rehash(sh);
+	if (!t)
+		goto out;
+	for (i = key_index(key, h, t->bits);; i = (i + 1) & table_mask(t)) {
+		sl = &t->s[i];
+		k = atomic_load_explicit(&sl->key, memory_order_relaxed);
+		if (k == key) {
+			c = atomic_load_explicit(&sl->cell,
+						 memory_order_relaxed);
+			goto out;
+		}
+		if (k == KEY_DEAD && !dead)
+			dead = sl;
+		if (k == KEY_EMPTY)
+			break;
+	}
+	if (!sh->free) {
+		/* Cells come in blocks: fewer mallocs, denser cache lines. */
+		struct cell *b = calloc(CELL_BLOCK, sizeof(*b));
+
+		if (!b)
+			goto out;
+		for (i = 0; i < CELL_BLOCK; i++) {
+			b[i].next_free = sh->free;
+			sh->free = &b[i];
+		}
+	}
+	c = sh->free;
+	sh->free = c->next_free;
+	atomic_store_explicit(&c->val, 0, memory_order_relaxed);
+	if (dead)
+		sl = dead;
+	else
+		sh->used++;
+	sh->live++;
+	atomic_store_explicit(&sl->cell, c, memory_order_relaxed);
+	/* Pairs with the acquire load of key in map_lookup(). */
+	atomic_store_explicit(&sl->key, key, memory_order_release);
+out:
+	pthread_mutex_unlock(&sh->mu);
+	return c;
+}
+
+/* Code watcher: forget a code object before its memory is freed. */
+static int code_watcher(PyCodeEvent ev, PyCodeObject *co)
+{
+	uintptr_t key = (uintptr_t)co, k;
+	uint64_t h = key_hash(key);
+	struct shard *sh = key_shard(h);
+	struct table *t;
+	struct slot *sl;
+	struct cell *c;
+	size_t i;
+
+	if (ev != PY_CODE_EVENT_DESTROY)
+		return 0;
+	/* Most code never ran under a session: no lock for those. */
+	if (!map_lookup(key))
+		return 0;
+	pthread_mutex_lock(&sh->mu);
+	t = tb_table(atomic_load_explicit(&sh->tb, memory_order_relaxed));
+	for (i = key_index(key, h, t->bits);; i = (i + 1) & table_mask(t)) {
+		sl = &t->s[i];
+		k = atomic_load_explicit(&sl->key, memory_order_relaxed);
+		if (k == KEY_EMPTY)
+			break;
+		if (k != key)
+			continue;
+		/* Relaxed: the mutex and the free that follows order it
+		 * before any lookup of a new object at this address. */
+		atomic_store_explicit(&sl->key, KEY_DEAD,
+				      memory_order_relaxed);
+		c = atomic_load_explicit(&sl->cell, memory_order_relaxed);
+		c->next_free = sh->free;
+		sh->free = c;
+		sh->live--;
+		count(&pyc.map_forgotten);
+		break;
+	}
+	pthread_mutex_unlock(&sh->mu);
+	return 0;
+}
+
+static void map_atfork_child(void)
+{
+	for (unsigned int i = 0; i < NSHARDS; i++)
+		pthread_mutex_init(&shards[i].mu, NULL);
+}
+
+static void map_init(void)
+{
+	for (unsigned int i = 0; i < NSHARDS; i++)
+		pthread_mutex_init(&shards[i].mu, NULL);
+}
+
+/* ------------------------------------------------------------------ */
+/* Making a copy.                                                       */
+
+/* UTF-8 of @s and its length, or a replacement; *@tmp keeps a bytes
+ * object alive. */
+static const char *utf8_of(PyObject *s, PyObject **tmp, Py_ssize_t *len)
+{
+	const char *u;
+
+	*tmp = NULL;
+	if (!s || !PyUnicode_Check(s))
+		goto none;
+	u = PyUnicode_AsUTF8AndSize(s, len);
+	if (u)
+		return u;
+	PyErr_Clear();		/* lone surrogates, e.g. undecodable paths */
+	*tmp = PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace");
+	if (*tmp) {
+		*len = PyBytes_GET_SIZE(*tmp);
+		return PyBytes_AS_STRING(*tmp);
+	}
+	PyErr_Clear();
+none:
+	*len = 1;
+	return "?";
+}
+
+/* Append @n bytes of @src at @buf[*pos], within @size - 1. */
+static void put(char *buf, size_t size, size_t *pos, const char *src,
+		size_t n)
+{
+	if (n > size - 1 - *pos)
+		n = size - 1 - *pos;
+	memcpy(buf + *pos, src, n);
+	*pos += n;
+}
+
+/* Cut a truncated UTF-8 sequence off the end of @buf (@len bytes). */
+static void utf8_trim(char *buf, size_t len)
+{
+	size_t i = len, need;
+	unsigned char c;
+
+	while (i > 0 && ((unsigned char)buf[i - 1] & 0xc0) == 0x80)
+		i--;
+	if (i == 0)
+		return;
+	c = (unsigned char)buf[i - 1];
+	need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
+	if (len - (i - 1) < need)
+		buf[i - 1] = '\0';
+}
+
+/* "py::<co_qualname>:<co_filename>", cut to @size - 1 bytes. */
+static void format_name(PyCodeObject *co, char *buf, size_t size)
+{
+	PyObject *exc = PyErr_GetRaisedException();	/* throwflag frames */
+	PyObject *t1, *t2;
+	Py_ssize_t ql, fl;
+	const char *q = utf8_of(co->co_qualname, &t1, &ql);
+	const char *f = utf8_of(co->co_filename, &t2, &fl);
+	size_t pos = 0;
+
+	put(buf, size, &pos, "py::", 4);
+	put(buf, size, &pos, q, (size_t)ql);
+	put(buf, size, &pos, ":", 1);
+	put(buf, size, &pos, f, (size_t)fl);
+	buf[pos] = '\0';
+	if (pos == size - 1)
+		utf8_trim(buf, pos);
+	Py_XDECREF(t1);
+	Py_XDECREF(t2);
+	PyErr_SetRaisedException(exc);
+}
+
+/*
+ * A full ring (JITRING_F_DROP gives -EAGAIN) is waited on with the thread
+ * state released, in sleeps growing from 20 us to 1 ms, for at most
+ * COPY_WAIT_NS; then the call runs without a named frame and a later call
+ * of the same code object tries again.
+ */
+#define COPY_WAIT_NS (50 * 1000 * 1000L)
+
+enum copy_result { COPY_OK, COPY_RETRY, COPY_FAILED };
+
+/*
+ * Test hook: $JITRING_PY_TEST_COPY_DELAY_US, read by start(), makes every
+ * copy take that long (thread state released), so that tests can make
+ * other threads find a copy in the making.  0 (unset) in normal use.
+ */
+static long copy_delay_ns;
+
+static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
+				       void **addr)
+{
+	char name[JITRING_NAME_MAX + 1];
+	long waited = 0, delay = 20 * 1000;
+	struct timespec ts;
+	int64_t r;
+
+	if (unlikely(copy_delay_ns)) {
+		ts.tv_sec = copy_delay_ns / 1000000000L;
+		ts.tv_nsec = copy_delay_ns % 1000000000L;
+		Py_BEGIN_ALLOW_THREADS
+		nanosleep(&ts, NULL);
+		Py_END_ALLOW_THREADS
+	}
+	format_name(co, name, sizeof(name));
+	for (;;) {
+		r = jitring_trampolines_get(s->tr, name, addr);
+		if (r > 0)
+			break;
+		if (r != -EAGAIN && r != -EDEADLK) {
+			count(&pyc.copy_errors);
+			return COPY_FAILED;
+		}
+		if (waited >= COPY_WAIT_NS) {
+			count(&pyc.copy_drops);
+			return COPY_RETRY;
+		}
+		count(&pyc.copy_waits);
+		ts.tv_sec = 0;
+		ts.tv_nsec = delay;
+		Py_BEGIN_ALLOW_THREADS
+		nanosleep(&ts, NULL);
+		Py_END_ALLOW_THREADS
+		waited += delay;
+		if (delay < 1000 * 1000)
+			delay *= 2;
+	}
+	if ((uintptr_t)*addr & ~(uintptr_t)ADDR_MASK) {
+		count(&pyc.copy_errors);
+		return COPY_FAILED;
+	}
+	count(&pyc.copies);
+	return COPY_OK;
+}
+
+/*
+ * A thread that finds another one making the copy spins briefly, then
+ * yields, then runs this call unnamed: it never waits without bound while
+ * holding its thread state.
+ */
+#define PENDING_SPINS 256
+#define PENDING_YIELDS 64
+
+static COLD void *cell_copy(struct session *s, PyObject *co, struct cell *c)
+{
+	const uint64_t tag = s->tag << TAG_SHIFT;
+	unsigned int waits = 0;
+	enum copy_result res;
+	void *addr = NULL;
+	uint64_t v;
+
+	if (!c)
+		c = map_claim((uintptr_t)co);
+	if (!c) {
+		count(&pyc.copy_errors);
+		return NULL;
+	}
+	/* Pairs with the release stores of val below. */
+	v = atomic_load_explicit(&c->val, memory_order_acquire);
+	for (;;) {
+		if ((v & ~ADDR_MASK) == tag) {
+			if ((v & ADDR_MASK) > VAL_FAILED)
+				return (void *)(uintptr_t)(v & ADDR_MASK);
+			if ((v & ADDR_MASK) == VAL_FAILED)
+				return NULL;
+			/* VAL_PENDING: another thread is making it. */
+			if (++waits > PENDING_SPINS + PENDING_YIELDS) {
+				count(&pyc.pending_races);
+				return NULL;
+			}
+			if (waits > PENDING_SPINS)
+				sched_yield();
+			else
+				cpu_relax();
+			v = atomic_load_explicit(&c->val,
+						 memory_order_acquire);
+			continue;
+		}
+		/* Empty or another session's: claim it.  Acquire (on
+		 * failure too) pairs with the release stores below, as the
+		 * loads above do. */
+		if (atomic_compare_exchange_weak_explicit(
+			    &c->val, &v, tag | VAL_PENDING,
+			    memory_order_acquire, memory_order_acquire))
+			break;
+	}
+	res = make_copy(s, (PyCodeObject *)co, &addr);
+	switch (res) {
+	case COPY_OK:
+		/* Pairs with the acquire loads of val: the copy (handed to
+		 * us by the kit, already executable) before its address. */
+		atomic_store_explicit(&c->val,
+				      tag | (uint64_t)(uintptr_t)addr,
+				      memory_order_release);
+		return addr;
+	case COPY_RETRY:
+		/* Back to what it was: the next call claims it again. */
+		atomic_store_explicit(&c->val, v, memory_order_release);
+		return NULL;
+	case COPY_FAILED:
+	default:
+		atomic_store_explicit(&c->val, tag | VAL_FAILED,
+				      memory_order_release);
+		return NULL;
+	}
+}
+
+/* ------------------------------------------------------------------ */
+/* The eval-frame function.                                             */
+
+/*
+ * The frame's code object.  PyUnstable_InterpreterFrame_GetCode() returns
+ * a new reference: an atomic increment and decrement per call on a code
+ * object that every thread shares, under free threading.  The code object
+ * is the frame's first field in 3.12 and 3.13 (f_code, f_executable), and a
+ * tagged _PyStackRef in 3.14; the first call checks that reading it
+ * directly agrees with the API, and every later call reads it directly if
+ * it did (else always through the API).
+ */
+#define FRAME_TAG_BITS ((uintptr_t)3)
+
+static _Atomic int code_direct = -1;	/* -1 unknown, 0 API, 1 direct */
+
+static inline PyObject *frame_code_direct(struct _PyInterpreterFrame *f)
+{
+	return (PyObject *)(*(const uintptr_t *)f & ~FRAME_TAG_BITS);
+}
+
+static COLD PyObject *frame_code_api(struct _PyInterpreterFrame *f)
+{
+	PyObject *co = PyUnstable_InterpreterFrame_GetCode(f);
+	int unknown = -1;
+
+	/* The frame holds its own strong reference for as long as it runs. */
+	Py_DECREF(co);
+	atomic_compare_exchange_strong_explicit(&code_direct, &unknown,
+						frame_code_direct(f) == co,
+						memory_order_relaxed,
+						memory_order_relaxed);
+	return co;
+}
+
+static inline PyObject *frame_code(struct _PyInterpreterFrame *f)
+{
+	if (likely(atomic_load_explicit(&code_direct, memory_order_relaxed) ==
+		   1))
+		return frame_code_direct(f);
+	return frame_code_api(f);
+}
+
+static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
+			 int throwflag)
+{
+	/* Pairs with the release store in start(): the session's fields. */
+	struct session *s = atomic_load_explicit(&cur_session,
+						 memory_order_acquire);
+	struct cell *c;
+	PyObject *co;
+	void *t = NULL;
+	uint64_t v;
+
+	if (unlikely(!s))
+		goto plain;
+	co = frame_code(f);
+	if (unlikely(!PyCode_Check(co)))
+		goto plain;
+	c = map_lookup((uintptr_t)co);
+	if (likely(c)) {
+		/* Pairs with the release store in cell_copy(). */
+		v = atomic_load_explicit(&c->val, memory_order_acquire);
+		if (likely((v >> TAG_SHIFT) == s->tag &&
+			   (v & ADDR_MASK) > VAL_FAILED))
+			t = (void *)(uintptr_t)(v & ADDR_MASK);
+	}
+	if (unlikely(!t)) {
+		t = cell_copy(s, co, c);
+		if (!t)
+			goto plain;
+	}
+	return ((tramp_fn)t)(ts, f, throwflag, _PyEval_EvalFrameDefault);
+plain:
+	return _PyEval_EvalFrameDefault(ts, f, throwflag);
+}
+
+/* ------------------------------------------------------------------ */
+/* Fork.                                                                */
+
+/*
+ * The library gives the child its own jit-<childpid>.dump through the same
+ * writer.  Copies made before the fork are described in the parent's dump
+ * only, so the child's session takes a new tag and makes its own.  Only
+ * the forking thread exists here.
+ */
+static void atfork_child(void)
+{
+	struct session *s = atomic_load_explicit(&cur_session,
+						 memory_order_relaxed);
+
+	pthread_mutex_init(&state_mu, NULL);
+	map_atfork_child();
+	if (s)
+		s->tag = take_tag();
+}
+
+/* ------------------------------------------------------------------ */
+/* Python API.                                                          */
+
+/* OSError(err, "what: strerror", path): errno is the error's own. */
+static PyObject *raise_errno(int err, const char *what, PyObject *path)
+{
+	char msg[256];
+	PyObject *e;
+
+	snprintf(msg, sizeof(msg), "%s: %s", what, strerror(err));
+	e = Py_BuildValue("(isO)", err, msg, path ? path : Py_None);
+	if (e) {
+		PyErr_SetObject(PyExc_OSError, e);
+		Py_DECREF(e);
+	}
+	return NULL;
+}
+
+static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
+{
+	static const char *const kwlist[] = { "dir", "engine", "perf_map",
+					      NULL };
+	PyObject *dir_obj = Py_None, *dir_bytes = NULL;
+	const char *engine = "rings";
+	int perf_map = 0, ret, watcher = -1;
+	struct jitring_config cfg;
+	struct jitring_tramp_template tt;
+	struct jitring *jr = NULL;
+	struct jitring_trampolines *tr = NULL;
+	struct session *s = NULL;
+	PyInterpreterState *interp = PyInterpreterState_Get();
+	_PyFrameEvalFunction old;
+
+	(void)mod;
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Osp:start", (char **)kwlist,
+					 &dir_obj, &engine, &perf_map))
+		return NULL;
+	if (interp != PyInterpreterState_Main()) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"jitring runs in the main interpreter only");
+		return NULL;
+	}
+	jitring_config_init(&cfg);
+	if (!strcmp(engine, "rings")) {
+		cfg.engine = JITRING_ENGINE_RINGS;
+		/* Never wait on a full ring with the thread state held:
+		 * make_copy() waits with it released, for a bounded time. */
+		cfg.flags |= JITRING_F_DROP;
+	} else if (!strcmp(engine, "mutex")) {
+		cfg.engine = JITRING_ENGINE_MUTEX;
+	} else {
+		PyErr_Format(PyExc_ValueError,
+			     "engine must be 'rings' or 'mutex', not '%s'",
+			     engine);
+		return NULL;
+	}
+	if (perf_map)
+		cfg.flags |= JITRING_F_PERF_MAP;
+	{
+		const char *d = getenv("JITRING_PY_TEST_COPY_DELAY_US");
+
+		copy_delay_ns = d ? strtol(d, NULL, 10) * 1000L : 0;
+	}
+	if (dir_obj != Py_None) {
+		if (!PyUnicode_FSConverter(dir_obj, &dir_bytes))
+			return NULL;
+		cfg.dir = PyBytes_AS_STRING(dir_bytes);
+	}
+
+	state_lock();
+	if (atomic_load_explicit(&cur_session, memory_order_relaxed)) {
+		PyErr_SetString(PyExc_RuntimeError, "jitring is already active");
+		goto err;
+	}
+	old = _PyInterpreterState_GetEvalFrameFunc(interp);
+	if (old != _PyEval_EvalFrameDefault) {
+		PyErr_SetString(PyExc_RuntimeError,
+				"another eval-frame function is installed "
+				"(a debugger, or -X perf / -X perf_jit)");
+		goto err;
+	}
+	s = calloc(1, sizeof(*s));
+	if (!s) {
+		PyErr_NoMemory();
+		goto err;
+	}
+	ret = jitring_tramp_builtin(&tt);
+	if (ret < 0) {
+		PyErr_SetString(PyExc_NotImplementedError,
+				"jitring has no built-in trampoline for this "
+				"architecture");
+		goto err;
+	}
+	Py_BEGIN_ALLOW_THREADS
+	ret = jitring_open(&cfg, &jr);
+	if (!ret)
+		ret = jitring_trampolines_new(jr, &tt, &tr);
+	Py_END_ALLOW_THREADS
+	if (ret < 0) {
+		raise_errno(-ret, "jitring_open", dir_obj);
+		goto err;
+	}
+	watcher = PyCode_AddWatcher(code_watcher);
+	if (watcher < 0)
+		goto err;
+	s->jr = jr;
+	s->tr = tr;
+	s->engine = (int)cfg.engine;
+	s->watcher = watcher;
+	s->tag = take_tag();
+	last_session = s;
+	/* Pairs with the acquire load in jr_eval(). */
+	atomic_store_explicit(&cur_session, s, memory_order_release);
+	_PyInterpreterState_SetEvalFrameFunc(interp, jr_eval);
+	state_unlock();
+	Py_XDECREF(dir_bytes);
+	Py_RETURN_NONE;
+
+err:
+	if (jr) {
+		Py_BEGIN_ALLOW_THREADS
+		jitring_close(jr);
+		Py_END_ALLOW_THREADS
+		/* No copy was handed out yet. */
+		jitring_trampolines_free(tr);
+	}
+	free(s);
+	state_unlock();
+	Py_XDECREF(dir_bytes);
+	return NULL;
+}
+
+static PyObject *jr_stop(PyObject *mod, PyObject *unused)
+{
+	PyInterpreterState *interp = PyInterpreterState_Get();
+	struct session *s;
+	int ret = 0;
+
+	(void)mod;
+	(void)unused;
+	state_lock();
+	s = atomic_load_explicit(&cur_session, memory_order_relaxed);
+	if (!s) {
+		state_unlock();
+		Py_RETURN_FALSE;
+	}
+	if (_PyInterpreterState_GetEvalFrameFunc(interp) == jr_eval)
+		_PyInterpreterState_SetEvalFrameFunc(interp,
+						     _PyEval_EvalFrameDefault);
+	/* Threads already inside jr_eval() finish with the session they
+	 * read: the writer's handle and the copies stay valid forever. */
+	atomic_store_explicit(&cur_session, NULL, memory_order_release);
+	if (PyCode_ClearWatcher(s->watcher) < 0)
+		PyErr_Clear();
+	Py_BEGIN_ALLOW_THREADS
+	ret = jitring_close(s->jr);
+	Py_END_ALLOW_THREADS
+	state_unlock();
+	if (ret < 0)
+		return raise_errno(-ret, "jitring_close", NULL);
+	Py_RETURN_TRUE;
+}
+
+static PyObject *jr_is_active(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+	return PyBool_FromLong(atomic_load_explicit(&cur_session,
+						    memory_order_relaxed) !=
+			       NULL);
+}
+
+static PyObject *jr_flush(PyObject *mod, PyObject *unused)
+{
+	struct session *s = atomic_load_explicit(&cur_session,
+						 memory_order_acquire);
+	int ret;
+
+	(void)mod;
+	(void)unused;
+	if (!s)
+		Py_RETURN_NONE;
+	Py_BEGIN_ALLOW_THREADS
+	ret = jitring_flush(s->jr);
+	Py_END_ALLOW_THREADS
+	if (ret < 0 && ret != -ESHUTDOWN)
+		return raise_errno(-ret, "jitring_flush", NULL);
+	Py_RETURN_NONE;
+}
+
+static int put_u64(PyObject *d, const char *k, uint64_t v)
+{
+	PyObject *o = PyLong_FromUnsignedLongLong(v);
+	int r;
+
+	if (!o)
+		return -1;
+	r = PyDict_SetItemString(d, k, o);
+	Py_DECREF(o);
+	return r;
+}
+
+static PyObject *jr_stats(PyObject *mod, PyObject *unused)
+{
+	struct jitring_stats st = { .struct_size = sizeof(st) };
+	struct session *s;
+	PyObject *d = PyDict_New();
+	int ok = 0, have;
+
+	(void)mod;
+	(void)unused;
+	if (!d)
+		return NULL;
+	state_lock();
+	s = last_session;
+	have = s != NULL;
+	if (have)
+		jitring_stats(s->jr, &st);
+	state_unlock();
+	if (have) {
+		const char *eng = st.engine == JITRING_ENGINE_MUTEX ? "mutex" :
+								       "rings";
+		PyObject *e = PyUnicode_FromString(eng);
+
+		if (!e || PyDict_SetItemString(d, "engine", e) < 0) {
+			Py_XDECREF(e);
+			goto out;
+		}
+		Py_DECREF(e);
+#define U(f) if (put_u64(d, #f, st.f) < 0) goto out
+		U(entries_written); U(records_written); U(bytes_written);
+		U(refused_invalid); U(refused_nomem); U(refused_dropped);
+		U(refused_shutdown); U(refused_io); U(lost_io); U(flushes);
+		U(ring_full_waits); U(refills_ahead); U(refills_waited);
+		U(batches); U(late_entries); U(holdback_max_ns);
+		U(threads_attached); U(threads_total); U(rings_grown);
+		U(tramp_copies); U(tramp_arenas_ahead); U(tramp_arenas_waited);
+#undef U
+		{
+			PyObject *io = PyLong_FromLong(st.io_error);
+
+			if (!io || PyDict_SetItemString(d, "io_error", io) < 0) {
+				Py_XDECREF(io);
+				goto out;
+			}
+			Py_DECREF(io);
+		}
+	}
+#define P(f) \
+	if (put_u64(d, "py_" #f, atomic_load_explicit(&pyc.f, \
+			memory_order_relaxed)) < 0) goto out
+	P(copies); P(copy_waits); P(copy_drops); P(copy_errors);
+	P(pending_races); P(map_tables); P(map_forgotten);
+#undef P
+	ok = 1;
+out:
+	if (!ok) {
+		Py_DECREF(d);
+		return NULL;
+	}
+	return d;
+}
+
+/*
+ * os.register_at_fork(before=...): a single-threaded program that forks
+ * must not look multi-threaded to CPython (which warns, counting threads in
+ * /proc/self/stat) just because of jitring's flusher.  With no thread but
+ * the caller and the flusher, the flusher is stopped until it is needed
+ * again; this needs jitring_pause() from the library.
+ */
+static int other_threads(void)
+{
+	char buf[512], *p;
+	FILE *f = fopen("/proc/self/stat", "r");
+	size_t n;
+	int field = 0;
+	long nthreads = -1;
+
+	if (!f)
+		return -1;
+	n = fread(buf, 1, sizeof(buf) - 1, f);
+	fclose(f);
+	buf[n] = '\0';
+	p = strrchr(buf, ')');	/* comm may hold spaces */
+	if (!p)
+		return -1;
+	/* After ')': field 3 (state) ... field 20 (num_threads). */
+	for (field = 2; p && field < 20; field++)
+		p = strchr(p + 1, ' ');
+	if (p)
+		nthreads = strtol(p + 1, NULL, 10);
+	return nthreads < 1 ? -1 : (int)(nthreads - 1);
+}
+
+static PyObject *jr_before_fork(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+#ifdef JITRING_HAVE_PAUSE
+	struct session *s = atomic_load_explicit(&cur_session,
+						 memory_order_acquire);
+	if (s && s->engine == JITRING_ENGINE_RINGS && other_threads() <= 1) {
+		Py_BEGIN_ALLOW_THREADS
+		jitring_pause(s->jr);
+		Py_END_ALLOW_THREADS
+	}
+#else
+	(void)other_threads;
+#endif
+	Py_RETURN_NONE;
+}
+
+static PyObject *jr_features(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+	return Py_BuildValue("{s:O,s:i}", "pause",
+#ifdef JITRING_HAVE_PAUSE
+			     Py_True,
+#else
+			     Py_False,
+#endif
+			     "library_version", (int)jitring_version());
+}
+
+static PyMethodDef jr_methods[] = {
+	{ "start", (PyCFunction)(void (*)(void))jr_start,
+	  METH_VARARGS | METH_KEYWORDS,
+	  "start(dir=None, engine='rings', perf_map=False)\n--\n\n"
+	  "Open jit-<pid>.dump in dir and profile every Python function." },
+	{ "stop", jr_stop, METH_NOARGS,
+	  "stop()\n--\n\nStop profiling and close the dump; True if it was "
+	  "active." },
+	{ "is_active", jr_is_active, METH_NOARGS,
+	  "is_active()\n--\n\nTrue between start() and stop()." },
+	{ "flush", jr_flush, METH_NOARGS,
+	  "flush()\n--\n\nWait until every function described so far is in "
+	  "the dump." },
+	{ "stats", jr_stats, METH_NOARGS,
+	  "stats()\n--\n\nThe writer's counters (struct jitring_stats) and "
+	  "the module's (py_*), as a dict." },
+	{ "_before_fork", jr_before_fork, METH_NOARGS, NULL },
+	{ "_features", jr_features, METH_NOARGS, NULL },
+	{ NULL, NULL, 0, NULL },
+};
+
+static int jr_exec(PyObject *m)
+{
+	static int atfork_done;
+
+	if (!atfork_done) {
+		map_init();
+		if (pthread_atfork(NULL, NULL, atfork_child)) {
+			PyErr_SetString(PyExc_RuntimeError,
+					"pthread_atfork failed");
+			return -1;
+		}
+		atfork_done = 1;
+	}
+	return PyModule_AddIntConstant(m, "NAME_MAX", JITRING_NAME_MAX);
+}
+
+static PyModuleDef_Slot jr_slots[] = {
+	{ Py_mod_exec, jr_exec },
+	{ Py_mod_multiple_interpreters,
+	  Py_MOD_MULTIPLE_INTERPRETERS_NOT_SUPPORTED },
+#ifdef Py_mod_gil
+	{ Py_mod_gil, Py_MOD_GIL_NOT_USED },
+#endif
+	{ 0, NULL },
+};
+
+static struct PyModuleDef jr_module = {
+	PyModuleDef_HEAD_INIT,
+	.m_name = "jitring._jitring",
+	.m_doc = "perf profiling of Python functions through libjitring",
+	.m_size = 0,
+	.m_methods = jr_methods,
+	.m_slots = jr_slots,
+};
+
+PyMODINIT_FUNC PyInit__jitring(void);
+
+PyMODINIT_FUNC PyInit__jitring(void)
+{
+	return PyModuleDef_Init(&jr_module);
+}

@@ -1,0 +1,122 @@
+# SPDX-License-Identifier: MIT
+"""Shared helpers for the Python module's tests.
+
+Each test is a script that prints its checks, ends with "N passed, N
+failed" and exits 0 (pass), 1 (fail) or 77 (skip), like the C tests.
+Environment (set by meson): PYTHONPATH finds the built jitring package,
+JITRING_DUMP is build/tools/jitring-dump.
+"""
+
+import glob
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import traceback
+
+PASS, FAIL, SKIP = 0, 1, 77
+
+
+class Test:
+    def __init__(self):
+        self.passed = 0
+        self.failed = 0
+        self.skipped = []
+        self.scratch = tempfile.mkdtemp(prefix="jitring-py.")
+        self.keep = False
+
+    def check(self, cond, what, detail=""):
+        if cond:
+            self.passed += 1
+            print("ok: " + what)
+        else:
+            self.failed += 1
+            self.keep = True
+            print("FAIL: " + what + (": " + str(detail) if detail else ""))
+        sys.stdout.flush()
+        return bool(cond)
+
+    def skip_part(self, what, why):
+        self.skipped.append(what)
+        print("SKIP: %s: %s" % (what, why))
+        sys.stdout.flush()
+
+    def skip(self, why):
+        print("SKIP: " + why)
+        print("0 passed, 0 failed")
+        self.cleanup()
+        sys.exit(SKIP)
+
+    def cleanup(self):
+        if self.keep:
+            print("scratch directory kept: " + self.scratch)
+        else:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+
+    def done(self):
+        self.cleanup()
+        print("%d passed, %d failed" % (self.passed, self.failed))
+        sys.stdout.flush()
+        if self.failed:
+            os._exit(FAIL)
+        if not self.passed and self.skipped:
+            os._exit(SKIP)
+        os._exit(PASS)
+
+    def run(self, fn):
+        try:
+            fn(self)
+        except Exception:
+            traceback.print_exc()
+            self.check(False, "no exception escapes the test")
+        self.done()
+
+
+def free_threaded():
+    return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
+
+
+def dump_tool():
+    tool = os.environ.get("JITRING_DUMP") or shutil.which("jitring-dump")
+    if not tool or not os.access(tool, os.X_OK):
+        raise RuntimeError("jitring-dump not found (set JITRING_DUMP)")
+    return tool
+
+
+def dumps(d):
+    return sorted(glob.glob(os.path.join(d, "jit-*.dump")))
+
+
+def check_dump(path):
+    """(ok, output) of jitring-dump --check --sorted."""
+    p = subprocess.run([dump_tool(), "--check", "--sorted", path],
+                       capture_output=True, text=True)
+    return p.returncode == 0, (p.stdout + p.stderr).strip()
+
+
+def records(path):
+    p = subprocess.run([dump_tool(), "--json", path], capture_output=True,
+                       text=True, check=True)
+    return [json.loads(line) for line in p.stdout.splitlines() if line]
+
+
+def load_names(path):
+    """The CODE_LOAD names of a dump, in file order."""
+    return [r["name"] for r in records(path) if r["type"] == "CODE_LOAD"]
+
+
+def make_function(name, filename, body="return x + 1"):
+    """A fresh function with its own, never-called code object."""
+    ns = {}
+    src = "def %s(x):\n    %s\n" % (name, body)
+    exec(compile(src, filename, "exec"), ns)
+    return ns[name]
+
+
+def tname(fn):
+    """The name jitring gives fn's code object."""
+    co = fn.__code__
+    return "py::%s:%s" % (co.co_qualname, co.co_filename)

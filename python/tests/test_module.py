@@ -1,0 +1,199 @@
+# SPDX-License-Identifier: MIT
+"""The module's API, its import, and the python -m jitring runner.
+
+- importing jitring leaves the GIL of a free-threaded build disabled
+  (Py_mod_gil = Py_MOD_GIL_NOT_USED), checked in a fresh interpreter;
+- start/stop/is_active/flush/stats, errors for bad arguments;
+- names are py::<qualname>:<filename>, a function called through its
+  copy returns, raises and is re-entered as usual (generators too);
+- python -m jitring script.py args and python -m jitring -m module args.
+"""
+
+import errno
+import os
+import subprocess
+import sys
+import textwrap
+
+import jrtest
+
+import jitring
+
+STAT_KEYS = ("engine", "entries_written", "refills_waited",
+             "tramp_arenas_waited", "rings_grown", "tramp_copies",
+             "py_copies", "py_copy_drops", "py_pending_races")
+
+
+def run_py(args, **kw):
+    return subprocess.run([sys.executable] + args, capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+def test_gil(t):
+    if not jrtest.free_threaded():
+        t.skip_part("GIL stays disabled", "not a free-threaded build")
+        return
+    p = run_py(["-c", "import sys, jitring; "
+                "print(sys._is_gil_enabled())"])
+    t.check(p.returncode == 0 and p.stdout.strip() == "False"
+            and "GIL" not in p.stderr,
+            "importing jitring leaves the GIL disabled",
+            p.stdout + p.stderr)
+    p = run_py(["-W", "error", "-c", "import jitring, sys; jitring.start("
+                "dir=%r); jitring.stop(); print(sys._is_gil_enabled())"
+                % jrtest.tempfile.mkdtemp(dir=t.scratch)])
+    t.check(p.returncode == 0 and p.stdout.strip() == "False",
+            "start() and stop() leave it disabled", p.stdout + p.stderr)
+
+
+def gen(n):
+    for i in range(n):
+        yield i
+
+
+class Boom(Exception):
+    pass
+
+
+def raiser():
+    raise Boom("x")
+
+
+def recurse(n):
+    return 0 if n == 0 else 1 + recurse(n - 1)
+
+
+def test_api(t):
+    d = os.path.join(t.scratch, "api")
+    os.mkdir(d)
+    t.check(not jitring.is_active(), "inactive before start()")
+    t.check(jitring.stop() is False, "stop() when inactive returns False")
+    try:
+        jitring.start(dir=d, engine="bogus")
+        t.check(False, "engine='bogus' raises ValueError")
+    except ValueError:
+        t.check(True, "engine='bogus' raises ValueError")
+    try:
+        jitring.start(dir=os.path.join(d, "missing"))
+        t.check(False, "a missing dir raises OSError(ENOENT)")
+    except OSError as e:
+        t.check(e.errno == errno.ENOENT,
+                "a missing dir raises OSError(ENOENT)", e)
+    t.check(not jitring.is_active(), "still inactive after failed starts")
+
+    jitring.start(dir=d)
+    t.check(jitring.is_active(), "active after start()")
+    try:
+        jitring.start(dir=d)
+        t.check(False, "a second start() raises RuntimeError")
+    except RuntimeError:
+        t.check(True, "a second start() raises RuntimeError")
+    f = jrtest.make_function("api_func", "/some/file.py")
+    t.check(f(41) == 42, "a function returns through its copy")
+    t.check(list(gen(4)) == [0, 1, 2, 3], "a generator resumes through it")
+    try:
+        raiser()
+        t.check(False, "an exception propagates through the copy")
+    except Boom:
+        t.check(True, "an exception propagates through the copy")
+    t.check(recurse(500) == 500, "recursion 500 deep")
+    jitring.flush()
+    st = jitring.stats()
+    t.check(all(k in st for k in STAT_KEYS), "stats() has the counters",
+            [k for k in STAT_KEYS if k not in st])
+    t.check(st["engine"] == "rings", "the default engine is rings")
+    t.check(st["entries_written"] >= 4,
+            "flush() wrote the entries (%d)" % st["entries_written"])
+    t.check(jitring.stop() is True, "stop() returns True")
+    t.check(not jitring.is_active(), "inactive after stop()")
+    t.check(f(1) == 2, "functions run after stop()")
+
+    files = jrtest.dumps(d)
+    t.check(len(files) == 1, "one dump in dir", files)
+    if not files:
+        return
+    ok, out = jrtest.check_dump(files[0])
+    t.check(ok, "jitring-dump --check --sorted", out)
+    names = jrtest.load_names(files[0])
+    for want in ("py::api_func:/some/file.py",
+                 "py::gen:" + __file__, "py::raiser:" + __file__,
+                 "py::recurse:" + __file__):
+        t.check(names.count(want) == 1, "%s once in the dump" % want,
+                names.count(want))
+    t.check(os.path.basename(files[0]) == "jit-%d.dump" % os.getpid(),
+            "the dump is jit-<pid>.dump")
+
+
+def test_mutex(t):
+    d = os.path.join(t.scratch, "mutex")
+    os.mkdir(d)
+    jitring.start(dir=d, engine="mutex")
+    f = jrtest.make_function("mutex_func", "<mutex>")
+    f(1)
+    st = jitring.stats()
+    jitring.stop()
+    t.check(st["engine"] == "mutex", "engine='mutex' selects it")
+    names = jrtest.load_names(jrtest.dumps(d)[0])
+    t.check("py::mutex_func:<mutex>" in names, "the mutex engine's dump")
+
+
+SCRIPT = textwrap.dedent("""
+    import sys, threading
+    def work(n):
+        return sum(range(n))
+    def main():
+        ts = [threading.Thread(target=work, args=(1000,)) for _ in range(4)]
+        for th in ts: th.start()
+        for th in ts: th.join()
+        import jitring
+        print("argv", sys.argv[1:], "active", jitring.is_active(),
+              "name", __name__)
+    main()
+""")
+
+
+def test_runner(t):
+    d = os.path.join(t.scratch, "runner")
+    os.mkdir(d)
+    script = os.path.join(d, "prog.py")
+    with open(script, "w") as f:
+        f.write(SCRIPT)
+    p = run_py(["-m", "jitring", "--dir", d, script, "a", "--dir", "b"])
+    t.check(p.returncode == 0 and
+            "argv ['a', '--dir', 'b'] active True name __main__" in p.stdout,
+            "python -m jitring script.py args", p.stdout + p.stderr)
+    files = jrtest.dumps(d)
+    t.check(len(files) == 1, "the runner leaves one dump", files)
+    if files:
+        ok, out = jrtest.check_dump(files[0])
+        t.check(ok, "its dump passes --check --sorted", out)
+        names = jrtest.load_names(files[0])
+        t.check("py::work:" + script in names and
+                "py::main:" + script in names,
+                "the script's functions are in it")
+
+    d2 = os.path.join(t.scratch, "runner-m")
+    os.mkdir(d2)
+    p = run_py(["-m", "jitring", "--engine", "mutex", "--dir", d2,
+                "-m", "prog", "x"], cwd=d)
+    t.check(p.returncode == 0 and
+            "argv ['x'] active True name __main__" in p.stdout,
+            "python -m jitring -m module args", p.stdout + p.stderr)
+    files = jrtest.dumps(d2)
+    t.check(len(files) == 1 and
+            "py::work:" + script in jrtest.load_names(files[0]),
+            "the module's functions are in its dump")
+    p = run_py(["-m", "jitring"])
+    t.check(p.returncode != 0 and "usage" in p.stderr,
+            "no script: usage and a non-zero exit")
+
+
+def main(t):
+    test_gil(t)
+    test_api(t)
+    test_mutex(t)
+    test_runner(t)
+
+
+if __name__ == "__main__":
+    jrtest.Test().run(main)
