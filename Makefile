@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
+.PHONY: ci check-release all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python
 
@@ -94,7 +94,8 @@ test-unit: build
 
 build-asan/build.ninja: | deps deps-clang
 	CC=clang CXX=clang++ $(MESON) setup build-asan -Dtestpoints=true \
-		-Dbench=disabled -Db_sanitize=address,undefined -Db_lundef=false
+		-Dbench=disabled -Db_sanitize=address,undefined -Db_lundef=false \
+		-Dwerror=true
 
 test-asan: build-asan/build.ninja
 	$(NINJA) -C build-asan
@@ -108,7 +109,8 @@ test-asan: build-asan/build.ninja
 
 build-tsan/build.ninja: | deps deps-clang
 	CC=clang CXX=clang++ $(MESON) setup build-tsan -Dtestpoints=true \
-		-Dbench=disabled -Db_sanitize=thread -Db_lundef=false
+		-Dbench=disabled -Db_sanitize=thread -Db_lundef=false \
+		-Dwerror=true
 
 test-tsan: build-tsan/build.ninja
 	$(NINJA) -C build-tsan
@@ -118,6 +120,27 @@ test-tsan: build-tsan/build.ninja
 		--print-errorlogs --suite unit --suite stress --suite safety \
 		> build-tsan/test-output.txt 2>&1; tail -n 40 build-tsan/test-output.txt
 	@$(PY) scripts/test-summary.py build-tsan/meson-logs/testlog.json
+
+# The build users get: no test hooks, every warning an error (gcc); its
+# unit and safety tests (the testpoint cases skip).
+build-release-check/build.ninja: | deps
+	$(MESON) setup build-release-check -Dtestpoints=false -Dwerror=true \
+		-Dbench=disabled
+
+check-release: build-release-check/build.ninja
+	$(NINJA) -C build-release-check
+	@rm -f build-release-check/meson-logs/testlog.json
+	-@$(MESON) test -C build-release-check --no-rebuild \
+		--num-processes $(JOBS) --print-errorlogs --suite unit \
+		--suite safety > build-release-check/test-output.txt 2>&1; \
+		tail -n 20 build-release-check/test-output.txt
+	@$(PY) scripts/test-summary.py build-release-check/meson-logs/testlog.json
+
+# What CI runs (.ci/run): every test, then the sanitizer runs and the
+# release build.  Each ends with its own summary line; the last line
+# is the sum.
+ci:
+	@bash scripts/ci.sh
 
 # The long stress runs, fault injection and a short fuzz run
 # (docs/reliability.md); minutes, not part of `make test`.
@@ -156,4 +179,4 @@ format:
 	clang-format -i include/*.h include/jitring/*.h src/*.c src/*.h
 
 clean:
-	rm -rf build build-release build-asan build-tsan build-gil
+	rm -rf build build-release build-asan build-tsan build-release-check build-gil

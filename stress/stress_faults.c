@@ -150,8 +150,9 @@ static ssize_t pwritev_prefix(int fd, const struct iovec *iov, int cnt,
 	return pwritev(fd, v, k, off);
 }
 
-static ssize_t fault_pwritev(int fd, const struct iovec *iov, int cnt,
-			     off_t off)
+/* Installed as the I/O hook in testpoint builds only. */
+static __attribute__((unused)) ssize_t
+fault_pwritev(int fd, const struct iovec *iov, int cnt, off_t off)
 {
 	size_t total = iov_total(iov, cnt);
 	ssize_t n;

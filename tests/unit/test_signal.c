@@ -220,7 +220,9 @@ static const struct load *dump_find(const struct dump *du, const char *name)
 }
 
 /* Entries whose name starts with @prefix. */
-static unsigned dump_count(const struct dump *du, const char *prefix)
+/* Used by the testpoint cases only. */
+static __attribute__((unused)) unsigned
+dump_count(const struct dump *du, const char *prefix)
 {
 	unsigned n = 0;
 
