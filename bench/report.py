@@ -281,6 +281,18 @@ def main():
                 x.get("refills_waited", "n/a")))
         L.append("")
 
+    fc = [x for x in rss if x.get("kind") == "flusher_cpu" and "phase" in x]
+    if fc:
+        L.append("The flusher's CPU (`stall_driver rings 500 500`: a producer stalled by a page fault after its timestamp; holdback 500 ms):")
+        L.append("")
+        L.append("| phase | wall | flusher CPU | share of one CPU |")
+        L.append("|:--|--:|--:|--:|")
+        for x in fc:
+            L.append("| %s | %.0f ms | %.2f ms | %.3f%% |" % (
+                x["phase"], x["wall_ms"], x["flusher_cpu_ms"],
+                100.0 * x["cpu_share"]))
+        L.append("")
+
     # ---- targets -------------------------------------------------------
     tg = []
 

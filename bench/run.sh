@@ -34,7 +34,7 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 bash scripts/deps.sh bench || echo "bench/run.sh: deps.sh failed; continuing" >&2
 ninja -C "$build" bench/bench_write bench/cg_driver bench/rss_driver \
-	bench/bench_check >/dev/null
+	bench/bench_check bench/stall_driver >/dev/null
 
 export JITRING_BENCH_DIR=${JITRING_BENCH_DIR:-/dev/shm}
 mkdir -p "$JITRING_BENCH_DIR"
@@ -161,6 +161,10 @@ for engine in rings mutex; do
 	timeout 300 "$rss" storm "$engine" 4096 64 >>"$raw/rss.jsonl" ||
 		echo "{\"kind\": \"storm\", \"engine\": \"$engine\", \"threads\": 4096, \"exit\": $?}" >>"$raw/rss.jsonl"
 done
+
+# ---- the flusher's CPU while a flush or close waits on a stalled producer
+log "flusher CPU behind a stalled producer"
+"$build/bench/stall_driver" rings 500 500 >>"$raw/rss.jsonl" || true
 
 # ---- the checker on hostile files (bench_check.cc) -------------------------
 log "checker: crafted code_index collisions against random ones"
