@@ -27,7 +27,7 @@ deps-clang:
 # Best effort: without them the aarch64 trampoline test skips.
 deps-cross:
 	-@bash scripts/deps.sh cross || \
-		echo "jitring: no aarch64 cross tools; tramp_unwind_aarch64 will skip"
+		echo "jitring: no aarch64 cross tools; trampoline_unwind_aarch64 will skip"
 
 build/build.ninja: | deps
 	$(MESON) setup build -Dtestpoints=true -Dbench=disabled

@@ -128,8 +128,11 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
 /**
  * struct jitring_config - Options for jitring_open().
  * @struct_size: sizeof(struct jitring_config) as the caller compiled it.
- *	The library reads min(struct_size, its own size) bytes; fields added
- *	later default to zero.  Use jitring_config_init().
+ *	At least JITRING_CONFIG_SIZE_V1.  The library reads min(struct_size,
+ *	its own size) bytes; fields a later version appends default to zero
+ *	for callers built against this one; bytes the library does not know
+ *	(a caller built against a newer header) must be zero, or open fails
+ *	with -E2BIG.  Use jitring_config_init() or JITRING_CONFIG_INIT.
  * @engine: enum jitring_engine.
  * @flags: JITRING_F_* bits.
  * @dir: directory for jit-<pid>.dump; NULL means $JITRING_DIR, else /tmp.
@@ -169,6 +172,14 @@ struct jitring_config {
 	uint32_t reserved;
 };
 
+/*
+ * Sizes of version 1 of each caller-sized struct: frozen.  A struct_size
+ * below these is refused; fields are only ever appended after them.
+ */
+#define JITRING_CONFIG_SIZE_V1 64u
+#define JITRING_STATS_SIZE_V1 192u
+#define JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 32u
+
 /** Static initializer for C; C++ callers use jitring_config_init(). */
 #define JITRING_CONFIG_INIT { sizeof(struct jitring_config), 0, 0, 0, NULL, \
 			      0, 0, 0, NULL, NULL, 0, 0 }
@@ -199,8 +210,22 @@ struct jitring_line {
 };
 
 /**
+ * struct jitring_str - A piece of a name.
+ * @ptr: @len bytes (no NUL needed, and none allowed among them).
+ * @len: bytes at @ptr; 0 is allowed.
+ */
+struct jitring_str {
+	const char *ptr;
+	size_t len;
+};
+
+/** Most pieces in jitring_entry.name_parts. */
+#define JITRING_NAME_PARTS_MAX 16u
+
+/**
  * struct jitring_entry - One function to describe to perf.
- * @name: NUL-terminated symbol name, 1 to JITRING_NAME_MAX bytes.
+ * @name: NUL-terminated symbol name, 1 to JITRING_NAME_MAX bytes; NULL
+ *	when the name is given in @name_parts.
  * @code_addr: run-time address of the code (non-NULL).
  * @code_size: bytes of code, 1 to JITRING_CODE_MAX.
  * @code_bytes: bytes written to the dump as the code; NULL means the
@@ -224,6 +249,16 @@ struct jitring_line {
  *	A table that already ends at or past the end of the code is written
  *	as given.  The extra row is not counted against JITRING_LINES_MAX
  *	and never makes a call fail; it costs 17 bytes plus the file name.
+ * @flags: 0.  Reserved so the entry can grow: a later version announces
+ *	each field it appends after @name_parts with a bit here, and reads
+ *	that field only when the bit is set, so an entry built against this
+ *	header stays valid.  Unknown bits: -EINVAL.
+ * @nr_name_parts: pieces at @name_parts, 0 to JITRING_NAME_PARTS_MAX; 0
+ *	means the name is @name.
+ * @name_parts: the name as pieces, concatenated (with @name NULL): 1 to
+ *	JITRING_NAME_MAX bytes in all, no NUL among them.  They are copied
+ *	straight into the record, so a runtime that names code
+ *	"py::<qualname>:<file>" passes four pieces and formats nothing.
  */
 struct jitring_entry {
 	const char *name;
@@ -234,12 +269,16 @@ struct jitring_entry {
 	uint32_t eh_frame_size;
 	uint32_t nr_lines;
 	const struct jitring_line *lines;
+	uint32_t flags;
+	uint32_t nr_name_parts;
+	const struct jitring_str *name_parts;
 };
 
 /**
  * struct jitring_stats - Counters of one writer.
- * @struct_size: sizeof(struct jitring_stats) as the caller compiled it; the
- *	library fills min(struct_size, its own size) bytes.
+ * @struct_size: sizeof(struct jitring_stats) as the caller compiled it, at
+ *	least JITRING_STATS_SIZE_V1; the library fills min(struct_size, its
+ *	own size) bytes (struct_size itself is left as the caller set it).
  * @engine: the engine in use (enum jitring_engine, never DEFAULT).
  * @entries_written: groups (one per successful jitring_write() or
  *	jitring_move()) that are in the file.
@@ -271,9 +310,9 @@ struct jitring_entry {
  * @reserved0: zero.
  * @rings_grown: rings traded for larger ones because their thread kept
  *	filling them (adaptive ring_size only).
- * @tramp_copies: trampoline copies handed out.
- * @tramp_arenas_ahead: trampoline arenas made ready before they were needed.
- * @tramp_arenas_waited: arenas a jitring_trampolines_get() caller had to
+ * @trampoline_copies: trampoline copies handed out.
+ * @trampoline_arenas_ahead: trampoline arenas made ready before they were needed.
+ * @trampoline_arenas_waited: arenas a jitring_trampolines_get() caller had to
  *	make itself (~0 in steady state with the rings engine).
  */
 struct jitring_stats {
@@ -300,9 +339,9 @@ struct jitring_stats {
 	int32_t io_error;
 	uint32_t reserved0;
 	uint64_t rings_grown;
-	uint64_t tramp_copies;
-	uint64_t tramp_arenas_ahead;
-	uint64_t tramp_arenas_waited;
+	uint64_t trampoline_copies;
+	uint64_t trampoline_arenas_ahead;
+	uint64_t trampoline_arenas_waited;
 };
 
 /**
@@ -371,8 +410,9 @@ JITRING_API void jitring_config_init(struct jitring_config *cfg);
  * Context: any thread; not async-signal-safe.  May be called concurrently
  * with every other function.
  * Return: 0; -EINVAL for a NULL @out, a @cfg with struct_size smaller than
- * version 1, unknown engine or flags, a bad ring_size or non-zero reserved;
- * -ENAMETOOLONG if the path does not fit PATH_MAX; -ENOMEM; -EEXIST if the
+ * JITRING_CONFIG_SIZE_V1, unknown engine or flags, a bad ring_size or
+ * non-zero reserved; -E2BIG for a @cfg larger than this library's with a
+ * non-zero byte it does not know; -ENAMETOOLONG if the path does not fit PATH_MAX; -ENOMEM; -EEXIST if the
  * dump (or, with JITRING_F_PERF_MAP, /tmp/perf-<pid>.map) is there and
  * neither continued nor replaced (see above); -EIO if a closed writer's
  * dump was cut below its header; or the negative errno of open(2),
@@ -406,7 +446,9 @@ JITRING_API int jitring_open(const struct jitring_config *cfg,
  * lands before the close or returns -ESHUTDOWN; calls from handlers that
  * interrupted other code work but may wait on a full ring.
  * Return: the code_index (> 0, unique in the process) given to the
- * CODE_LOAD; -EINVAL for a NULL argument, empty name, code_size 0, an
+ * CODE_LOAD; -EINVAL for a NULL argument, empty name, both or neither of
+ * name and name_parts, a NUL in a name piece, more than
+ * JITRING_NAME_PARTS_MAX pieces, unknown @e->flags, code_size 0, an
  * eh_frame that is malformed or not a multiple of 4, a line table with a
  * NULL file or addresses out of order; -E2BIG for a name, file name,
  * eh_frame, line count or code_size over its limit (with an eh_frame,
@@ -488,9 +530,9 @@ JITRING_API int jitring_close(struct jitring *jr);
 /**
  * jitring_stats() - Read a writer's counters.
  * @jr: the writer (open or closed).
- * @st: filled up to min(st->struct_size, sizeof(*st)) bytes; left
- *	untouched if @jr or @st is NULL or st->struct_size is smaller than
- *	version 1.
+ * @st: filled up to min(st->struct_size, sizeof(*st)) bytes (a newer
+ *	caller's further bytes are left as they were); left untouched if @jr
+ *	or @st is NULL or st->struct_size is below JITRING_STATS_SIZE_V1.
  *
  * Each counter is read atomically; counters are exact once the writer is
  * quiescent (after jitring_flush() with no concurrent writes, or close).
@@ -631,26 +673,28 @@ JITRING_API int jitring_eh_frame_build(const struct jitring_cfi *cfi,
 
 struct jitring_trampolines;
 
-/** No build-id salt in jitring_tramp_template.salt_offset. */
-#define JITRING_TRAMP_NO_SALT 0xffffffffu
+/** No build-id salt in jitring_trampoline_template.salt_offset. */
+#define JITRING_TRAMPOLINE_NO_SALT 0xffffffffu
 /** Largest trampoline template. */
-#define JITRING_TRAMP_MAX 4096u
+#define JITRING_TRAMPOLINE_MAX 4096u
 
 /**
- * struct jitring_tramp_template - Machine code to hand out copies of.
- * @struct_size: sizeof(struct jitring_tramp_template) as compiled.
- * @code_size: bytes at @code, 1 to JITRING_TRAMP_MAX.
+ * struct jitring_trampoline_template - Machine code to hand out copies of.
+ * @struct_size: sizeof(struct jitring_trampoline_template) as compiled, at
+ *	least JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1; read like
+ *	jitring_config.struct_size.
+ * @code_size: bytes at @code, 1 to JITRING_TRAMPOLINE_MAX.
  * @code: the template's machine code, position-independent.
  * @cfi: its call frame description (see jitring_eh_frame_build()), or NULL
  *	to write no UNWINDING_INFO for the copies.
  * @salt_offset: where in the *dumped* bytes of each copy an 8-byte
  *	per-copy value is written, so that perf builds that hash code bytes
  *	into build-ids never merge two copies (the executable copy is never
- *	changed); JITRING_TRAMP_NO_SALT for none, else at most code_size - 8,
+ *	changed); JITRING_TRAMPOLINE_NO_SALT for none, else at most code_size - 8,
  *	or 0 with a code_size below 8 (then the salt is XORed over the bytes).
  * @reserved: must be zero.
  */
-struct jitring_tramp_template {
+struct jitring_trampoline_template {
 	uint32_t struct_size;
 	uint32_t code_size;
 	const void *code;
@@ -660,7 +704,7 @@ struct jitring_tramp_template {
 };
 
 /**
- * jitring_tramp_builtin() - The host's built-in trampoline template.
+ * jitring_trampoline_builtin() - The host's built-in trampoline template.
  * @t: filled with a template in the shape of CPython's perf trampoline: it
  *	calls the function pointer passed as its fourth argument (x86_64
  *	%rcx, aarch64 x3) with the first three arguments unchanged and
@@ -671,7 +715,7 @@ struct jitring_tramp_template {
  * Return: 0; -EINVAL for a NULL @t; -EOPNOTSUPP on an architecture without
  * a built-in template.
  */
-JITRING_API int jitring_tramp_builtin(struct jitring_tramp_template *t);
+JITRING_API int jitring_trampoline_builtin(struct jitring_trampoline_template *t);
 
 /**
  * jitring_trampolines_new() - Register a template with a writer.
@@ -688,13 +732,14 @@ JITRING_API int jitring_tramp_builtin(struct jitring_tramp_template *t);
  * unwind data's mapped_size) never covers the next.
  *
  * Context: any thread; not async-signal-safe.
- * Return: 0; -EINVAL for NULL arguments, a bad struct_size, code_size or
- * salt_offset, non-zero reserved or a @cfi jitring_eh_frame_build()
- * refuses; -ESHUTDOWN once the writer is closing; -ENOMEM; or -errno from
+ * Return: 0; -EINVAL for NULL arguments, a struct_size below version 1, a
+ * bad code_size or salt_offset, non-zero reserved or a @cfi
+ * jitring_eh_frame_build() refuses; -E2BIG for a larger template with a
+ * non-zero byte this library does not know; -ESHUTDOWN once the writer is closing; -ENOMEM; or -errno from
  * mmap(2)/mprotect(2).
  */
 JITRING_API int jitring_trampolines_new(struct jitring *jr,
-					const struct jitring_tramp_template *t,
+					const struct jitring_trampoline_template *t,
 					struct jitring_trampolines **out);
 
 /**
@@ -719,6 +764,27 @@ JITRING_API int jitring_trampolines_new(struct jitring *jr,
  */
 JITRING_API int64_t jitring_trampolines_get(struct jitring_trampolines *t,
 					    const char *name, void **addr);
+
+/**
+ * jitring_trampolines_get_parts() - jitring_trampolines_get(), the name in
+ *	pieces.
+ * @t: the set.
+ * @parts: the name's pieces, as for jitring_entry.name_parts.
+ * @nr_parts: pieces at @parts, 1 to JITRING_NAME_PARTS_MAX.
+ * @addr: receives the copy's address; untouched on failure.
+ *
+ * As jitring_trampolines_get(); the pieces are copied straight into the
+ * record, so a runtime need not format "<prefix><name>:<file>" first.
+ *
+ * Context: any thread, concurrently; not async-signal-safe.
+ * Return: as jitring_trampolines_get(); -EINVAL also for @nr_parts 0 or
+ * above JITRING_NAME_PARTS_MAX, a NULL piece with a non-zero length, or a
+ * NUL byte in a piece (that copy's slot is then not reused).
+ */
+JITRING_API int64_t
+jitring_trampolines_get_parts(struct jitring_trampolines *t,
+			      const struct jitring_str *parts,
+			      unsigned int nr_parts, void **addr);
 
 /**
  * jitring_trampolines_free() - Unmap a set's arenas.

@@ -11,15 +11,15 @@
  * JITRING_CFI_X86_64_FP_TRAMPOLINE, 8 bytes:
  * 55 push %rbp; 48 89 e5 mov %rsp,%rbp; ff d1 call *%rcx; 5d pop %rbp; c3 ret
  */
-extern const unsigned char jitring_tramp_x86_64[];
-extern const unsigned jitring_tramp_x86_64_size;
+extern const unsigned char jitring_trampoline_x86_64[];
+extern const unsigned jitring_trampoline_x86_64_size;
 
 /*
  * JITRING_CFI_AARCH64_FP_TRAMPOLINE, 20 bytes (five little-endian words):
  * stp x29, x30, [sp, #-16]!; mov x29, sp; blr x3; ldp x29, x30, [sp], #16;
  * ret
  */
-extern const unsigned char jitring_tramp_aarch64[];
-extern const unsigned jitring_tramp_aarch64_size;
+extern const unsigned char jitring_trampoline_aarch64[];
+extern const unsigned jitring_trampoline_aarch64_size;
 
 #endif /* JITRING_SRC_CFI_PRESETS_H */

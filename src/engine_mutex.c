@@ -376,18 +376,25 @@ int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
 		uint64_t ts = jitring_clock_ns();
 		uint32_t pid = (uint32_t)getpid();
 		uint32_t tid = (uint32_t)syscall(SYS_gettid);
+		char namebuf[JITRING_NAME_MAX + 1];
+		const char *name = e->name;
 
+		if (e->nr_name_parts) {
+			/* The yardstick: formats the name, as runtimes do. */
+			jitring_record_put_name(g, (uint8_t *)namebuf);
+			name = namebuf;
+		}
 		code_index = id_next_locked(m);
 		jitring_record_load_fixed(g, ts, pid, tid, code_index, &l);
 		fwrite(&l, sizeof(l), 1, m->f);
-		fwrite(e->name, g->name_len, 1, m->f);
+		fwrite(name, g->name_len, 1, m->f);
 		fwrite(jitring_record_code(e), e->code_size, 1, m->f);
 		if (m->map) {
 			char line[JR_PERFMAP_LINE_MAX];
 
 			fwrite(line, jitring_perfmap_line(
 					     line, l.code_addr, l.code_size,
-					     e->name, g->name_len - 1),
+					     name, g->name_len - 1),
 			       1, m->map);
 		}
 	}

@@ -1096,7 +1096,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	pool_maintain(e, T);
 	if (!stopping) {
 		provide_growth(e, T);
-		jitring_tramps_maintain(jr);
+		jitring_trampolines_maintain(jr);
 	}
 	idmap_ahead(e);
 	trim_at = stopping ? UINT64_MAX : trim_idle(e, T);
@@ -1160,7 +1160,7 @@ static bool news(struct jr_rings *e, uint32_t mode)
 	     atomic_load_explicit(&e->stop, memory_order_seq_cst)) ||
 	    atomic_load_explicit(&e->pool_want, memory_order_seq_cst) ||
 	    atomic_load_explicit(&e->attach, memory_order_seq_cst) ||
-	    jitring_tramps_wanted(e->jr) || req > e->req_seen ||
+	    jitring_trampolines_wanted(e->jr) || req > e->req_seen ||
 	    (!e->flush_ticket &&
 	     req > atomic_load_explicit(&e->flush_done, memory_order_relaxed)))
 		return true;

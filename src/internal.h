@@ -60,9 +60,9 @@ struct jr_counters {
 	_Atomic uint64_t threads_attached;
 	_Atomic uint64_t threads_total;
 	_Atomic uint64_t rings_grown;
-	_Atomic uint64_t tramp_copies;
-	_Atomic uint64_t tramp_arenas_ahead;
-	_Atomic uint64_t tramp_arenas_waited;
+	_Atomic uint64_t trampoline_copies;
+	_Atomic uint64_t trampoline_arenas_ahead;
+	_Atomic uint64_t trampoline_arenas_waited;
 };
 
 /*
@@ -126,7 +126,7 @@ struct jitring {
 
 	/* Trampoline sets (trampolines.c): pushed lock-free, never removed
 	 * while the writer is open; the flusher refills their arenas. */
-	_Atomic(struct jitring_trampolines *) tramps;
+	_Atomic(struct jitring_trampolines *) trampoline_sets;
 
 	/* Cold. */
 	struct jr_file file;
@@ -184,9 +184,24 @@ static inline void jitring_exit(struct jitring *jr)
 }
 
 /* trampolines.c: refill every set's arenas ahead of demand (flusher). */
-void jitring_tramps_maintain(struct jitring *jr);
+void jitring_trampolines_maintain(struct jitring *jr);
 /* Does a set have fewer ready arenas than its mark?  (flusher, news()) */
-bool jitring_tramps_wanted(struct jitring *jr);
+bool jitring_trampolines_wanted(struct jitring *jr);
+
+/**
+ * jitring_struct_in() - Copy a caller-sized struct in (config, template).
+ * @dst: the library's struct, @dsize bytes; zeroed, then filled.
+ * @src: the caller's, whose first field is its struct_size @ssize.
+ * @v1: the frozen size of version 1.
+ *
+ * Reads min(@ssize, @dsize) bytes: fields the caller's version lacks stay
+ * zero (their default).  Bytes beyond @dsize (a caller built against a
+ * newer header) must be zero: a non-zero one asks for something this
+ * library does not know.
+ * Return: 0; -EINVAL if @ssize < @v1; -E2BIG for a non-zero unknown byte.
+ */
+int jitring_struct_in(void *dst, size_t dsize, const void *src,
+		      uint32_t ssize, size_t v1);
 
 /* Log through the caller's hook, if any. */
 void jitring_log(const struct jitring *jr, int level, const char *fmt, ...)

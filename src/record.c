@@ -64,15 +64,50 @@ static int plan_lines(struct jitring_group *g, const struct jitring_entry *e)
 	return 0;
 }
 
+/* The length of a name given in pieces (with e->name NULL). */
+static JR_NOINLINE int plan_name_parts(const struct jitring_entry *e,
+				       size_t *len)
+{
+	size_t n = 0;
+
+	if (!e->name_parts || e->nr_name_parts > JITRING_NAME_PARTS_MAX)
+		return -EINVAL;
+	for (uint32_t i = 0; i < e->nr_name_parts; i++) {
+		const struct jitring_str *p = &e->name_parts[i];
+
+		if (!p->len)
+			continue;
+		if (!p->ptr)
+			return -EINVAL;
+		if (p->len > JITRING_NAME_MAX - n)
+			return -E2BIG;
+		if (memchr(p->ptr, 0, p->len))
+			return -EINVAL;
+		n += p->len;
+	}
+	*len = n;
+	return 0;
+}
+
 int jitring_record_plan(struct jitring_group *g, const struct jitring_entry *e)
 {
 	size_t n;
 	uint64_t load;
 	int ret;
 
-	if (unlikely(!e || !e->name || !e->code_addr))
+	if (unlikely(!e || !e->code_addr || e->flags))
 		return -EINVAL;
-	n = strnlen(e->name, JITRING_NAME_MAX + 1);
+	if (likely(!e->nr_name_parts)) {
+		if (unlikely(!e->name))
+			return -EINVAL;
+		n = strnlen(e->name, JITRING_NAME_MAX + 1);
+	} else {
+		if (unlikely(e->name))
+			return -EINVAL;
+		ret = plan_name_parts(e, &n);
+		if (unlikely(ret))
+			return ret;
+	}
 	if (unlikely(n == 0))
 		return -EINVAL;
 	if (unlikely(n > JITRING_NAME_MAX))
@@ -97,7 +132,7 @@ int jitring_record_plan(struct jitring_group *g, const struct jitring_entry *e)
 			return -EINVAL;
 		if (unlikely(e->code_size > JR_UNW_CODE_MAX))
 			return -E2BIG;
-		ret = jitring_ehframe_check(e->eh_frame, e->eh_frame_size,
+		ret = jitring_eh_frame_check(e->eh_frame, e->eh_frame_size,
 					    &g->eh);
 		if (unlikely(ret))
 			return ret;
@@ -242,9 +277,22 @@ void jitring_record_encode(const struct jitring_group *g, void *dst,
 	jitring_record_load_fixed(g, ts, pid, tid, code_index, &l);
 	memcpy(p, &l, sizeof(l));
 	p += sizeof(l);
-	memcpy(p, e->name, g->name_len);
-	p += g->name_len;
+	p = jitring_record_put_name(g, p);
 	memcpy(p, jitring_record_code(e), e->code_size);
+}
+
+uint8_t *jitring_record_put_name_parts(const struct jitring_group *g,
+				       uint8_t *p)
+{
+	const struct jitring_entry *e = g->e;
+
+	for (uint32_t i = 0; i < e->nr_name_parts; i++) {
+		if (e->name_parts[i].len)
+			memcpy(p, e->name_parts[i].ptr, e->name_parts[i].len);
+		p += e->name_parts[i].len;
+	}
+	*p++ = 0;
+	return p;
 }
 
 void jitring_record_restamp(void *dst, uint64_t total, uint64_t ts)

@@ -9,10 +9,11 @@
 #define JITRING_SRC_RECORD_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "jitring.h"
 #include "jitring/jitdump.h"
-#include "ehframe.h"
+#include "eh_frame.h"
 
 #define JR_UNW_FIXED ((uint32_t)sizeof(struct jitdump_code_unwinding_info))
 #define JR_EH_HDR_SIZE ((uint32_t)sizeof(struct jitdump_eh_frame_hdr))
@@ -44,7 +45,7 @@ struct jitring_group {
 	uint32_t load_size;
 	uint32_t nr_records;
 	uint64_t total;
-	struct jitring_ehframe_info eh;
+	struct jitring_eh_frame_info eh;
 };
 
 /**
@@ -127,6 +128,18 @@ jitring_record_dbg_row(const struct jitring_group *g, uint32_t i,
 void jitring_record_load_fixed(const struct jitring_group *g, uint64_t ts,
 			       uint32_t pid, uint32_t tid, uint64_t code_index,
 			       struct jitdump_code_load *l);
+/* Write the name and its NUL at @p; returns the byte after it. */
+uint8_t *jitring_record_put_name_parts(const struct jitring_group *g,
+				       uint8_t *p);
+static inline uint8_t *jitring_record_put_name(const struct jitring_group *g,
+					       uint8_t *p)
+{
+	if (__builtin_expect(g->e->nr_name_parts != 0, 0))
+		return jitring_record_put_name_parts(g, p);
+	memcpy(p, g->e->name, g->name_len);
+	return p + g->name_len;
+}
+
 /* The bytes dumped as the code. */
 static inline const void *jitring_record_code(const struct jitring_entry *e)
 {

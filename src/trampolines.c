@@ -11,7 +11,7 @@
  * PROT_READ|PROT_WRITE, the instruction cache is synchronised, and the
  * slots are switched to PROT_READ|PROT_EXEC once, before any copy in them is
  * handed out; they are never written, remapped or re-protected again (W^X).
- * A slot is jitring_tramp_slot_size() bytes, 16-aligned and large enough
+ * A slot is jitring_trampoline_slot_size() bytes, 16-aligned and large enough
  * for perf's extended mapping of the copy, [addr, addr + ALIGN_8(code_size)
  * + mapped_size), so no copy lies inside another one's mapping (96 bytes
  * for the built-in x86_64 template: 16 bytes of code and salt room + 80 of
@@ -24,7 +24,7 @@
  *   advance: the first thread to flag the exhausted arena (an exchange on
  *            a->switching) takes a ready arena (exchange of a cell to NULL,
  *            acquire), or makes one itself if none is ready (counted in
- *            tramp_arenas_waited), then CASes cur from the exhausted arena
+ *            trampoline_arenas_waited), then CASes cur from the exhausted arena
  *            to it (release).  Threads that find the flag set wait for cur
  *            to move, at most TR_SWITCH_WAIT_NS (a flagger preempted, or
  *            lost in a fork), then do the same themselves; the loser of
@@ -32,7 +32,7 @@
  *            retries on whichever arena won.  Without the flag, a crowd of
  *            threads that ran out together would each take an arena and
  *            park all but one back, draining the array under the flusher.
- *   ready:   the flusher (jitring_tramps_maintain(), once per round) and
+ *   ready:   the flusher (jitring_trampolines_maintain(), once per round) and
  *            losers put arenas in with a CAS of an empty cell (release);
  *            takers exchange a cell with NULL (acquire).  An arena taken
  *            by two threads is impossible: the exchange hands each value
@@ -58,7 +58,7 @@
  * of cur extend that to the threads that run the copies.  On x86_64 the
  * mprotect's TLB shootdown serialises other cores; elsewhere
  * __builtin___clear_cache() does the cache maintenance before publication.
- * Sets are pushed on jr->tramps with an acq_rel CAS and read by the flusher
+ * Sets are pushed on jr->trampoline_sets with an acq_rel CAS and read by the flusher
  * from an acquire load of the head; `next` links are immutable while the
  * writer is open.
  *
@@ -66,9 +66,9 @@
  * freed), so no jitring_enter() is needed on the get path.  No wake is
  * missed: a take lowers nready seq_cst and then reads the sleep word
  * seq_cst; the flusher stores its sleep mode seq_cst and then checks every
- * set's nready against its mark (jitring_tramps_wanted()).  The mutex engine has no background thread:
+ * set's nready against its mark (jitring_trampolines_wanted()).  The mutex engine has no background thread:
  * jitring_trampolines_new() makes the first arena and each later one is
- * made by the get() that exhausted the previous one (tramp_arenas_waited).
+ * made by the get() that exhausted the previous one (trampoline_arenas_waited).
  *
  * Close and fork: the set and its arenas do not depend on the engine state,
  * so a get() racing jitring_close() touches only memory that stays valid
@@ -92,7 +92,10 @@
 #include "rings.h"
 #include "trampolines.h"
 
-#define TR_TEMPLATE_V1_SIZE ((uint32_t)sizeof(struct jitring_tramp_template))
+_Static_assert(JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 ==
+		       offsetof(struct jitring_trampoline_template, reserved) +
+			       sizeof(uint32_t),
+	       "struct jitring_trampoline_template v1 is frozen");
 /* How long a caller waits for another one's arena switch. */
 #define TR_SWITCH_WAIT_NS (2 * 1000000ull)
 
@@ -122,7 +125,7 @@ struct jitring_trampolines {
 	size_t map_len;         /* slots_len plus two guard pages */
 	size_t page;
 	uint64_t serial;        /* set number, mixed into the salt */
-	/* jr->tramps: written before the push, changed only once closed. */
+	/* jr->trampoline_sets: written before the push, changed only once closed. */
 	struct jitring_trampolines *next;
 
 	/* The arena copies are carved from. */
@@ -177,7 +180,7 @@ static uint64_t salt_of(const struct jitring_trampolines *t, const void *code)
 /* The built-in template.                                               */
 
 #if defined(__x86_64__)
-/* jitring_tramp_x86_64[] then 8 bytes of salt room (int3, never run). */
+/* jitring_trampoline_x86_64[] then 8 bytes of salt room (int3, never run). */
 static const unsigned char builtin_code[] = {
 	0x55,			/* push %rbp */
 	0x48, 0x89, 0xe5,	/* mov %rsp,%rbp */
@@ -189,7 +192,7 @@ static const unsigned char builtin_code[] = {
 #define BUILTIN_SALT 8u
 #define ARENA_FILL 0xcc		/* int3 between copies */
 #elif defined(__aarch64__)
-/* jitring_tramp_aarch64[] then 8 bytes of salt room (brk #0, never run). */
+/* jitring_trampoline_aarch64[] then 8 bytes of salt room (brk #0, never run). */
 static const unsigned char builtin_code[] = {
 	0xfd, 0x7b, 0xbf, 0xa9,	/* stp x29, x30, [sp, #-16]! */
 	0xfd, 0x03, 0x00, 0x91,	/* mov x29, sp */
@@ -204,7 +207,7 @@ static const unsigned char builtin_code[] = {
 #define ARENA_FILL 0x00
 #endif
 
-int jitring_tramp_builtin(struct jitring_tramp_template *t)
+int jitring_trampoline_builtin(struct jitring_trampoline_template *t)
 {
 	if (!t)
 		return -EINVAL;
@@ -317,7 +320,7 @@ static struct tr_arena *ready_take(struct jitring_trampolines *t)
 			 * seq_cst: with the seq_cst load of jr->sleep in
 			 * wake_flusher() this is a Dekker pair with the
 			 * flusher, which stores its sleep mode and then reads
-			 * nready (jitring_tramps_wanted()): no missed refill.
+			 * nready (jitring_trampolines_wanted()): no missed refill.
 			 */
 			atomic_fetch_sub_explicit(&t->nready, 1,
 						  memory_order_seq_cst);
@@ -417,7 +420,7 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 			jitring_count(&jr->c.refused_nomem, 1);
 			return -ENOMEM;
 		}
-		jitring_count(&jr->c.tramp_arenas_waited, 1);
+		jitring_count(&jr->c.trampoline_arenas_waited, 1);
 		want_grow(t, want);
 		wake_flusher(t);
 	}
@@ -435,11 +438,11 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 	return 0;
 }
 
-bool jitring_tramps_wanted(struct jitring *jr)
+bool jitring_trampolines_wanted(struct jitring *jr)
 {
 	/* Pairs with the acq_rel CAS that pushes a set. */
 	for (struct jitring_trampolines *t = atomic_load_explicit(
-		     &jr->tramps, memory_order_acquire);
+		     &jr->trampoline_sets, memory_order_acquire);
 	     t; t = t->next)
 		/* Pairs with the seq_cst fetch_sub in ready_take().  A set
 		 * whose arenas cannot be made (warned) must not keep the
@@ -452,7 +455,7 @@ bool jitring_tramps_wanted(struct jitring *jr)
 	return false;
 }
 
-void jitring_tramps_maintain(struct jitring *jr)
+void jitring_trampolines_maintain(struct jitring *jr)
 {
 	struct jitring_trampolines *t;
 	struct tr_arena *a;
@@ -461,7 +464,7 @@ void jitring_tramps_maintain(struct jitring *jr)
 
 	/* Pairs with the acq_rel CAS that pushes a set in
 	 * jitring_trampolines_new(). */
-	for (t = atomic_load_explicit(&jr->tramps, memory_order_acquire); t;
+	for (t = atomic_load_explicit(&jr->trampoline_sets, memory_order_acquire); t;
 	     t = t->next) {
 		uint32_t want = atomic_load_explicit(&t->want,
 						     memory_order_relaxed);
@@ -483,7 +486,7 @@ void jitring_tramps_maintain(struct jitring *jr)
 			added++;
 		}
 		if (added)
-			jitring_count(&jr->c.tramp_arenas_ahead, added);
+			jitring_count(&jr->c.trampoline_arenas_ahead, added);
 	}
 }
 
@@ -505,20 +508,18 @@ static void set_destroy(struct jitring_trampolines *t)
 	free(t);
 }
 
-static int template_check(const struct jitring_tramp_template *ut,
-			  struct jitring_tramp_template *tp, int *eh_size)
+static int template_check(const struct jitring_trampoline_template *ut,
+			  struct jitring_trampoline_template *tp, int *eh_size)
 {
-	uint32_t sz;
+	int ret = jitring_struct_in(tp, sizeof(*tp), ut, ut->struct_size,
+				    JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1);
 
-	if (ut->struct_size < TR_TEMPLATE_V1_SIZE)
-		return -EINVAL;
-	sz = ut->struct_size < sizeof(*tp) ? ut->struct_size : sizeof(*tp);
-	memset(tp, 0, sizeof(*tp));
-	memcpy(tp, ut, sz);
-	if (!tp->code || !tp->code_size || tp->code_size > JITRING_TRAMP_MAX ||
+	if (ret)
+		return ret;
+	if (!tp->code || !tp->code_size || tp->code_size > JITRING_TRAMPOLINE_MAX ||
 	    tp->reserved)
 		return -EINVAL;
-	if (tp->salt_offset != JITRING_TRAMP_NO_SALT &&
+	if (tp->salt_offset != JITRING_TRAMPOLINE_NO_SALT &&
 	    (tp->code_size >= JR_TRAMP_SALT_SIZE ?
 		     tp->salt_offset > tp->code_size - JR_TRAMP_SALT_SIZE :
 		     tp->salt_offset != 0))
@@ -534,10 +535,10 @@ static int template_check(const struct jitring_tramp_template *ut,
 }
 
 int jitring_trampolines_new(struct jitring *jr,
-			    const struct jitring_tramp_template *ut,
+			    const struct jitring_trampoline_template *ut,
 			    struct jitring_trampolines **out)
 {
-	struct jitring_tramp_template tp;
+	struct jitring_trampoline_template tp;
 	struct jitring_trampolines *t, *head;
 	struct tr_arena *a;
 	uint64_t slot;
@@ -577,7 +578,7 @@ int jitring_trampolines_new(struct jitring *jr,
 		ret = -EINVAL;
 		goto err;
 	}
-	slot = jitring_tramp_slot_size(tp.code_size, (uint64_t)eh_size);
+	slot = jitring_trampoline_slot_size(tp.code_size, (uint64_t)eh_size);
 	t->slot_size = (uint32_t)slot;
 	t->page = (size_t)sysconf(_SC_PAGESIZE);
 	t->slots_len = slot * JR_TRAMP_ARENA_MIN_SLOTS;
@@ -615,17 +616,17 @@ int jitring_trampolines_new(struct jitring *jr,
 		ret = jitring_refuse_state(jr, s);
 		goto err;
 	}
-	head = atomic_load_explicit(&jr->tramps, memory_order_acquire);
+	head = atomic_load_explicit(&jr->trampoline_sets, memory_order_acquire);
 	do {
 		t->next = head;
 		/* Release: pairs with the acquire load of the head in
-		 * jitring_tramps_maintain() (the set is complete); acquire:
+		 * jitring_trampolines_maintain() (the set is complete); acquire:
 		 * so is every set pushed before us. */
 	} while (!atomic_compare_exchange_weak_explicit(
-		&jr->tramps, &head, t, memory_order_acq_rel,
+		&jr->trampoline_sets, &head, t, memory_order_acq_rel,
 		memory_order_acquire));
 	jitring_exit(jr);
-	jitring_count(&jr->c.tramp_arenas_ahead, made);
+	jitring_count(&jr->c.trampoline_arenas_ahead, made);
 	*out = t;
 	return 0;
 
@@ -634,10 +635,27 @@ err:
 	return ret;
 }
 
-int64_t jitring_trampolines_get(struct jitring_trampolines *t,
-				const char *name, void **addr)
+/* Bytes of a name given in pieces, or 0 if they cannot make one. */
+static size_t parts_len(const struct jitring_str *parts, uint32_t n)
 {
-	unsigned char dumped[JITRING_TRAMP_MAX];
+	size_t len = 0;
+
+	if (!parts || !n || n > JITRING_NAME_PARTS_MAX)
+		return 0;
+	for (uint32_t i = 0; i < n; i++) {
+		if (parts[i].len > JITRING_NAME_MAX || (parts[i].len && !parts[i].ptr))
+			return 0;
+		len += parts[i].len;
+	}
+	return len;
+}
+
+/* A copy named @name, or by @parts when @name is NULL. */
+static int64_t get_copy(struct jitring_trampolines *t, const char *name,
+			const struct jitring_str *parts, uint32_t nparts,
+			void **addr)
+{
+	unsigned char dumped[JITRING_TRAMPOLINE_MAX];
 	struct jitring_entry e;
 	struct jitring *jr;
 	struct tr_arena *a;
@@ -650,7 +668,8 @@ int64_t jitring_trampolines_get(struct jitring_trampolines *t,
 	if (!t)
 		return -EINVAL;
 	jr = t->jr;
-	len = name ? strnlen(name, (size_t)JITRING_NAME_MAX + 1) : 0;
+	len = name ? strnlen(name, (size_t)JITRING_NAME_MAX + 1) :
+		     parts_len(parts, nparts);
 	if (!addr || !len || len > JITRING_NAME_MAX) {
 		jitring_count(&jr->c.refused_invalid, 1);
 		return -EINVAL;
@@ -677,12 +696,16 @@ int64_t jitring_trampolines_get(struct jitring_trampolines *t,
 
 	memset(&e, 0, sizeof(e));
 	e.name = name;
+	if (!name) {
+		e.name_parts = parts;
+		e.nr_name_parts = nparts;
+	}
 	e.code_addr = code;
 	e.code_size = t->code_size;
 	e.code_bytes = t->code;
 	e.eh_frame = t->eh_frame;
 	e.eh_frame_size = t->eh_frame_size;
-	if (t->salt_offset != JITRING_TRAMP_NO_SALT) {
+	if (t->salt_offset != JITRING_TRAMPOLINE_NO_SALT) {
 		salt = salt_of(t, code);
 		memcpy(dumped, t->code, t->code_size);
 		if (t->code_size >= JR_TRAMP_SALT_SIZE) {
@@ -697,14 +720,32 @@ int64_t jitring_trampolines_get(struct jitring_trampolines *t,
 	}
 	idx = jitring_write(jr, &e);
 	if (idx > 0) {
-		jitring_count(&jr->c.tramp_copies, 1);
+		jitring_count(&jr->c.trampoline_copies, 1);
 		*addr = code;
 	}
 	return idx;
 }
 
-void jitring_tramps_state(const struct jitring_trampolines *t,
-			  struct jitring_tramps_state *st)
+int64_t jitring_trampolines_get(struct jitring_trampolines *t,
+				const char *name, void **addr)
+{
+	if (!name) {
+		if (t)
+			jitring_count(&t->jr->c.refused_invalid, 1);
+		return -EINVAL;
+	}
+	return get_copy(t, name, NULL, 0, addr);
+}
+
+int64_t jitring_trampolines_get_parts(struct jitring_trampolines *t,
+				      const struct jitring_str *parts,
+				      unsigned int nr_parts, void **addr)
+{
+	return get_copy(t, NULL, parts, nr_parts, addr);
+}
+
+void jitring_trampolines_state(const struct jitring_trampolines *t,
+			  struct jitring_trampolines_state *st)
 {
 	struct jitring_trampolines *m = (struct jitring_trampolines *)t;
 	struct tr_arena *a;
@@ -735,9 +776,9 @@ int jitring_trampolines_free(struct jitring_trampolines *t)
 		return -EBUSY;
 	/* Other frees of the same writer's sets; fork. */
 	pthread_mutex_lock(&jr->lock);
-	head = atomic_load_explicit(&jr->tramps, memory_order_relaxed);
+	head = atomic_load_explicit(&jr->trampoline_sets, memory_order_relaxed);
 	if (head == t) {
-		atomic_store_explicit(&jr->tramps, t->next,
+		atomic_store_explicit(&jr->trampoline_sets, t->next,
 				      memory_order_relaxed);
 	} else {
 		for (pp = head ? &head->next : NULL; pp && *pp;

@@ -2,7 +2,7 @@
 /*
  * Trampoline sets (the runtime kit): layout constants shared by
  * trampolines.c and its unit test.  The entry points are public
- * (jitring_trampolines_*() in jitring.h); jitring_tramps_maintain(), called
+ * (jitring_trampolines_*() in jitring.h); jitring_trampolines_maintain(), called
  * by the rings engine's flusher, is declared in internal.h.
  */
 #ifndef JITRING_SRC_TRAMPOLINES_H
@@ -28,7 +28,7 @@
 #define JR_TRAMP_SALT_SIZE 8u
 
 /**
- * jitring_tramp_slot_size() - Bytes one copy takes in an arena.
+ * jitring_trampoline_slot_size() - Bytes one copy takes in an arena.
  * @code_size: the template's code_size.
  * @eh_frame_size: bytes jitring_eh_frame_build() gives for its CFI (0 for
  *	none).
@@ -37,7 +37,7 @@
  * mapped_size = ALIGN_16(eh_frame_size + 20), 0 without CFI; a slot holds
  * all of it, so no copy lies inside another's mapping.
  */
-static inline uint64_t jitring_tramp_slot_size(uint64_t code_size,
+static inline uint64_t jitring_trampoline_slot_size(uint64_t code_size,
 					       uint64_t eh_frame_size)
 {
 	uint64_t ext = ((code_size + 7) & ~(uint64_t)7) +
@@ -51,14 +51,14 @@ static inline uint64_t jitring_tramp_slot_size(uint64_t code_size,
 struct jitring_trampolines;
 
 /**
- * struct jitring_tramps_state - A set's hand-out state, for tests.
+ * struct jitring_trampolines_state - A set's hand-out state, for tests.
  * @nready: arenas in the ready array (an upper bound while puts run).
  * @want: the low-water mark the flusher refills to.
  * @cur_left: slots left in the current arena.
  * @nslots: slots per arena.
  * @slot_size: bytes per slot.
  */
-struct jitring_tramps_state {
+struct jitring_trampolines_state {
 	int32_t nready;
 	uint32_t want;
 	uint64_t cur_left;
@@ -67,7 +67,7 @@ struct jitring_tramps_state {
 };
 
 /* Read @t's state (relaxed; exact only while no thread uses the set). */
-void jitring_tramps_state(const struct jitring_trampolines *t,
-			  struct jitring_tramps_state *st);
+void jitring_trampolines_state(const struct jitring_trampolines *t,
+			  struct jitring_trampolines_state *st);
 
 #endif /* JITRING_SRC_TRAMPOLINES_H */

@@ -35,8 +35,18 @@
 #include "rings.h"
 #include "testpoint.h"
 
-#define JR_CONFIG_V1_SIZE ((uint32_t)sizeof(struct jitring_config))
-#define JR_STATS_V1_SIZE ((uint32_t)sizeof(struct jitring_stats))
+/* Version 1 of the caller-sized structs ends at these fields: frozen. */
+_Static_assert(JITRING_CONFIG_SIZE_V1 ==
+		       offsetof(struct jitring_config, reserved) +
+			       sizeof(uint32_t),
+	       "struct jitring_config v1 is frozen");
+_Static_assert(JITRING_STATS_SIZE_V1 ==
+		       offsetof(struct jitring_stats, trampoline_arenas_waited) +
+			       sizeof(uint64_t),
+	       "struct jitring_stats v1 is frozen");
+_Static_assert(offsetof(struct jitring_entry, name_parts) == 64 &&
+		       sizeof(struct jitring_entry) == 72,
+	       "struct jitring_entry v1 is frozen");
 #define JR_RING_MIN (4u << 10)
 #define JR_RING_MAX (64u << 20)
 #define JR_RING_ADAPT_MIN (64u << 10)
@@ -60,6 +70,21 @@ void jitring_config_init(struct jitring_config *cfg)
 		return;
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->struct_size = sizeof(*cfg);
+}
+
+int jitring_struct_in(void *dst, size_t dsize, const void *src,
+		      uint32_t ssize, size_t v1)
+{
+	const unsigned char *tail = (const unsigned char *)src + dsize;
+
+	if (ssize < v1)
+		return -EINVAL;
+	for (size_t i = 0; ssize > dsize && i < ssize - dsize; i++)
+		if (tail[i])
+			return -E2BIG;
+	memset(dst, 0, dsize);
+	memcpy(dst, src, ssize < dsize ? ssize : dsize);
+	return 0;
 }
 
 void jitring_log(const struct jitring *jr, int level, const char *fmt, ...)
@@ -853,9 +878,12 @@ static int config_load(struct jitring *jr, const struct jitring_config *ucfg)
 
 	jitring_config_init(&cfg);
 	if (ucfg) {
-		if (ucfg->struct_size < JR_CONFIG_V1_SIZE)
-			return -EINVAL;
-		memcpy(&cfg, ucfg, JR_CONFIG_V1_SIZE);
+		int ret = jitring_struct_in(&cfg, sizeof(cfg), ucfg,
+					    ucfg->struct_size,
+					    JITRING_CONFIG_SIZE_V1);
+
+		if (ret)
+			return ret;
 	}
 	if (cfg.engine > JITRING_ENGINE_MUTEX || (cfg.flags & ~JITRING_F_ALL) ||
 	    cfg.reserved)
@@ -1105,7 +1133,7 @@ void jitring_stats(const struct jitring *jr, struct jitring_stats *st)
 	struct jitring_stats s;
 	const struct jr_counters *c;
 
-	if (!handle_ok(jr) || !st || st->struct_size < JR_STATS_V1_SIZE)
+	if (!handle_ok(jr) || !st || st->struct_size < JITRING_STATS_SIZE_V1)
 		return;
 	c = &jr->c;
 	memset(&s, 0, sizeof(s));
@@ -1131,10 +1159,13 @@ void jitring_stats(const struct jitring *jr, struct jitring_stats *st)
 	LOAD(threads_attached);
 	LOAD(threads_total);
 	LOAD(rings_grown);
-	LOAD(tramp_copies);
-	LOAD(tramp_arenas_ahead);
-	LOAD(tramp_arenas_waited);
+	LOAD(trampoline_copies);
+	LOAD(trampoline_arenas_ahead);
+	LOAD(trampoline_arenas_waited);
 #undef LOAD
 	s.io_error = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
-	memcpy(st, &s, JR_STATS_V1_SIZE);
+	/* What the caller's version has room for; a newer caller's extra
+	 * bytes are left alone. */
+	memcpy(st, &s, st->struct_size < sizeof(s) ? st->struct_size :
+						     sizeof(s));
 }

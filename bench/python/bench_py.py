@@ -38,7 +38,7 @@ import time
 
 MODES = ("base", "rings", "mutex", "perf_jit")
 THREADS = (1, 2, 8, 64, 512)
-COUNTERS = ("refills_waited", "tramp_arenas_waited", "tramp_arenas_ahead",
+COUNTERS = ("refills_waited", "trampoline_arenas_waited", "trampoline_arenas_ahead",
             "rings_grown", "ring_full_waits", "py_copy_waits",
             "py_copy_drops", "py_pending_races", "refused_dropped")
 
@@ -229,8 +229,8 @@ def table(rows):
                        fmt(pj["cpu_cost_us"]),
                        pj["crashes"], pj["invalid_dumps"], pj["runs"]))
     out.append("")
-    out.append("| threads | engine | refills_waited | tramp_arenas_waited "
-               "| tramp_arenas_ahead | rings_grown | py_copy_waits | "
+    out.append("| threads | engine | refills_waited | trampoline_arenas_waited "
+               "| trampoline_arenas_ahead | rings_grown | py_copy_waits | "
                "py_copy_drops | py_pending_races | invalid dumps |")
     out.append("|--:|:--|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in rows:
@@ -239,8 +239,8 @@ def table(rows):
             out.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %d |"
                        % ((r["threads"], m) + tuple(
                            fmt(s.get(k), 0) for k in (
-                               "refills_waited", "tramp_arenas_waited",
-                               "tramp_arenas_ahead", "rings_grown",
+                               "refills_waited", "trampoline_arenas_waited",
+                               "trampoline_arenas_ahead", "rings_grown",
                                "py_copy_waits", "py_copy_drops",
                                "py_pending_races")) +
                           (r[m]["invalid_dumps"],)))

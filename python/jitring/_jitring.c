@@ -61,7 +61,7 @@
 #endif
 
 /* The built-in trampoline: calls its 4th argument with the first three. */
-typedef PyObject *(*tramp_fn)(PyThreadState *, struct _PyInterpreterFrame *,
+typedef PyObject *(*trampoline_fn)(PyThreadState *, struct _PyInterpreterFrame *,
 			      int, _PyFrameEvalFunction);
 
 /* ------------------------------------------------------------------ */
@@ -712,7 +712,7 @@ static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
 		if (!t)
 			goto plain;
 	}
-	return ((tramp_fn)t)(ts, f, throwflag, _PyEval_EvalFrameDefault);
+	return ((trampoline_fn)t)(ts, f, throwflag, _PyEval_EvalFrameDefault);
 plain:
 	return _PyEval_EvalFrameDefault(ts, f, throwflag);
 }
@@ -763,7 +763,7 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	const char *engine = "rings";
 	int perf_map = 0, ret, watcher = -1;
 	struct jitring_config cfg;
-	struct jitring_tramp_template tt;
+	struct jitring_trampoline_template tt;
 	struct jitring *jr = NULL;
 	struct jitring_trampolines *tr = NULL;
 	struct session *s = NULL;
@@ -823,7 +823,7 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 		PyErr_NoMemory();
 		goto err;
 	}
-	ret = jitring_tramp_builtin(&tt);
+	ret = jitring_trampoline_builtin(&tt);
 	if (ret < 0) {
 		PyErr_SetString(PyExc_NotImplementedError,
 				"jitring has no built-in trampoline for this "
@@ -973,7 +973,7 @@ static PyObject *jr_stats(PyObject *mod, PyObject *unused)
 		U(ring_full_waits); U(refills_ahead); U(refills_waited);
 		U(batches); U(late_entries); U(holdback_max_ns);
 		U(threads_attached); U(threads_total); U(rings_grown);
-		U(tramp_copies); U(tramp_arenas_ahead); U(tramp_arenas_waited);
+		U(trampoline_copies); U(trampoline_arenas_ahead); U(trampoline_arenas_waited);
 #undef U
 		{
 			PyObject *io = PyLong_FromLong(st.io_error);

@@ -20,7 +20,7 @@ import jrtest
 import jitring
 
 STAT_KEYS = ("engine", "entries_written", "refills_waited",
-             "tramp_arenas_waited", "rings_grown", "tramp_copies",
+             "trampoline_arenas_waited", "rings_grown", "trampoline_copies",
              "py_copies", "py_copy_drops", "py_pending_races")
 
 

@@ -86,9 +86,9 @@ def main(t):
     before = [n for ns in names[:BEFORE] if ns for n in ns]
     t.check(before and all(counts[n] == 1 for n in before),
             "threads started before start() are profiled")
-    t.check(st["py_copies"] == st["tramp_copies"] == sum(counts.values()),
-            "py_copies == tramp_copies == CODE_LOADs (%d)" % st["py_copies"],
-            "%d %d %d" % (st["py_copies"], st["tramp_copies"],
+    t.check(st["py_copies"] == st["trampoline_copies"] == sum(counts.values()),
+            "py_copies == trampoline_copies == CODE_LOADs (%d)" % st["py_copies"],
+            "%d %d %d" % (st["py_copies"], st["trampoline_copies"],
                           sum(counts.values())))
     t.check(st["py_copy_errors"] == 0 and st["refused_invalid"] == 0,
             "no copy refused")
@@ -96,7 +96,7 @@ def main(t):
                                 if kv[0] in ("py_pending_races",
                                              "py_copy_waits", "py_copy_drops",
                                              "refills_waited",
-                                             "tramp_arenas_waited",
+                                             "trampoline_arenas_waited",
                                              "rings_grown")))
     if jrtest.free_threaded():
         t.check(gil_at_start is False and not sys._is_gil_enabled(),

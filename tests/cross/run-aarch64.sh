@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Build tests/unit/test_tramp_unwind.c for aarch64 (with src/ehframe.c, the
+# Build tests/unit/test_trampoline_unwind.c for aarch64 (with src/eh_frame.c, the
 # only part of the library it needs) and run it under qemu-user: the
 # aarch64 trampoline template is executed, and unwound by libgcc through
 # the CFI jitring_eh_frame_build() makes for it.  Exit 77 (skip) when the
@@ -10,7 +10,7 @@
 # Usage: run-aarch64.sh SOURCE_ROOT BUILD_DIR
 set -euo pipefail
 src=$1
-out=$2/test_tramp_unwind_aarch64
+out=$2/test_trampoline_unwind_aarch64
 cc=aarch64-linux-gnu-gcc
 for tool in "$cc" qemu-aarch64; do
 	if ! command -v "$tool" >/dev/null; then
@@ -20,5 +20,5 @@ for tool in "$cc" qemu-aarch64; do
 done
 "$cc" -std=gnu11 -O2 -Wall -Wextra -Werror -fno-omit-frame-pointer \
 	-D_GNU_SOURCE -static -I"$src/include" -I"$src/src" -I"$src/tests" \
-	-o "$out" "$src/tests/unit/test_tramp_unwind.c" "$src/src/ehframe.c"
+	-o "$out" "$src/tests/unit/test_trampoline_unwind.c" "$src/src/eh_frame.c"
 exec qemu-aarch64 "$out"

@@ -85,8 +85,8 @@ echo "get():      $(summary 'jitring_trampolines_get other calls' "$out")"
 echo "entries/s:  $(summary entries/s "$out")"
 echo "calls:      $(summary calls "$out")"
 echo "stats:"
-for k in entries_written records_written bytes_written tramp_copies \
-	tramp_arenas_ahead tramp_arenas_waited refills_ahead refills_waited \
+for k in entries_written records_written bytes_written trampoline_copies \
+	trampoline_arenas_ahead trampoline_arenas_waited refills_ahead refills_waited \
 	ring_full_waits late_entries refused_nomem io_error; do
 	awk -v k="$k" '$1 == k { printf "  %-20s %s\n", $1, $2 }' "$out"
 done

@@ -148,9 +148,9 @@ static void print_stats(const struct jitring_stats *st)
 	P(threads_attached);
 	P(threads_total);
 	P(rings_grown);
-	P(tramp_copies);
-	P(tramp_arenas_ahead);
-	P(tramp_arenas_waited);
+	P(trampoline_copies);
+	P(trampoline_arenas_ahead);
+	P(trampoline_arenas_waited);
 #undef P
 	printf("  %-18s %d\n", "io_error", st->io_error);
 }
@@ -679,7 +679,7 @@ static int run_asm(void)
 
 typedef uint64_t (*eval_fn)(uint64_t fn, uint64_t work, uint64_t seed);
 /* The built-in template: calls its fourth argument with the first three. */
-typedef uint64_t (*tramp_fn)(uint64_t fn, uint64_t work, uint64_t seed,
+typedef uint64_t (*trampoline_fn)(uint64_t fn, uint64_t work, uint64_t seed,
 			     eval_fn eval);
 
 struct rt_worker {
@@ -762,7 +762,7 @@ __attribute__((noinline)) void jit_runtime_loop(struct rt_worker *w)
 			if (create_function(w))
 				return;
 		for (n = 0; n < w->ok; n++) {
-			tramp_fn f = (tramp_fn)(uintptr_t)w->fns[n];
+			trampoline_fn f = (trampoline_fn)(uintptr_t)w->fns[n];
 
 			w->sink += f(n, iterations_of(n), w->id, jit_eval_hot);
 		}
@@ -783,7 +783,7 @@ static void *rt_worker_main(void *arg)
 
 static int run_runtime(void)
 {
-	struct jitring_tramp_template tmpl;
+	struct jitring_trampoline_template tmpl;
 	struct jitring_stats st;
 	struct rt_worker *ws;
 	uint64_t total_ok = 0, total_calls = 0, first_ns = 0, steady_ns = 0;
@@ -793,7 +793,7 @@ static int run_runtime(void)
 	unsigned int i, failed = 0;
 	int ret, status = 0, first_error = 0, eh;
 
-	ret = jitring_tramp_builtin(&tmpl);
+	ret = jitring_trampoline_builtin(&tmpl);
 	if (ret == -EOPNOTSUPP) {
 		printf("SKIP: no built-in trampoline on this architecture\n");
 		return EXIT_SKIP;
@@ -877,10 +877,10 @@ static int run_runtime(void)
 			strerror(-first_error));
 		status = 1;
 	}
-	if (st.tramp_copies != total_ok || st.entries_written != total_ok) {
-		fprintf(stderr, "testjit: tramp_copies %" PRIu64
+	if (st.trampoline_copies != total_ok || st.entries_written != total_ok) {
+		fprintf(stderr, "testjit: trampoline_copies %" PRIu64
 			", entries_written %" PRIu64 " != copies %" PRIu64
-			"\n", st.tramp_copies, st.entries_written, total_ok);
+			"\n", st.trampoline_copies, st.entries_written, total_ok);
 		status = 1;
 	}
 

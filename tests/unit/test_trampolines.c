@@ -5,7 +5,7 @@
  * with the independent reader (src/reader.c) and jitring_check() with
  * JITRING_CHECK_SORTED.
  *
- *  1. jitring_tramp_builtin(): the host preset's bytes, salt room, CFI;
+ *  1. jitring_trampoline_builtin(): the host preset's bytes, salt room, CFI;
  *  2. bad input to new/get/free: each -EINVAL, *out and *addr untouched;
  *     free while open -EBUSY, after close 0;
  *  3. 64 threads take copies at once: every copy is called through the
@@ -162,7 +162,7 @@ static unsigned char *dump_checked(const char *path, size_t *len,
 /* Calling copies.                                                      */
 
 typedef uint64_t (*callback_fn)(uint64_t, uint64_t, uint64_t);
-typedef uint64_t (*tramp_fn)(uint64_t, uint64_t, uint64_t, callback_fn);
+typedef uint64_t (*trampoline_fn)(uint64_t, uint64_t, uint64_t, callback_fn);
 
 static _Atomic uint64_t callbacks;
 
@@ -183,7 +183,7 @@ __attribute__((noinline)) static uint64_t callback(uint64_t a, uint64_t b,
 
 static bool call_copy(void *addr, uint64_t a, uint64_t b, uint64_t c)
 {
-	tramp_fn f = (tramp_fn)(uintptr_t)addr;
+	trampoline_fn f = (trampoline_fn)(uintptr_t)addr;
 
 	return f(a, b, c, callback) == expected(a, b, c);
 }
@@ -197,7 +197,7 @@ __attribute__((noinline)) static uint64_t step(uint64_t a, uint64_t b,
 
 static uint64_t run_copy(void *addr, uint32_t n)
 {
-	tramp_fn f = (tramp_fn)(uintptr_t)addr;
+	trampoline_fn f = (trampoline_fn)(uintptr_t)addr;
 	uint64_t acc = 0;
 
 	for (uint32_t i = 0; i < n; i++)
@@ -344,12 +344,12 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 struct tmpl_info {
-	const struct jitring_tramp_template *t;
+	const struct jitring_trampoline_template *t;
 	uint64_t mapped_size; /* 0 without CFI */
 	uint64_t eh_frame_size;
 };
 
-static struct tmpl_info tmpl_info(const struct jitring_tramp_template *t)
+static struct tmpl_info tmpl_info(const struct jitring_trampoline_template *t)
 {
 	struct tmpl_info ti = { t, 0, 0 };
 
@@ -370,7 +370,7 @@ static struct tmpl_info tmpl_info(const struct jitring_tramp_template *t)
  */
 static void check_layout(struct copies *c, const struct tmpl_info *ti)
 {
-	const struct jitring_tramp_template *t = ti->t;
+	const struct jitring_trampoline_template *t = ti->t;
 	uint64_t ext = ALIGN_UP(t->code_size, 8) + ti->mapped_size;
 	unsigned long bad_align = 0, overlap = 0, bytes = 0, perms = 0;
 	unsigned long guards = 0;
@@ -420,7 +420,7 @@ static void check_layout(struct copies *c, const struct tmpl_info *ti)
 static void check_dump(const char *path, const struct copies *c,
 		       const struct tmpl_info *ti)
 {
-	const struct jitring_tramp_template *t = ti->t;
+	const struct jitring_trampoline_template *t = ti->t;
 	const unsigned char *code = t->code;
 	struct jitring_check_result res;
 	struct jitring_reader rd;
@@ -460,7 +460,7 @@ static void check_dump(const char *path, const struct copies *c,
 			group++;
 		if (rec.code_size != t->code_size) {
 			bytes++;
-		} else if (t->salt_offset == JITRING_TRAMP_NO_SALT) {
+		} else if (t->salt_offset == JITRING_TRAMPOLINE_NO_SALT) {
 			if (memcmp(rec.code, code, t->code_size))
 				bytes++;
 		} else if (t->code_size < 8) {
@@ -499,7 +499,7 @@ next:
 	T_CHECK_EQ(group, 0);
 	T_CHECK_EQ(bytes, 0);
 	T_CHECK_EQ(salts_dup, 0);
-	if (t->salt_offset != JITRING_TRAMP_NO_SALT)
+	if (t->salt_offset != JITRING_TRAMPOLINE_NO_SALT)
 		T_CHECK_EQ(nsalt, c->n);
 	free(buf);
 	free(salts);
@@ -511,20 +511,20 @@ next:
 
 static void test_builtin(void)
 {
-	struct jitring_tramp_template t;
+	struct jitring_trampoline_template t;
 	const unsigned char *host;
 	unsigned host_size;
 
 #if defined(__x86_64__)
-	host = jitring_tramp_x86_64;
-	host_size = jitring_tramp_x86_64_size;
+	host = jitring_trampoline_x86_64;
+	host_size = jitring_trampoline_x86_64_size;
 #else
-	host = jitring_tramp_aarch64;
-	host_size = jitring_tramp_aarch64_size;
+	host = jitring_trampoline_aarch64;
+	host_size = jitring_trampoline_aarch64_size;
 #endif
-	T_CHECK_EQ(jitring_tramp_builtin(NULL), -EINVAL);
+	T_CHECK_EQ(jitring_trampoline_builtin(NULL), -EINVAL);
 	memset(&t, 0x5a, sizeof(t));
-	T_REQUIRE(jitring_tramp_builtin(&t) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&t) == 0);
 	T_CHECK_EQ(t.struct_size, sizeof(t));
 	T_CHECK_EQ(t.code_size, host_size + 8);
 	T_CHECK(memcmp(t.code, host, host_size) == 0);
@@ -539,7 +539,7 @@ static void test_builtin(void)
 static void test_bad_input(uint32_t engine)
 {
 	static const unsigned char code[8] = { 0xc3 };
-	struct jitring_tramp_template good, t;
+	struct jitring_trampoline_template good, t;
 	struct jitring_trampolines *set = NULL, *out;
 	struct jitring_cfi bad_cfi;
 	struct jitring *jr;
@@ -550,7 +550,7 @@ static void test_bad_input(uint32_t engine)
 
 	tdir_make(&d);
 	jr = open_writer(&d, engine);
-	T_REQUIRE(jitring_tramp_builtin(&good) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&good) == 0);
 	out = (struct jitring_trampolines *)&good;
 
 	T_CHECK_EQ(jitring_trampolines_new(NULL, &good, &out), -EINVAL);
@@ -565,7 +565,7 @@ static void test_bad_input(uint32_t engine)
 	BAD(struct_size, 0);
 	BAD(struct_size, sizeof(t) - 1);
 	BAD(code_size, 0);
-	BAD(code_size, JITRING_TRAMP_MAX + 1);
+	BAD(code_size, JITRING_TRAMPOLINE_MAX + 1);
 	BAD(code, NULL);
 	BAD(salt_offset, good.code_size - 7);
 	BAD(salt_offset, good.code_size);
@@ -586,7 +586,7 @@ static void test_bad_input(uint32_t engine)
 	/* A larger struct from a newer caller is fine. */
 	{
 		struct {
-			struct jitring_tramp_template t;
+			struct jitring_trampoline_template t;
 			uint64_t future;
 		} big;
 
@@ -606,7 +606,7 @@ static void test_bad_input(uint32_t engine)
 	T_CHECK_EQ(jitring_trampolines_get(set, longname, &addr), -EINVAL);
 	T_CHECK(addr == (void *)&good);
 	T_CHECK_EQ(t_stats(jr).refused_invalid - refused, 4);
-	T_CHECK_EQ(t_stats(jr).tramp_copies, 0);
+	T_CHECK_EQ(t_stats(jr).trampoline_copies, 0);
 	/* The longest name is fine. */
 	longname[JITRING_NAME_MAX] = '\0';
 	T_CHECK(jitring_trampolines_get(set, longname, &addr) > 0);
@@ -730,7 +730,7 @@ static size_t burst(struct jitring_trampolines *set, uint32_t phase,
 
 static uint64_t slots_per_arena(const struct tmpl_info *ti)
 {
-	uint64_t slot = jitring_tramp_slot_size(ti->t->code_size,
+	uint64_t slot = jitring_trampoline_slot_size(ti->t->code_size,
 						ti->eh_frame_size);
 	uint64_t len = slot * JR_TRAMP_ARENA_MIN_SLOTS;
 	uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
@@ -750,7 +750,7 @@ static void two_rounds(struct jitring *jr)
 
 static void test_threads(uint32_t engine)
 {
-	struct jitring_tramp_template tmpl;
+	struct jitring_trampoline_template tmpl;
 	struct jitring_trampolines *set = NULL;
 	struct jitring_stats s1, s2, s3, s4;
 	struct copies all = { 0 };
@@ -763,7 +763,7 @@ static void test_threads(uint32_t engine)
 
 	tdir_make(&d);
 	jr = open_writer(&d, engine);
-	T_REQUIRE(jitring_tramp_builtin(&tmpl) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	ti = tmpl_info(&tmpl);
 	per_arena = slots_per_arena(&ti);
 	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
@@ -779,14 +779,14 @@ static void test_threads(uint32_t engine)
 	if (engine == JITRING_ENGINE_MUTEX) {
 		/* No background thread: the first arena comes from new(),
 		 * every other one from the get() that needed it. */
-		T_CHECK_EQ(s1.tramp_arenas_ahead, 1);
-		T_CHECK(s1.tramp_arenas_waited >= arenas - 1);
+		T_CHECK_EQ(s1.trampoline_arenas_ahead, 1);
+		T_CHECK(s1.trampoline_arenas_waited >= arenas - 1);
 	} else {
-		T_CHECK(s1.tramp_arenas_ahead >= 1 + JR_TRAMP_WANT_INIT);
+		T_CHECK(s1.trampoline_arenas_ahead >= 1 + JR_TRAMP_WANT_INIT);
 	}
 
 	if (engine == JITRING_ENGINE_RINGS) {
-		struct jitring_tramps_state st;
+		struct jitring_trampolines_state st;
 		uint64_t k, n;
 
 		/*
@@ -796,7 +796,7 @@ static void test_threads(uint32_t engine)
 		 * ready: it never makes an arena itself, and the flusher's
 		 * next rounds refill.
 		 */
-		jitring_tramps_state(set, &st);
+		jitring_trampolines_state(set, &st);
 		T_CHECK_EQ(st.nslots, per_arena);
 		T_REQUIRE(st.nready >= (int32_t)st.want);
 		k = (uint64_t)(st.nready - (int32_t)st.want) + 1;
@@ -814,11 +814,11 @@ static void test_threads(uint32_t engine)
 			total++;
 		}
 		s2 = t_stats(jr);
-		T_CHECK_EQ(s2.tramp_arenas_waited, s1.tramp_arenas_waited);
+		T_CHECK_EQ(s2.trampoline_arenas_waited, s1.trampoline_arenas_waited);
 		two_rounds(jr);
 		s3 = t_stats(jr);
-		T_CHECK(s3.tramp_arenas_ahead > s1.tramp_arenas_ahead);
-		jitring_tramps_state(set, &st);
+		T_CHECK(s3.trampoline_arenas_ahead > s1.trampoline_arenas_ahead);
+		jitring_trampolines_state(set, &st);
 		T_CHECK(st.nready >= (int32_t)st.want);
 
 		/*
@@ -837,17 +837,17 @@ static void test_threads(uint32_t engine)
 			       " waited; phase 1: %" PRIu64 " arenas taken; "
 			       "phase %d (%" PRIu64 " arenas): %" PRIu64
 			       " ahead, %" PRIu64 " waited\n",
-			       s1.tramp_arenas_ahead, s1.tramp_arenas_waited,
+			       s1.trampoline_arenas_ahead, s1.trampoline_arenas_waited,
 			       k, 2 + attempt, arenas,
-			       s4.tramp_arenas_ahead - s3.tramp_arenas_ahead,
-			       s4.tramp_arenas_waited - s3.tramp_arenas_waited);
-			if (s4.tramp_arenas_waited - s3.tramp_arenas_waited <=
+			       s4.trampoline_arenas_ahead - s3.trampoline_arenas_ahead,
+			       s4.trampoline_arenas_waited - s3.trampoline_arenas_waited);
+			if (s4.trampoline_arenas_waited - s3.trampoline_arenas_waited <=
 			    arenas / 4)
 				break;
 			s3 = s4;
 		}
-		T_CHECK(s4.tramp_arenas_ahead > s3.tramp_arenas_ahead);
-		T_CHECK(s4.tramp_arenas_waited - s3.tramp_arenas_waited <=
+		T_CHECK(s4.trampoline_arenas_ahead > s3.trampoline_arenas_ahead);
+		T_CHECK(s4.trampoline_arenas_waited - s3.trampoline_arenas_waited <=
 			arenas / 4);
 	}
 
@@ -865,7 +865,7 @@ static void test_threads(uint32_t engine)
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	check_dump(d.dump, &all, &ti);
 	s4 = t_stats(jr);
-	T_CHECK_EQ(s4.tramp_copies, total);
+	T_CHECK_EQ(s4.trampoline_copies, total);
 	T_CHECK_EQ(s4.entries_written, total);
 
 	T_CHECK_EQ(jitring_trampolines_free(set), -EBUSY);
@@ -914,7 +914,7 @@ static void take(struct jitring_trampolines *set, uint32_t phase, uint32_t n,
 
 static void test_templates(uint32_t engine)
 {
-	struct jitring_tramp_template base, t;
+	struct jitring_trampoline_template base, t;
 	struct jitring_trampolines *set[3] = { NULL };
 	struct copies c[3] = { { 0 } };
 	struct tmpl_info ti[3];
@@ -924,17 +924,17 @@ static void test_templates(uint32_t engine)
 
 	tdir_make(&d);
 	jr = open_writer(&d, engine);
-	T_REQUIRE(jitring_tramp_builtin(&base) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&base) == 0);
 
 	/* No CFI, no salt: 16-byte slots, no UNWINDING_INFO, bytes as is. */
 	t = base;
 	t.code = ret42;
 	t.code_size = sizeof(ret42);
 	t.cfi = NULL;
-	t.salt_offset = JITRING_TRAMP_NO_SALT;
+	t.salt_offset = JITRING_TRAMPOLINE_NO_SALT;
 	ti[0] = tmpl_info(&t);
 	T_REQUIRE(jitring_trampolines_new(jr, &t, &set[0]) == 0);
-	T_CHECK_EQ(jitring_tramp_slot_size(t.code_size, 0), 16);
+	T_CHECK_EQ(jitring_trampoline_slot_size(t.code_size, 0), 16);
 	take(set[0], 10, 5000, true, &c[0]);
 
 	/* Shorter than the salt (x86_64): XORed over the code. */
@@ -944,33 +944,33 @@ static void test_templates(uint32_t engine)
 	/* The 8-byte aarch64 ret42 gets an ordinary 8-byte salt at 0. */
 
 	/* The largest template: the trampoline, then filler, salt last. */
-	big = malloc(JITRING_TRAMP_MAX);
+	big = malloc(JITRING_TRAMPOLINE_MAX);
 	T_REQUIRE(big != NULL);
-	memset(big, 0, JITRING_TRAMP_MAX);
+	memset(big, 0, JITRING_TRAMPOLINE_MAX);
 	memcpy(big, base.code, base.salt_offset);
 	t = base;
 	t.code = big;
-	t.code_size = JITRING_TRAMP_MAX;
-	t.salt_offset = JITRING_TRAMP_MAX - 8;
+	t.code_size = JITRING_TRAMPOLINE_MAX;
+	t.salt_offset = JITRING_TRAMPOLINE_MAX - 8;
 	T_REQUIRE(jitring_trampolines_new(jr, &t, &set[2]) == 0);
 	take(set[2], 12, 2 * JR_TRAMP_ARENA_MIN_SLOTS + 1, false, &c[2]);
 
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	for (int i = 0; i < 3; i++) {
-		struct jitring_tramp_template ts = t;
+		struct jitring_trampoline_template ts = t;
 
 		if (i < 2) {
 			ts = base;
 			ts.code = ret42;
 			ts.code_size = sizeof(ret42);
 			ts.cfi = NULL;
-			ts.salt_offset = i ? 0 : JITRING_TRAMP_NO_SALT;
+			ts.salt_offset = i ? 0 : JITRING_TRAMPOLINE_NO_SALT;
 		}
 		ti[i] = tmpl_info(&ts);
 		check_layout(&c[i], &ti[i]);
 		check_dump(d.dump, &c[i], &ti[i]);
 	}
-	T_CHECK_EQ(t_stats(jr).tramp_copies, c[0].n + c[1].n + c[2].n);
+	T_CHECK_EQ(t_stats(jr).trampoline_copies, c[0].n + c[1].n + c[2].n);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	for (int i = 0; i < 3; i++) {
 		T_CHECK_EQ(jitring_trampolines_free(set[i]), 0);
@@ -1022,7 +1022,7 @@ static void *racer_main(void *arg)
 
 static void test_close_race(uint32_t engine)
 {
-	struct jitring_tramp_template tmpl;
+	struct jitring_trampoline_template tmpl;
 	struct jitring_trampolines *set = NULL;
 	struct jitring_check_result res;
 	struct racer rs[RACE_THREADS];
@@ -1036,7 +1036,7 @@ static void test_close_race(uint32_t engine)
 
 	tdir_make(&d);
 	jr = open_writer(&d, engine);
-	T_REQUIRE(jitring_tramp_builtin(&tmpl) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
 	pthread_barrier_init(&barrier, NULL, RACE_THREADS + 1);
 	memset(rs, 0, sizeof(rs));
@@ -1061,7 +1061,7 @@ static void test_close_race(uint32_t engine)
 	}
 	T_CHECK_EQ(bad, 0);
 	T_CHECK_EQ(shut, RACE_THREADS);
-	T_CHECK_EQ(t_stats(jr).tramp_copies, got);
+	T_CHECK_EQ(t_stats(jr).trampoline_copies, got);
 	buf = dump_checked(d.dump, &len, &res);
 	T_CHECK_EQ(res.count[JITRING_RD_CODE_LOAD], got);
 	T_CHECK_EQ(res.count[JITRING_RD_CODE_UNWINDING_INFO], got);
@@ -1105,7 +1105,7 @@ static int child_run(struct jitring *jr, struct jitring_trampolines *set,
 
 	take(set, 20, FORK_COPIES, false, &c);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	T_CHECK_EQ(t_stats(jr).tramp_copies, FORK_COPIES);
+	T_CHECK_EQ(t_stats(jr).trampoline_copies, FORK_COPIES);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
 	check_layout(&c, ti);
@@ -1117,7 +1117,7 @@ static int child_run(struct jitring *jr, struct jitring_trampolines *set,
 
 static void test_fork(uint32_t engine)
 {
-	struct jitring_tramp_template tmpl;
+	struct jitring_trampoline_template tmpl;
 	struct jitring_trampolines *set = NULL;
 	struct copies before = { 0 }, after = { 0 };
 	struct tmpl_info ti;
@@ -1129,7 +1129,7 @@ static void test_fork(uint32_t engine)
 
 	tdir_make(&d);
 	jr = open_writer(&d, engine);
-	T_REQUIRE(jitring_tramp_builtin(&tmpl) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	ti = tmpl_info(&tmpl);
 	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
 	take(set, 19, 10, false, &before);
@@ -1185,9 +1185,9 @@ static void run(const char *what, uint32_t engine, void (*fn)(uint32_t))
 
 int main(void)
 {
-	struct jitring_tramp_template t;
+	struct jitring_trampoline_template t;
 
-	if (jitring_tramp_builtin(&t) == -EOPNOTSUPP)
+	if (jitring_trampoline_builtin(&t) == -EOPNOTSUPP)
 		t_skip("no built-in trampoline on this architecture");
 	test_builtin();
 	for (size_t i = 0; i < ARRAY_SIZE(engines); i++) {

@@ -8,7 +8,7 @@
  * data must be computed for that placement, so the builder below emits
  * pc_begin as -(ALIGN_8(code_size) + offset of the pc_begin field), and the
  * writer rewrites that same field in caller-supplied data, whose layout
- * jitring_ehframe_check() establishes.
+ * jitring_eh_frame_check() establishes.
  *
  * The builder emits exactly one CIE (version 1, or 3 when the return-address
  * column does not fit a byte, augmentation "zR", FDE pointers
@@ -36,7 +36,7 @@
 
 #include "jitring.h"
 #include "cfi_presets.h"
-#include "ehframe.h"
+#include "eh_frame.h"
 
 /* Call frame instructions (DWARF 4, 7.23). */
 #define DW_CFA_advance_loc 0x40
@@ -67,23 +67,23 @@
 /* ------------------------------------------------------------------ */
 /* Presets.                                                            */
 
-const unsigned char jitring_tramp_x86_64[] = {
+const unsigned char jitring_trampoline_x86_64[] = {
 	0x55,			/* push %rbp */
 	0x48, 0x89, 0xe5,	/* mov %rsp,%rbp */
 	0xff, 0xd1,		/* call *%rcx */
 	0x5d,			/* pop %rbp */
 	0xc3,			/* ret */
 };
-const unsigned jitring_tramp_x86_64_size = sizeof(jitring_tramp_x86_64);
+const unsigned jitring_trampoline_x86_64_size = sizeof(jitring_trampoline_x86_64);
 
-const unsigned char jitring_tramp_aarch64[] = {
+const unsigned char jitring_trampoline_aarch64[] = {
 	0xfd, 0x7b, 0xbf, 0xa9,	/* stp x29, x30, [sp, #-16]! */
 	0xfd, 0x03, 0x00, 0x91,	/* mov x29, sp */
 	0x60, 0x00, 0x3f, 0xd6,	/* blr x3 */
 	0xfd, 0x7b, 0xc1, 0xa8,	/* ldp x29, x30, [sp], #16 */
 	0xc0, 0x03, 0x5f, 0xd6,	/* ret */
 };
-const unsigned jitring_tramp_aarch64_size = sizeof(jitring_tramp_aarch64);
+const unsigned jitring_trampoline_aarch64_size = sizeof(jitring_trampoline_aarch64);
 
 /* DWARF register numbers (x86_64 psABI, AArch64 DWARF ABI). */
 #define X86_64_RBP 6
@@ -471,8 +471,8 @@ static uint32_t record_end(const uint8_t *p, uint32_t off, uint32_t size)
 	return off + 4 + len;
 }
 
-int jitring_ehframe_check(const void *eh, uint32_t size,
-			  struct jitring_ehframe_info *info)
+int jitring_eh_frame_check(const void *eh, uint32_t size,
+			  struct jitring_eh_frame_info *info)
 {
 	const uint8_t *p = eh;
 	uint32_t cie_end, fde_off, fde_end, pos;

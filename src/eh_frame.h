@@ -3,8 +3,8 @@
  * .eh_frame handling: the public CFI builder (jitring_eh_frame_build) and the
  * internal check the encoder runs on every caller-supplied .eh_frame.
  */
-#ifndef JITRING_SRC_EHFRAME_H
-#define JITRING_SRC_EHFRAME_H
+#ifndef JITRING_SRC_EH_FRAME_H
+#define JITRING_SRC_EH_FRAME_H
 
 #include <stdint.h>
 
@@ -15,19 +15,19 @@
 #define JR_DW_EH_PE_datarel 0x30
 
 /**
- * struct jitring_ehframe_info - Where things are in a checked .eh_frame.
+ * struct jitring_eh_frame_info - Where things are in a checked .eh_frame.
  * @cie_size: bytes of the CIE, its length field included.
  * @fde_off: offset of the FDE's length field.
  * @pc_begin_off: offset of the FDE's 4-byte pc_begin field.
  */
-struct jitring_ehframe_info {
+struct jitring_eh_frame_info {
 	uint32_t cie_size;
 	uint32_t fde_off;
 	uint32_t pc_begin_off;
 };
 
 /**
- * jitring_ehframe_check() - Validate a caller's .eh_frame.
+ * jitring_eh_frame_check() - Validate a caller's .eh_frame.
  * @eh: the bytes.
  * @size: their length.
  * @info: filled on success.
@@ -41,7 +41,7 @@ struct jitring_ehframe_info {
  * Return: 0; -EINVAL if malformed or @size is not a multiple of 4;
  * -E2BIG if @size exceeds JITRING_EH_FRAME_MAX.
  */
-int jitring_ehframe_check(const void *eh, uint32_t size,
-			  struct jitring_ehframe_info *info);
+int jitring_eh_frame_check(const void *eh, uint32_t size,
+			  struct jitring_eh_frame_info *info);
 
-#endif /* JITRING_SRC_EHFRAME_H */
+#endif /* JITRING_SRC_EH_FRAME_H */

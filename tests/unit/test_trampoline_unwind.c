@@ -31,20 +31,20 @@
 #include "harness.h"
 #include "jitring.h"
 #include "cfi_presets.h"
-#include "ehframe.h"
+#include "eh_frame.h"
 
 /* libgcc's registry of .eh_frame sections for code it cannot find. */
 extern void __register_frame(void *begin);
 extern void __deregister_frame(void *begin);
 
 #if defined(__x86_64__)
-#define TRAMP jitring_tramp_x86_64
-#define TRAMP_SIZE jitring_tramp_x86_64_size
+#define TRAMP jitring_trampoline_x86_64
+#define TRAMP_SIZE jitring_trampoline_x86_64_size
 #define TRAMP_RET 6  /* after call *%rcx */
 #define PRESET JITRING_CFI_X86_64_FP_TRAMPOLINE
 #elif defined(__aarch64__)
-#define TRAMP jitring_tramp_aarch64
-#define TRAMP_SIZE jitring_tramp_aarch64_size
+#define TRAMP jitring_trampoline_aarch64
+#define TRAMP_SIZE jitring_trampoline_aarch64_size
 #define TRAMP_RET 12 /* after blr x3 */
 #define PRESET JITRING_CFI_AARCH64_FP_TRAMPOLINE
 #endif
@@ -52,7 +52,7 @@ extern void __deregister_frame(void *begin);
 #ifdef TRAMP
 
 typedef long (*target_fn)(long, long, long);
-typedef long (*tramp_fn)(long, long, long, target_fn);
+typedef long (*trampoline_fn)(long, long, long, target_fn);
 
 #define MAX_PCS 32
 
@@ -74,19 +74,19 @@ static _Unwind_Reason_Code collect(struct _Unwind_Context *ctx, void *arg)
 static __attribute__((noinline)) long callee(long a, long b, long c)
 {
 	void **fp = __builtin_frame_address(0);
-	void **tramp_fp = fp[0];
+	void **trampoline_fp = fp[0];
 
 	seen[0] = a;
 	seen[1] = b;
 	seen[2] = c;
 	fp_ret_tramp = (uintptr_t)fp[1];
-	fp_ret_caller = (uintptr_t)tramp_fp[1];
+	fp_ret_caller = (uintptr_t)trampoline_fp[1];
 	npcs = 0;
 	_Unwind_Backtrace(collect, NULL);
 	return a + b * c;
 }
 
-static __attribute__((noinline)) long caller(tramp_fn t)
+static __attribute__((noinline)) long caller(trampoline_fn t)
 {
 	long r = t(11, 22, 33, callee);
 
@@ -97,7 +97,7 @@ static __attribute__((noinline)) long caller(tramp_fn t)
 int main(void)
 {
 	long page = sysconf(_SC_PAGESIZE);
-	struct jitring_ehframe_info info;
+	struct jitring_eh_frame_info info;
 	uint8_t *map, *eh, *code;
 	int32_t rel;
 	int n;
@@ -115,20 +115,20 @@ int main(void)
 	n = jitring_eh_frame_build(jitring_cfi_preset(PRESET), TRAMP_SIZE, eh,
 				   (size_t)page - 4);
 	T_REQUIRE(n > 0);
-	T_REQUIRE(jitring_ehframe_check(eh, (uint32_t)n, &info) == 0);
+	T_REQUIRE(jitring_eh_frame_check(eh, (uint32_t)n, &info) == 0);
 	memset(eh + n, 0, 4); /* the section's terminator */
 	rel = (int32_t)((intptr_t)code - (intptr_t)(eh + info.pc_begin_off));
 	memcpy(eh + info.pc_begin_off, &rel, sizeof(rel));
 
 	/* Control: no CFI for the copy, so the walk stops inside it. */
-	T_CHECK_EQ(caller((tramp_fn)(uintptr_t)code), 11 + 22 * 33);
+	T_CHECK_EQ(caller((trampoline_fn)(uintptr_t)code), 11 + 22 * 33);
 	T_CHECK(npcs >= 2 && pcs[1] == (uintptr_t)code + TRAMP_RET);
 	T_CHECK_EQ(npcs, 2);
 	printf("unregistered: %d frame(s), the walk stops in the trampoline\n",
 	       npcs);
 
 	__register_frame(eh);
-	T_CHECK_EQ(caller((tramp_fn)(uintptr_t)code), 11 + 22 * 33);
+	T_CHECK_EQ(caller((trampoline_fn)(uintptr_t)code), 11 + 22 * 33);
 	T_CHECK_EQ(seen[0], 11);
 	T_CHECK_EQ(seen[1], 22);
 	T_CHECK_EQ(seen[2], 33);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of src/ehframe.c: the CFI presets, jitring_eh_frame_build() and
- * jitring_ehframe_check().
+ * Unit tests of src/eh_frame.c: the CFI presets, jitring_eh_frame_build() and
+ * jitring_eh_frame_check().
  *
  * The encoder is checked against an independent DWARF consumer: each
  * .eh_frame is wrapped in a small ELF file (.text at A, .eh_frame at
@@ -21,7 +21,7 @@
 #include "harness.h"
 #include "jitring.h"
 #include "cfi_presets.h"
-#include "ehframe.h"
+#include "eh_frame.h"
 
 #define ALIGN8(x) (((x) + 7) & ~(uint64_t)7)
 
@@ -79,7 +79,7 @@ static void check_built(const struct jitring_cfi *cfi, uint64_t code_size,
 			int want_size)
 {
 	uint8_t buf[JITRING_EH_FRAME_MAX];
-	struct jitring_ehframe_info info;
+	struct jitring_eh_frame_info info;
 	int n, m;
 
 	n = jitring_eh_frame_build(cfi, code_size, NULL, 0);
@@ -91,7 +91,7 @@ static void check_built(const struct jitring_cfi *cfi, uint64_t code_size,
 	T_CHECK_EQ(m, n);
 	T_CHECK_EQ(n % 8, 0);
 	T_CHECK_EQ(buf[n], 0xaa);
-	T_CHECK_EQ(jitring_ehframe_check(buf, (uint32_t)n, &info), 0);
+	T_CHECK_EQ(jitring_eh_frame_check(buf, (uint32_t)n, &info), 0);
 	T_CHECK_EQ(info.cie_size, 24);
 	T_CHECK_EQ(info.fde_off, 24);
 	T_CHECK_EQ(info.pc_begin_off, 32);
@@ -138,12 +138,12 @@ static void test_presets(void)
 	T_CHECK_EQ(a64()->code_align, 4);
 	T_CHECK_EQ(a64()->data_align, -8);
 	T_CHECK_EQ(a64()->ra_reg, 30);
-	T_CHECK_EQ(jitring_tramp_x86_64_size, 8);
-	T_CHECK_EQ(jitring_tramp_aarch64_size, 20);
-	T_CHECK_EQ(jitring_tramp_x86_64[0], 0x55);
-	T_CHECK_EQ(jitring_tramp_x86_64[7], 0xc3);
+	T_CHECK_EQ(jitring_trampoline_x86_64_size, 8);
+	T_CHECK_EQ(jitring_trampoline_aarch64_size, 20);
+	T_CHECK_EQ(jitring_trampoline_x86_64[0], 0x55);
+	T_CHECK_EQ(jitring_trampoline_x86_64[7], 0xc3);
 	/* ret, little-endian 0xd65f03c0 */
-	T_CHECK_EQ(rd32(jitring_tramp_aarch64 + 16), 0xd65f03c0);
+	T_CHECK_EQ(rd32(jitring_trampoline_aarch64 + 16), 0xd65f03c0);
 
 	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		check_built(x86(), sizes[i], 56);
@@ -178,7 +178,7 @@ static int build1(uint32_t code_align, int32_t data_align, uint32_t nr_init,
 	/* Counting and writing must agree, errors included. */
 	T_CHECK_EQ(n, m);
 	if (m > 0)
-		T_CHECK_EQ(jitring_ehframe_check(buf, (uint32_t)m, NULL), 0);
+		T_CHECK_EQ(jitring_eh_frame_check(buf, (uint32_t)m, NULL), 0);
 	return m;
 }
 
@@ -300,7 +300,7 @@ static void test_build_errors(void)
 
 /* Check a copy of @src, @size bytes, in a heap block of exactly @size. */
 static int check_copy(const uint8_t *src, uint32_t size,
-		      struct jitring_ehframe_info *info)
+		      struct jitring_eh_frame_info *info)
 {
 	uint8_t *p = malloc(size ? size : 1);
 	int ret;
@@ -308,14 +308,14 @@ static int check_copy(const uint8_t *src, uint32_t size,
 	if (!p)
 		abort();
 	memcpy(p, src, size);
-	ret = jitring_ehframe_check(p, size, info);
+	ret = jitring_eh_frame_check(p, size, info);
 	free(p);
 	return ret;
 }
 
 static void test_check_malformed(void)
 {
-	struct jitring_ehframe_info info;
+	struct jitring_eh_frame_info info;
 	uint8_t good[64], b[4200];
 	int n = jitring_eh_frame_build(x86(), 8, good, sizeof(good));
 	uint32_t sz, len;
@@ -333,14 +333,14 @@ static void test_check_malformed(void)
 	} while (0)
 
 	/* Sizes. */
-	T_CHECK_EQ(jitring_ehframe_check(good, 0, &info), -EINVAL);
-	T_CHECK_EQ(jitring_ehframe_check(NULL, 56, &info), -EINVAL);
+	T_CHECK_EQ(jitring_eh_frame_check(good, 0, &info), -EINVAL);
+	T_CHECK_EQ(jitring_eh_frame_check(NULL, 56, &info), -EINVAL);
 	for (len = 53; len < 56; len++)
 		BAD((void)0, -EINVAL);
 	memset(b, 0, sizeof(b));
-	T_CHECK_EQ(jitring_ehframe_check(b, 4097, &info), -E2BIG);
-	T_CHECK_EQ(jitring_ehframe_check(b, 4100, &info), -E2BIG);
-	T_CHECK_EQ(jitring_ehframe_check(b, UINT32_MAX, &info), -E2BIG);
+	T_CHECK_EQ(jitring_eh_frame_check(b, 4097, &info), -E2BIG);
+	T_CHECK_EQ(jitring_eh_frame_check(b, 4100, &info), -E2BIG);
+	T_CHECK_EQ(jitring_eh_frame_check(b, UINT32_MAX, &info), -E2BIG);
 	/* Truncated CIE or FDE. */
 	for (len = 4; len < 56; len += 4)
 		BAD((void)0, -EINVAL);
@@ -421,14 +421,14 @@ static void test_check_malformed(void)
 	/* The accepted terminator variant reports the same layout. */
 	memcpy(b, good, sz);
 	wr32(b + 56, 0);
-	T_CHECK_EQ(jitring_ehframe_check(b, 60, &info), 0);
+	T_CHECK_EQ(jitring_eh_frame_check(b, 60, &info), 0);
 	T_CHECK_EQ(info.cie_size, 24);
 	T_CHECK_EQ(info.fde_off, 24);
 	T_CHECK_EQ(info.pc_begin_off, 32);
 }
 
 /* An accepted frame's fields lie inside it, FDE after CIE. */
-static bool info_sane(const struct jitring_ehframe_info *i, uint32_t len)
+static bool info_sane(const struct jitring_eh_frame_info *i, uint32_t len)
 {
 	return i->cie_size >= 16 && i->cie_size % 4 == 0 &&
 	       i->fde_off == i->cie_size &&
@@ -445,7 +445,7 @@ static void fuzz_one(const uint8_t *base, uint32_t size, unsigned long *acc)
 {
 	static const uint8_t vals[] = { 0x00, 0x01, 0x03, 0x1b, 0x7f,
 					0x80, 0xfe, 0xff };
-	struct jitring_ehframe_info info;
+	struct jitring_eh_frame_info info;
 	uint32_t len, pos;
 	size_t v;
 	bool sane = true;
@@ -463,7 +463,7 @@ static void fuzz_one(const uint8_t *base, uint32_t size, unsigned long *acc)
 
 				p[pos] = v < sizeof(vals) ? vals[v] :
 							    orig ^ 0x40;
-				ret = jitring_ehframe_check(p, len, &info);
+				ret = jitring_eh_frame_check(p, len, &info);
 				if (ret == 0) {
 					(*acc)++;
 					sane &= info_sane(&info, len);
@@ -482,7 +482,7 @@ static void test_check_fuzz(void)
 {
 	uint8_t x[64], a[64], t[64], big[JITRING_EH_FRAME_MAX];
 	unsigned long accepted = 0;
-	struct jitring_ehframe_info info;
+	struct jitring_eh_frame_info info;
 	uint64_t rng = 0x9e3779b97f4a7c15ull;
 	struct timespec t0, t1;
 	int nx, na, i;
@@ -859,8 +859,8 @@ static void test_readelf_x86_64(uint64_t addr, uint64_t code_size)
 	struct frame_table t;
 	char *raw;
 
-	if (!decode(x86(), EM_X86_64, addr, jitring_tramp_x86_64,
-		    jitring_tramp_x86_64_size, code_size, &t, &raw)) {
+	if (!decode(x86(), EM_X86_64, addr, jitring_trampoline_x86_64,
+		    jitring_trampoline_x86_64_size, code_size, &t, &raw)) {
 		free(raw);
 		return;
 	}
@@ -891,8 +891,8 @@ static void test_readelf_aarch64(uint64_t addr, uint64_t code_size)
 	struct frame_table t;
 	char *raw;
 
-	if (!decode(a64(), EM_AARCH64, addr, jitring_tramp_aarch64,
-		    jitring_tramp_aarch64_size, code_size, &t, &raw)) {
+	if (!decode(a64(), EM_AARCH64, addr, jitring_trampoline_aarch64,
+		    jitring_trampoline_aarch64_size, code_size, &t, &raw)) {
 		free(raw);
 		return;
 	}
@@ -953,8 +953,8 @@ static void test_readelf_encodings(void)
 	struct frame_table t;
 	char *raw;
 
-	if (!decode(&cfi, EM_NONE, addr, jitring_tramp_x86_64,
-		    jitring_tramp_x86_64_size, 100000, &t, &raw)) {
+	if (!decode(&cfi, EM_NONE, addr, jitring_trampoline_x86_64,
+		    jitring_trampoline_x86_64_size, 100000, &t, &raw)) {
 		free(raw);
 		return;
 	}
