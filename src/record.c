@@ -95,14 +95,15 @@ int jitring_record_plan(struct jitring_group *g, const struct jitring_entry *e)
 	uint64_t load;
 	int ret;
 
-	if (unlikely(!e || !e->code_addr || e->flags))
+	if (unlikely(!e || !e->code_addr))
 		return -EINVAL;
-	if (likely(!e->nr_name_parts)) {
+	/* One test for the common case: a plain name, no flags. */
+	if (likely(!(e->flags | e->nr_name_parts))) {
 		if (unlikely(!e->name))
 			return -EINVAL;
 		n = strnlen(e->name, JITRING_NAME_MAX + 1);
 	} else {
-		if (unlikely(e->name))
+		if (unlikely(e->flags || e->name))
 			return -EINVAL;
 		ret = plan_name_parts(e, &n);
 		if (unlikely(ret))
