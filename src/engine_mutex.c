@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "engine_mutex.h"
 #include "internal.h"
 #include "perfmap.h"
 #include "record.h"

@@ -2,7 +2,8 @@
 /*
  * Rings engine, consumer side: one background thread per writer drains all
  * rings into the file in timestamp order, and keeps the pool of ready rings
- * filled ahead of demand.
+ * (pool.c) and the trampoline arenas (trampolines.c) filled ahead of
+ * demand.
  *
  * A round:
  *   1. T = CLOCK_MONOTONIC, then a seq_cst fence                      (F)
@@ -17,7 +18,7 @@
  *      timestamp.  If the oldest pending group is newer than a BUSY ring's
  *      bound, that ring is holding entries back; once it has been BUSY for
  *      holdback_ms, mark it LATE with a CAS (it must then re-stamp its
- *      entry at commit, after this mark, see rings.c) and stop counting it
+ *      entry at commit, after this mark, see ring.c) and stop counting it
  *      in W.  This bounds both the delay and the memory a stalled thread
  *      can cause.
  *   4. merge: pop groups with timestamp <= W in order, gathering iovecs that
@@ -38,7 +39,11 @@
  * for news, and waits on a futex.  NAP (timed, max_delay_ms or a hold-back
  * deadline) is used while data flows, so producers wake it only when a ring
  * is more than half full; DEEP (no timeout) when all is idle, so the first
- * commit wakes it.  Flush and close use DEEP with a short timeout.
+ * commit wakes it.  While a flush or close waits, DEEP too, with a timer
+ * only for what no commit announces (a hold-back deadline).
+ *
+ * The ring pool, the registry and the budget are in pool.c; the producer
+ * side in ring.c and thread.c.
  */
 #include <errno.h>
 #include <limits.h>
@@ -49,7 +54,9 @@
 
 #include "clock.h"
 #include "futex.h"
+#include "flusher.h"
 #include "perfmap.h"
+#include "pool.h"
 #include "record.h"
 #include "rings.h"
 #include "testpoint.h"
@@ -86,6 +93,7 @@ struct jr_merge {
 	char mapbuf[64 << 10];   /* perf map lines of a batch */
 };
 
+
 int jitring_flusher_init(struct jr_rings *e)
 {
 	struct jr_merge *m = calloc(1, sizeof(*m));
@@ -106,396 +114,36 @@ void jitring_flusher_fini(struct jr_rings *e)
 	e->m = NULL;
 }
 
-/* ------------------------------------------------------------------ */
-/* Rings and the registry.                                              */
-
-void jitring_ring_free(struct jr_ring *r)
-{
-	if (r->buf)
-		munmap(r->buf, r->size);
-	free(r);
-}
-
-static int reg_reserve(struct jr_rings *e, uint32_t n)
+int jitring_flusher_fit(struct jr_rings *e, uint32_t cap)
 {
 	struct jr_merge *m = e->m;
+	struct jr_ring **h, **b;
 
-	if (n > e->reg_cap) {
-		uint32_t cap = e->reg_cap ? e->reg_cap * 2 : 64;
-		struct jr_ring **reg;
-
-		while (cap < n)
-			cap *= 2;
-		reg = realloc(e->reg, sizeof(*reg) * cap);
-		if (!reg)
-			return -ENOMEM;
-		e->reg = reg;
-		e->reg_cap = cap;
+	if (!m)
+		return cap ? -ENOMEM : 0;
+	if (!cap) {
+		free(m->heap);
+		free(m->busy);
+		m->heap = m->busy = NULL;
+		m->cap = 0;
+		return 0;
 	}
-	if (n > m->cap) {
-		struct jr_ring **h = realloc(m->heap, sizeof(*h) * e->reg_cap);
-		struct jr_ring **b;
-
-		if (!h)
-			return -ENOMEM;
-		m->heap = h;
-		b = realloc(m->busy, sizeof(*b) * e->reg_cap);
-		if (!b)
-			return -ENOMEM;
-		m->busy = b;
-		m->cap = e->reg_cap;
-	}
-	return 0;
-}
-
-/* Give back what ring_reserve() took for a ring of @size. */
-static void ring_unaccount(struct jr_rings *e, uint32_t size)
-{
-	atomic_fetch_sub_explicit(&e->ring_bytes, size, memory_order_relaxed);
-	atomic_fetch_sub_explicit(&e->grow_bytes, size - e->jr->ring_min,
-				  memory_order_relaxed);
-}
-
-static void reg_remove(struct jr_rings *e, struct jr_ring *r)
-{
-	struct jr_ring *last = e->reg[--e->nreg];
-
-	e->reg[r->reg_idx] = last;
-	last->reg_idx = r->reg_idx;
-	ring_unaccount(e, r->size);
-}
-
-static int reg_add(struct jr_rings *e, struct jr_ring *r)
-{
-	if (reg_reserve(e, e->nreg + 1))
+	if (cap <= m->cap)
+		return 0;
+	h = realloc(m->heap, sizeof(*h) * cap);
+	if (!h)
 		return -ENOMEM;
-	r->reg_idx = e->nreg;
-	e->reg[e->nreg++] = r;
+	m->heap = h;
+	b = realloc(m->busy, sizeof(*b) * cap);
+	if (!b)
+		return -ENOMEM;
+	m->busy = b;
+	m->cap = cap;
 	return 0;
-}
-
-/*
- * How large a thread's ring may grow now: the configured size, or adaptive.
- * Every ring starts at ring_min; a thread whose ring fills trades it for
- * one twice as large (rings.c, grow_ring()), up to ring_max and up to its
- * fair share of the growth budget -- a quarter of mem_budget (128 MiB by
- * default) divided by the threads holding rings.  So a few busy threads
- * end up with large rings (a saturating producer then rarely waits for the
- * flusher), thousands keep ring_min, and growth goes to the threads that
- * need it, not to whichever came first.  ring_reserve() enforces the
- * growth budget exactly.
- */
-uint32_t jitring_ring_target(struct jr_rings *e)
-{
-	struct jitring *jr = e->jr;
-	uint64_t users = atomic_load_explicit(&jr->c.threads_attached,
-					      memory_order_relaxed) + 1;
-	uint64_t share = jr->mem_budget / 4 / users;
-	uint32_t size = jr->ring_min;
-
-	while (size < jr->ring_max && (uint64_t)size * 2 <= share)
-		size *= 2;
-	return size;
-}
-
-/* Reserve @size bytes within the budget and the growth budget. */
-static bool ring_reserve(struct jr_rings *e, uint32_t size)
-{
-	struct jitring *jr = e->jr;
-	uint64_t grow = size - jr->ring_min;
-
-	if (atomic_fetch_add_explicit(&e->ring_bytes, size,
-				      memory_order_relaxed) + size >
-	    jr->mem_budget)
-		goto undo_bytes;
-	if (grow && atomic_fetch_add_explicit(&e->grow_bytes, grow,
-					      memory_order_relaxed) + grow >
-			    jr->mem_budget / 4) {
-		atomic_fetch_sub_explicit(&e->grow_bytes, grow,
-					  memory_order_relaxed);
-		goto undo_bytes;
-	}
-	return true;
-
-undo_bytes:
-	atomic_fetch_sub_explicit(&e->ring_bytes, size, memory_order_relaxed);
-	return false;
-}
-
-struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
-				   uint64_t lb)
-{
-	struct jitring *jr = e->jr;
-	struct jr_ring *r;
-
-	if (!ring_reserve(e, size))
-		return NULL;
-	r = aligned_alloc(JITRING_CACHELINE, sizeof(*r));
-	if (!r)
-		goto err_unreserve;
-	memset(r, 0, sizeof(*r));
-	r->buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (r->buf == MAP_FAILED) {
-		free(r);
-		goto err_unreserve;
-	}
-	/* Fault in the first page now, not on a JIT thread's first write. */
-	r->buf[0] = 0;
-	r->size = size;
-	r->mask = size - 1;
-	r->jr = jr;
-	r->lb = lb;
-	/* Idle from now: trimmed JR_TRIM_NS after this, not at once. */
-	r->idle_since = lb;
-	atomic_init(&r->pub, 0);
-	atomic_init(&r->head, 0);
-	atomic_init(&r->space_waiter, 0);
-	atomic_init(&r->own, JR_OWN_POOLED);
-	return r;
-
-err_unreserve:
-	ring_unaccount(e, size);
-	return NULL;
-}
-
-static struct jr_ring *ring_new(struct jr_rings *e, uint64_t now,
-				uint32_t size)
-{
-	struct jr_ring *r = jitring_ring_alloc(e, size, now);
-
-	if (r && reg_add(e, r)) {
-		ring_unaccount(e, r->size);
-		jitring_ring_free(r);
-		r = NULL;
-	}
-	return r;
-}
-
-/* Hand a drained ring we own to the pool (or free it if the pool is full). */
-static void pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
-{
-	/* Producer fields are ours while the ring is not ACTIVE. */
-	r->tail = r->head_local;
-	r->head_cache = r->head_local;
-	r->busy_since = 0;
-	r->lb = now;
-	r->idle_since = now;
-	r->tls_next = NULL;
-	r->grow_asked = false;
-	atomic_store_explicit(&r->grow_req, 0, memory_order_relaxed);
-	/* Pairs with the acquire load of own in ring_get() (rings.c). */
-	atomic_store_explicit(&r->own, JR_OWN_POOLED, memory_order_release);
-	if (!ck_ring_enqueue_spmc(&e->pool, e->pool_buf, r)) {
-		reg_remove(e, r);
-		jitring_ring_free(r);
-	}
-}
-
-static void pool_maintain(struct jr_rings *e, uint64_t now)
-{
-	struct jitring *jr = e->jr;
-	uint32_t want = atomic_exchange_explicit(&e->pool_want, 0,
-						 memory_order_relaxed);
-	uint32_t missed = atomic_exchange_explicit(&e->pool_missed, 0,
-						   memory_order_relaxed);
-	uint32_t low = atomic_load_explicit(&e->pool_low, memory_order_relaxed);
-	uint32_t n = ck_ring_size(&e->pool), added = 0;
-	bool full = false;
-	struct jr_ring *r;
-
-	if (missed) {
-		/* Threads found the pool empty: keep more ready from now on. */
-		uint32_t nl = low * 2 > missed ? low * 2 : missed;
-
-		low = nl < e->pool_cap / 2 ? nl : e->pool_cap / 2;
-		atomic_store_explicit(&e->pool_low, low, memory_order_relaxed);
-	}
-	while (n < low) {
-		r = ring_new(e, now, jr->ring_min);
-		if (!r) {
-			full = true;
-			break;
-		}
-		pool_put(e, r, now);
-		n++;
-		added++;
-	}
-	atomic_store_explicit(&e->pool_full, full && n == 0,
-			      memory_order_relaxed);
-	if (added)
-		jitring_count(&jr->c.refills_ahead, added);
-	if (added || want || missed) {
-		/* Pairs with the acquire load of pool_gen in ring_get(). */
-		atomic_fetch_add_explicit(&e->pool_gen, 1,
-					  memory_order_release);
-		jr_futex_wake(&e->pool_gen, INT_MAX);
-	}
-	/* Give back what a past burst left beyond four times the mark. */
-	while (n > 4 * low && ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
-		/* Pairs with the release store in pool_put(). */
-		(void)atomic_load_explicit(&r->own, memory_order_acquire);
-		reg_remove(e, r);
-		jitring_ring_free(r);
-		n--;
-	}
-}
-
-/*
- * Register the rings threads made themselves; their idle time (for
- * trim_idle()) starts at @now.  Return false if one could not be
- * registered (no memory): it may hold entries older than anything we
- * could write, so the caller writes nothing this round and completes no
- * flush ticket.
- */
-static bool attach_rings(struct jr_rings *e, uint64_t now)
-{
-	/* Pairs with the release CAS in ring_get() (rings.c). */
-	struct jr_ring *list = atomic_exchange_explicit(&e->attach, NULL,
-							memory_order_acquire);
-
-	while (list) {
-		struct jr_ring *r = list;
-
-		list = r->attach_next;
-		r->attach_next = e->attach_pending;
-		e->attach_pending = r;
-	}
-	while (e->attach_pending) {
-		struct jr_ring *r = e->attach_pending;
-
-		if (JITRING_FAULT(attach_reg, r) || reg_add(e, r))
-			return false;
-		r->idle_since = now;
-		e->attach_pending = r->attach_next;
-		r->attach_next = NULL;
-	}
-	return true;
-}
-
-static void ring_free_jumbos(struct jr_ring *r);
-
-/*
- * Free every ring.  Called by close once the flusher has stopped (every
- * committed entry is in the file, no thread can commit more), by a failed
- * start, and in a fork child (@child: nothing of the parent's is written,
- * and no thread of the parent's exists).
- *
- * A ring a live thread still lists (ACTIVE) is split between two owners
- * by one CAS: close turns it ORPHAN and takes the buffer, the thread keeps
- * the control block (it frees it when it next notices, see
- * ring_release()).  Close reads buf and size before the CAS and never
- * touches the control block after it; the thread never touches the buffer
- * once it sees the writer is not open.  If the thread's CAS to DETACHED
- * won instead, the whole ring is ours.
- */
-void jitring_flusher_release_rings(struct jr_rings *e, bool child)
-{
-	attach_rings(e, 0);
-	for (uint32_t i = 0; i < e->nreg; i++) {
-		struct jr_ring *r = e->reg[i];
-		uint8_t *buf = r->buf;
-		uint32_t size = r->size, own = JR_OWN_ACTIVE;
-
-		/* A fork child frees what the parent had not written. */
-		ring_free_jumbos(r);
-		/* Pairs with the acq_rel CAS to DETACHED in ring_release(). */
-		if (!child && atomic_compare_exchange_strong_explicit(
-				      &r->own, &own, JR_OWN_ORPHAN,
-				      memory_order_acq_rel,
-				      memory_order_acquire)) {
-			JITRING_TESTPOINT(close_orphan, r);
-			/* r is the thread's from here on: locals only. */
-			munmap(buf, size);
-			atomic_fetch_sub_explicit(&e->jr->c.threads_attached, 1,
-						  memory_order_relaxed);
-			continue;
-		}
-		jitring_ring_free(r);
-	}
-	/* Rings we could not register (only after running out of memory). */
-	while (e->attach_pending) {
-		struct jr_ring *r = e->attach_pending;
-
-		e->attach_pending = r->attach_next;
-		ring_free_jumbos(r);
-		jitring_ring_free(r);
-	}
-	free(e->reg);
-	e->reg = NULL;
-	e->nreg = e->reg_cap = 0;
-	atomic_store_explicit(&e->ring_bytes, 0, memory_order_relaxed);
-	atomic_store_explicit(&e->grow_bytes, 0, memory_order_relaxed);
-	if (e->m) {
-		free(e->m->heap);
-		free(e->m->busy);
-		e->m->heap = e->m->busy = NULL;
-		e->m->cap = 0;
-	}
-}
-
-/* ------------------------------------------------------------------ */
-/* The code_index map.                                                  */
-
-_Atomic uint64_t *jitring_idmap_chunk(struct jr_rings *e, uint64_t id)
-{
-	_Atomic(_Atomic uint64_t *) *slot;
-	_Atomic uint64_t *chunk, *fresh = NULL;
-
-	if ((id >> JR_IDMAP_SHIFT) >= JR_IDMAP_CHUNKS)
-		return NULL;
-	slot = &e->idmap[id >> JR_IDMAP_SHIFT];
-	/* Pairs with the release CAS below. */
-	chunk = atomic_load_explicit(slot, memory_order_acquire);
-	if (likely(chunk))
-		return chunk;
-	fresh = calloc(JR_IDMAP_WORDS, sizeof(*fresh));
-	if (!fresh)
-		return NULL;
-	/* Pairs with the acquire loads of the slot (here, id_issued()). */
-	if (atomic_compare_exchange_strong_explicit(slot, &chunk, fresh,
-						    memory_order_acq_rel,
-						    memory_order_acquire))
-		return fresh;
-	free(fresh);
-	return chunk;
-}
-
-void jitring_idmap_free(struct jr_rings *e)
-{
-	for (uint32_t i = 0; i < JR_IDMAP_CHUNKS; i++) {
-		free(atomic_load_explicit(&e->idmap[i], memory_order_relaxed));
-		atomic_store_explicit(&e->idmap[i], NULL, memory_order_relaxed);
-	}
-}
-
-/* Have the chunk for the next blocks ready before a producer needs it. */
-static void idmap_ahead(struct jr_rings *e)
-{
-	uint64_t next = jitring_ids_peek();
-
-	jitring_idmap_chunk(e, next);
-	if ((next & ((1u << JR_IDMAP_SHIFT) - 1)) >
-	    (3u << (JR_IDMAP_SHIFT - 2)))
-		jitring_idmap_chunk(e, next + (1u << JR_IDMAP_SHIFT));
 }
 
 /* ------------------------------------------------------------------ */
 /* Reading groups out of a ring.                                        */
-
-static void group_size(const uint8_t *p, uint32_t *len, uint32_t *records)
-{
-	struct jitdump_prefix pre;
-	uint32_t off = 0, n = 0;
-
-	do {
-		memcpy(&pre, p + off, sizeof(pre));
-		off += pre.total_size;
-		n++;
-	} while (pre.id != JIT_CODE_LOAD && pre.id != JIT_CODE_MOVE);
-	*len = off;
-	*records = n;
-}
 
 /* Find the next group between r->rd and r->seen_tail; skip padding. */
 static bool ring_peek(struct jr_ring *r)
@@ -526,50 +174,15 @@ static bool ring_peek(struct jr_ring *r)
 			r->pk_len = sizeof(j);
 			r->pk_jumbo = (uint8_t *)(uintptr_t)j.ptr;
 			r->pk_jlen = j.len;
-			group_size(r->pk_jumbo, &len, &r->pk_records);
+			jitring_group_size(r->pk_jumbo, &len, &r->pk_records);
 		} else {
 			r->pk_jumbo = NULL;
-			group_size(r->buf + pos, &r->pk_len, &r->pk_records);
+			jitring_group_size(r->buf + pos, &r->pk_len, &r->pk_records);
 		}
 		return true;
 	}
 	r->rd = rd;
 	return false;
-}
-
-/*
- * Free the heap buffers of jumbo groups committed to @r but not written
- * (head_local up to the published tail).  Only a fork child has any: close
- * writes everything first.  No producer can commit meanwhile.
- */
-static void ring_free_jumbos(struct jr_ring *r)
-{
-	uint32_t rd = r->head_local;
-	uint32_t end = JR_PUB_TAIL(atomic_load_explicit(&r->pub,
-							memory_order_relaxed));
-
-	while (rd != end) {
-		uint32_t pos = rd & r->mask, to_end = r->size - pos, len, n;
-		struct jitdump_prefix pre;
-
-		if (to_end < JR_MIN_RECORD) {
-			rd += to_end;
-			continue;
-		}
-		memcpy(&pre, r->buf + pos, sizeof(pre));
-		if (pre.id == JR_ID_PAD) {
-			rd += pre.total_size;
-		} else if (pre.id == JR_ID_JUMBO) {
-			struct jr_jumbo j;
-
-			memcpy(&j, r->buf + pos, sizeof(j));
-			free((void *)(uintptr_t)j.ptr);
-			rd += sizeof(j);
-		} else {
-			group_size(r->buf + pos, &len, &n);
-			rd += len;
-		}
-	}
 }
 
 static inline bool ts_less(const struct jr_ring *a, const struct jr_ring *b)
@@ -628,7 +241,7 @@ static void publish_heads(struct jr_rings *e)
 			continue;
 		r->head_local = r->rd;
 		/*
-		 * Pairs with the acquire loads of head in produce() and
+		 * Pairs with the acquire loads of head in slot_reserve() and
 		 * wait_space(); seq_cst against the space_waiter Dekker.
 		 */
 		atomic_store_explicit(&r->head, r->rd, memory_order_seq_cst);
@@ -803,7 +416,7 @@ static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t *deadline)
 			atomic_store_explicit(&jr->c.holdback_max_ns, held,
 					      memory_order_relaxed);
 		/*
-		 * Pairs with the failing commit CAS (C) in produce(): the
+		 * Pairs with the failing commit CAS (C) in slot_commit(): the
 		 * producer then re-stamps after this point.  If our CAS
 		 * fails, the ring committed meanwhile with its own stamp and
 		 * still bounds W.
@@ -829,7 +442,7 @@ static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t *deadline)
  */
 static void provide_growth(struct jr_rings *e, uint64_t T)
 {
-	/* Pairs with the release increment in ask_grow() (rings.c). */
+	/* Pairs with the release increment in ask_grow() (ring.c). */
 	uint32_t asks = atomic_load_explicit(&e->jr->grow_asks,
 					     memory_order_acquire);
 	uint32_t target = 0;
@@ -838,7 +451,7 @@ static void provide_growth(struct jr_rings *e, uint64_t T)
 	 * Only when some owner asked since the last pass: each ask is
 	 * considered once.  One the budget cannot serve now is left to its
 	 * owner, which makes its own ring when it fills if the budget then
-	 * allows (grow_ring()).
+	 * allows (jitring_thread_grow()).
 	 */
 	if (asks == e->grow_seen)
 		return;
@@ -855,7 +468,7 @@ static void provide_growth(struct jr_rings *e, uint64_t T)
 			target = jitring_ring_target(e);
 		if (r->size * 2 > target)
 			continue;
-		g = ring_new(e, T, r->size * 2);
+		g = jitring_pool_new_ring(e, T, r->size * 2);
 		if (!g)
 			return;
 		/* Pre-fault: its owner is busy and will fill it. */
@@ -863,7 +476,7 @@ static void provide_growth(struct jr_rings *e, uint64_t T)
 			g->buf[off] = 0;
 		atomic_store_explicit(&g->own, JR_OWN_NEXT,
 				      memory_order_relaxed);
-		/* Pairs with the acquire exchange in grow_ring() (rings.c). */
+		/* Pairs with the acquire exchange in jitring_thread_grow(). */
 		atomic_store_explicit(&r->next_ring, g, memory_order_release);
 	}
 }
@@ -876,7 +489,7 @@ static void drop_next(struct jr_rings *e, struct jr_ring *r)
 
 	if (g && atomic_load_explicit(&g->own, memory_order_acquire) ==
 			 JR_OWN_NEXT) {
-		reg_remove(e, g);
+		jitring_pool_remove(e, g);
 		jitring_ring_free(g);
 	}
 }
@@ -899,7 +512,7 @@ static void complete_flush(struct jr_rings *e, uint64_t ticket)
 	e->flush_ticket = 0;
 }
 
-/* Drop the pages of rings idle for JR_TRIM_NS; see rings.c TRIM. */
+/* Drop the pages of rings idle for JR_TRIM_NS; see trim_wait() (ring.c). */
 static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
 {
 	uint64_t next = UINT64_MAX;
@@ -921,7 +534,7 @@ static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
 				next = r->idle_since + JR_TRIM_NS;
 			continue;
 		}
-		/* Pairs with the fetch_or of BUSY (A) in produce(), which
+		/* Pairs with the fetch_or of BUSY (A) in slot_begin(), which
 		 * then waits for TRIM to clear before using the buffer. */
 		if (!atomic_compare_exchange_strong_explicit(
 			    &r->pub, &v, v | JR_PUB_TRIM, memory_order_acquire,
@@ -930,21 +543,32 @@ static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
 		madvise(r->buf, r->size, MADV_DONTNEED);
 		r->trimmed = true;
 		JITRING_TESTPOINT(ring_trimmed, r);
-		/* Pairs with the acquire load in trim_wait() (rings.c). */
+		/* Pairs with the acquire load in trim_wait() (ring.c). */
 		atomic_fetch_and_explicit(&r->pub, ~(uint64_t)JR_PUB_TRIM,
 					  memory_order_release);
 	}
 	return next;
 }
 
-static void round_run(struct jr_rings *e, struct round_out *out)
-{
-	struct jitring *jr = e->jr;
-	struct jr_merge *m = e->m;
-	uint64_t T, W, req, deadline = UINT64_MAX, trim_at;
-	bool stopping, snap, attached, any_busy = false;
+/* What one round saw and decided, passed between its steps. */
+struct round {
+	uint64_t T;        /* its clock reading, before fence (F) */
+	uint64_t W;        /* watermark: groups stamped <= W are written */
+	uint64_t deadline; /* earliest hold-back deadline, or UINT64_MAX */
+	bool stopping;     /* close asked us to finish */
+	bool snap;         /* a new flush ticket: record each ring's target */
+	bool attached;     /* every ring threads made is registered */
+	bool any_busy;     /* some ring is between timestamp and commit */
+};
 
-	T = jitring_clock_ns();
+/*
+ * Step 1: T, stop, fence (F), the flush request, the attach stack.
+ */
+static void round_begin(struct jr_rings *e, struct round *rd)
+{
+	uint64_t req;
+
+	rd->T = jitring_clock_ns();
 	/*
 	 * stop before (F), both seq_cst: a producer whose (B) read OPEN did
 	 * so before close's CAS to CLOSING in the single total order S, and
@@ -954,87 +578,103 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	 * argument needed).  Pairs with the seq_cst store of stop in
 	 * jitring_rings_stop().
 	 */
-	stopping = atomic_load_explicit(&e->stop, memory_order_seq_cst);
-	/* (F): pairs with the seq_cst fetch_or of BUSY (A) in produce(). */
+	rd->stopping = atomic_load_explicit(&e->stop, memory_order_seq_cst);
+	/* (F): pairs with the seq_cst fetch_or of BUSY (A) in slot_begin(). */
 	atomic_thread_fence(memory_order_seq_cst);
 	/* Pairs with the seq_cst fetch_add in jitring_rings_flush(). */
 	req = atomic_load_explicit(&e->flush_req, memory_order_acquire);
-	snap = !e->flush_ticket &&
-	       req > atomic_load_explicit(&e->flush_done, memory_order_relaxed);
-	if (snap)
+	rd->snap = !e->flush_ticket &&
+		   req > atomic_load_explicit(&e->flush_done,
+					      memory_order_relaxed);
+	if (rd->snap)
 		e->flush_ticket = req;
 	/* What this round has seen: news() looks only for newer things. */
 	e->req_seen = req;
-	e->stop_seen = stopping;
+	e->stop_seen = rd->stopping;
 	/*
 	 * After (F): a ring pushed before it is registered now; one pushed
 	 * after it is stamped after T (its owner fences after the push).
 	 */
-	attached = attach_rings(e, T);
+	rd->attached = jitring_pool_attach(e, rd->T);
+	rd->W = rd->attached ? rd->T : 0;
+	rd->deadline = UINT64_MAX;
+	rd->any_busy = false;
+}
 
-	W = attached ? T : 0;
-	m->nbusy = 0;
-	m->nheap = 0;
-	m->round_groups = 0;
-	for (uint32_t i = 0; i < e->nreg; i++) {
-		struct jr_ring *r = e->reg[i];
-		/*
-		 * stamp before pub.  Pairs with the release store of stamp in
-		 * produce()/commit_late(): if this reads the stamp of a write
-		 * that began after the one in flight below committed, that
-		 * commit happens-before the load of pub, which then shows it.
-		 * So st is never above the entry pub shows in flight.  (Read
-		 * after pub, st could already belong to the next write, and
-		 * lift lb past an entry this scan did not see.)
-		 */
-		uint64_t st = atomic_load_explicit(&r->stamp,
-						   memory_order_acquire);
-		/* Pairs with the seq_cst commit (C) in produce(). */
-		uint64_t v = atomic_load_explicit(&r->pub,
-						  memory_order_acquire);
-		uint32_t tail = JR_PUB_TAIL(v);
+/*
+ * Step 2, for one ring: its published tail and BUSY/LATE bits, its lower
+ * bound lb (section 3 of docs/design.md), and its next group into the
+ * heap.  A BUSY ring (not LATE) bounds the watermark.
+ */
+static inline void scan_ring(struct jr_rings *e, struct round *rd,
+			     struct jr_ring *r)
+{
+	struct jr_merge *m = e->m;
+	/*
+	 * stamp before pub.  Pairs with the release store of stamp in
+	 * slot_fill()/commit_late(): if this reads the stamp of a write that
+	 * began after the one in flight below committed, that commit
+	 * happens-before the load of pub, which then shows it.  So st is
+	 * never above the entry pub shows in flight.  (Read after pub, st
+	 * could already belong to the next write, and lift lb past an entry
+	 * this scan did not see.)
+	 */
+	uint64_t st = atomic_load_explicit(&r->stamp, memory_order_acquire);
+	/* Pairs with the seq_cst commit (C) in slot_commit(). */
+	uint64_t v = atomic_load_explicit(&r->pub, memory_order_acquire);
+	uint32_t tail = JR_PUB_TAIL(v);
 
-		if (tail != r->seen_tail) {
-			r->idle_since = T;
-			r->trimmed = false;
-		}
-		r->seen_tail = tail;
-		if (snap)
-			r->flush_target = tail;
-		if (!(v & JR_PUB_BUSY)) {
-			r->busy_since = 0;
-			r->late_marked = false;
-			r->lb = T;
-		} else {
-			any_busy = true;
-			if (!(v & JR_PUB_LATE)) {
-				/* Back from LATE to re-stamp: a fresh start,
-				 * not an old stall to mark again at once. */
-				if (r->late_marked) {
-					r->late_marked = false;
-					r->busy_since = 0;
-				}
-				if (!r->busy_since || r->busy_tail != tail) {
-					r->busy_since = T;
-					r->busy_tail = tail;
-				}
-				/* Its entry in flight is stamped >= both. */
-				if (st > r->lb)
-					r->lb = st;
-				m->busy[m->nbusy++] = r;
-				if (r->lb < W)
-					W = r->lb;
-			}
-		}
-		if (r->rd != tail && ring_peek(r))
-			heap_push(m, r);
+	if (tail != r->seen_tail) {
+		r->idle_since = rd->T;
+		r->trimmed = false;
 	}
-	if (e->failed || (stopping && !any_busy && attached))
-		W = UINT64_MAX;
-	else if (attached && m->nheap && m->heap[0]->pk_ts > W)
-		W = mark_late(e, T, &deadline);
+	r->seen_tail = tail;
+	if (rd->snap)
+		r->flush_target = tail;
+	if (!(v & JR_PUB_BUSY)) {
+		r->busy_since = 0;
+		r->late_marked = false;
+		r->lb = rd->T;
+	} else {
+		rd->any_busy = true;
+		if (!(v & JR_PUB_LATE)) {
+			/* Back from LATE to re-stamp: a fresh start, not an
+			 * old stall to mark again at once. */
+			if (r->late_marked) {
+				r->late_marked = false;
+				r->busy_since = 0;
+			}
+			if (!r->busy_since || r->busy_tail != tail) {
+				r->busy_since = rd->T;
+				r->busy_tail = tail;
+			}
+			/* Its entry in flight is stamped >= both. */
+			if (st > r->lb)
+				r->lb = st;
+			m->busy[m->nbusy++] = r;
+			if (r->lb < rd->W)
+				rd->W = r->lb;
+		}
+	}
+	if (r->rd != tail && ring_peek(r))
+		heap_push(m, r);
+}
 
-	while (m->nheap && m->heap[0]->pk_ts <= W) {
+/*
+ * Step 3: settle the watermark (everything at close or after a failure;
+ * else mark stalled rings LATE), write every group stamped at or below
+ * it in timestamp order, and publish the heads.
+ */
+static void round_merge(struct jr_rings *e, struct round *rd)
+{
+	struct jr_merge *m = e->m;
+
+	if (e->failed || (rd->stopping && !rd->any_busy && rd->attached))
+		rd->W = UINT64_MAX;
+	else if (rd->attached && m->nheap && m->heap[0]->pk_ts > rd->W)
+		rd->W = mark_late(e, rd->T, &rd->deadline);
+
+	while (m->nheap && m->heap[0]->pk_ts <= rd->W) {
 		struct jr_ring *r = heap_pop(m);
 
 		if (r->pk_ts > r->lb)
@@ -1045,31 +685,39 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	}
 	write_batch(e);
 	publish_heads(e);
+}
 
-	/* Not while a ring with entries is unregistered (no memory). */
-	if (e->flush_ticket && attached) {
-		bool all = true;
+/* Step 4: complete the flush ticket once every head passed its target
+ * (not while a ring with entries is unregistered). */
+static void round_flush_ticket(struct jr_rings *e, const struct round *rd)
+{
+	if (!e->flush_ticket || !rd->attached)
+		return;
+	for (uint32_t i = 0; i < e->nreg; i++) {
+		struct jr_ring *r = e->reg[i];
 
-		for (uint32_t i = 0; i < e->nreg && all; i++) {
-			struct jr_ring *r = e->reg[i];
-
-			all = (int32_t)(r->head_local - r->flush_target) >= 0;
-		}
-		if (all)
-			complete_flush(e, e->flush_ticket);
+		if ((int32_t)(r->head_local - r->flush_target) < 0)
+			return;
 	}
+	complete_flush(e, e->flush_ticket);
+}
 
-	/*
-	 * Recycle the drained rings of threads that left.  Collected first
-	 * (into the busy array, done with for this round): recycling one can
-	 * remove another from the registry (its unused successor), which an
-	 * index walk over the registry must not see.
-	 */
+/*
+ * Step 5: recycle the drained rings of threads that left.  Collected
+ * first (into the busy array, done with for this round): recycling one
+ * can remove another from the registry (its unused successor), which an
+ * index walk over the registry must not see.
+ */
+static void round_recycle(struct jr_rings *e, const struct round *rd)
+{
+	struct jr_merge *m = e->m;
+
 	m->nbusy = 0;
 	for (uint32_t i = 0; i < e->nreg; i++) {
 		struct jr_ring *r = e->reg[i];
 
-		/* Pairs with the acq_rel CAS to DETACHED in ring_release(). */
+		/* Pairs with the acq_rel CAS to DETACHED in ring_release()
+		 * (thread.c). */
 		if (atomic_load_explicit(&r->own, memory_order_acquire) ==
 			    JR_OWN_DETACHED &&
 		    JR_PUB_TAIL(atomic_load_explicit(&r->pub,
@@ -1087,55 +735,52 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		 * idle rings are trimmed).  Grown rings go: every thread
 		 * starts at ring_min. */
 		if (r->size > e->jr->ring_min) {
-			reg_remove(e, r);
+			jitring_pool_remove(e, r);
 			jitring_ring_free(r);
 			continue;
 		}
-		pool_put(e, r, T);
+		jitring_pool_put(e, r, rd->T);
 	}
-	pool_maintain(e, T);
-	if (!stopping) {
-		provide_growth(e, T);
-		jitring_trampolines_maintain(jr);
-	}
-	idmap_ahead(e);
-	trim_at = stopping ? UINT64_MAX : trim_idle(e, T);
+}
 
-	if (stopping || e->failed)
-		wake_space_waiters(e);
-	if (stopping && !any_busy && attached) {
-		jitring_flusher_write_close(e);
-		req = atomic_load_explicit(&e->flush_req, memory_order_acquire);
-		complete_flush(e, req);
-		out->done = true;
-		return;
-	}
+/*
+ * Step 7: how to sleep.  Someone waiting (flush, close) gets DEEP with a
+ * timer only for what no commit announces; streaming data none at all;
+ * pending data a NAP of max_delay_ms (or to a hold-back deadline); an
+ * idle engine DEEP until the next trim is due.
+ */
+static void round_plan_sleep(struct jr_rings *e, const struct round *rd,
+			     uint64_t trim_at, struct round_out *out)
+{
+	const struct jr_merge *m = e->m;
+	uint64_t T = rd->T;
+
 	out->done = false;
-	if (stopping || e->flush_ticket) {
+	if (rd->stopping || e->flush_ticket) {
 		/*
-		 * Someone waits for us.  What is left waits for an event that
-		 * wakes us: a BUSY ring's commit or back-out (its (D) finds
-		 * DEEP), or the hold-back deadline.  Only two things need a
-		 * timer: a ring we could not register (retry), and a group
-		 * stamped after this round's T (the next round takes it).
+		 * What is left waits for an event that wakes us: a BUSY
+		 * ring's commit or back-out (its (D) finds DEEP), or the
+		 * hold-back deadline.  Only two things need a timer: a ring
+		 * we could not register (retry), and a group stamped after
+		 * this round's T (the next round takes it).
 		 */
 		out->mode = JR_DEEP;
-		if (!attached)
+		if (!rd->attached)
 			out->timeout = JR_RETRY_NS;
 		else if (m->nheap && m->heap[0]->pk_ts > T)
 			out->timeout = 1;
 		else
-			out->timeout = deadline == UINT64_MAX ? 0 :
-				       deadline > T ? deadline - T : 1;
+			out->timeout = rd->deadline == UINT64_MAX ? 0 :
+				       rd->deadline > T ? rd->deadline - T : 1;
 	} else if (m->round_groups >= JR_BUSY_ROUND_GROUPS) {
 		/* Data is streaming in: go straight on, this is work. */
 		out->mode = JR_AWAKE;
 		out->timeout = 0;
 	} else if (m->nheap || m->round_groups) {
-		uint64_t to = (uint64_t)jr->max_delay_ms * 1000000u;
+		uint64_t to = (uint64_t)e->jr->max_delay_ms * 1000000u;
 
-		if (deadline != UINT64_MAX && deadline - T < to)
-			to = deadline > T ? deadline - T : 1;
+		if (rd->deadline != UINT64_MAX && rd->deadline - T < to)
+			to = rd->deadline > T ? rd->deadline - T : 1;
 		out->mode = JR_NAP;
 		out->timeout = to;
 	} else {
@@ -1143,6 +788,43 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		out->timeout = trim_at == UINT64_MAX ? 0 :
 			       (trim_at > T ? trim_at - T : 1);
 	}
+}
+
+static void round_run(struct jr_rings *e, struct round_out *out)
+{
+	struct jr_merge *m = e->m;
+	struct round rd;
+	uint64_t trim_at;
+
+	round_begin(e, &rd);
+	m->nbusy = 0;
+	m->nheap = 0;
+	m->round_groups = 0;
+	for (uint32_t i = 0; i < e->nreg; i++)
+		scan_ring(e, &rd, e->reg[i]);
+	round_merge(e, &rd);
+	round_flush_ticket(e, &rd);
+	round_recycle(e, &rd);
+
+	/* Step 6: make ready what threads will ask for. */
+	jitring_pool_maintain(e, rd.T);
+	if (!rd.stopping) {
+		provide_growth(e, rd.T);
+		jitring_trampolines_maintain(e->jr);
+	}
+	jitring_idmap_ahead(e);
+	trim_at = rd.stopping ? UINT64_MAX : trim_idle(e, rd.T);
+
+	if (rd.stopping || e->failed)
+		wake_space_waiters(e);
+	if (rd.stopping && !rd.any_busy && rd.attached) {
+		jitring_flusher_write_close(e);
+		complete_flush(e, atomic_load_explicit(&e->flush_req,
+						       memory_order_acquire));
+		out->done = true;
+		return;
+	}
+	round_plan_sleep(e, &rd, trim_at, out);
 }
 
 /*
@@ -1196,13 +878,6 @@ static void flusher_sleep(struct jr_rings *e, const struct round_out *o)
 		jr_futex_wait(&jr->sleep, o->mode, o->timeout ? &rel : NULL);
 	}
 	atomic_store_explicit(&jr->sleep, JR_AWAKE, memory_order_relaxed);
-}
-
-int jitring_flusher_prefill(struct jr_rings *e)
-{
-	pool_maintain(e, jitring_clock_ns());
-	idmap_ahead(e);
-	return ck_ring_size(&e->pool) ? 0 : -ENOMEM;
 }
 
 void *jitring_flusher_main(void *arg)

@@ -8,7 +8,7 @@
  * the engine state (jr->eng) and the file state, freed at close once no
  * call can reach them:
  *  - calls on the write hot path reach engine memory only through their
- *    thread's ring, protected by the ring's BUSY bit (see rings.c);
+ *    thread's ring, protected by the ring's BUSY bit (see ring.c);
  *  - every other call brackets its use with jitring_enter()/jitring_exit(),
  *    and close waits for jr->users to drain after setting CLOSING.
  * The fields the hot path reads are on the first cache line and change only
@@ -111,7 +111,7 @@ struct jitring {
 	jitring_log_fn log;
 	void *log_arg;
 
-	/* Line 1: the rings flusher's sleep word (see rings.c). */
+	/* Line 1: the rings flusher's sleep word (see flusher.c). */
 	alignas(JITRING_CACHELINE) _Atomic uint32_t sleep;
 	/* Rings: grow requests raised so far (ask_grow(); rare).  In the
 	 * handle, not the engine: a producer may raise one after close
@@ -140,20 +140,7 @@ struct jitring {
 	struct jitring *next;     /* every handle ever made (tombstones) */
 };
 
-struct jitring_group;
 struct iovec;
-
-/* Engine entry points (engine_mutex.c, rings.c). */
-int jitring_mutex_start(struct jitring *jr);
-int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g);
-int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
-		       const void *new_addr, const void *old_addr,
-		       uint64_t code_size);
-int jitring_mutex_flush(struct jitring *jr);
-int jitring_mutex_stop(struct jitring *jr);
-void jitring_mutex_fork_prepare(struct jitring *jr);
-void jitring_mutex_fork_parent(struct jitring *jr);
-void jitring_mutex_fork_child(struct jitring *jr);
 
 /**
  * jitring_enter() - Start a cold-path call that uses engine state.

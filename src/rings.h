@@ -2,9 +2,14 @@
 /*
  * The rings engine: per-thread single-producer/single-consumer rings of
  * encoded jitdump groups, drained in timestamp order by one background
- * flusher thread per writer.  rings.c is the producer side (the JIT
- * threads) and the lifecycle; flusher.c is the consumer side and the ring
- * pool.  docs/design.md argues the ordering protocol in full.
+ * flusher thread per writer.  This header holds the engine's shared data
+ * structures and its entry points.  The files:
+ *   ring.c     the write path, on the JIT thread (producer);
+ *   thread.c   a thread's rings: attach, detach, growth;
+ *   flusher.c  the flusher thread: the merge, flushes, sleep (consumer);
+ *   pool.c     ready rings, the registry, the budget, the code_index map;
+ *   rings.c    start, stop, flush requests, fork.
+ * docs/design.md argues the ordering protocol in full.
  */
 #ifndef JITRING_SRC_RINGS_H
 #define JITRING_SRC_RINGS_H
@@ -12,9 +17,11 @@
 #include <ck_ring.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <string.h>
 #include <sys/uio.h>
 
 #include "internal.h"
+#include "jitring/jitdump.h"
 
 struct jitring_group;
 
@@ -163,7 +170,10 @@ struct jr_rings {
 	struct jr_merge *m;
 };
 
-/* rings.c: the producer side and lifecycle, called from writer.c. */
+/*
+ * The engine's entry points, for writer.c: the write path (ring.c), thread
+ * detach (thread.c), and its life (rings.c).
+ */
 int jitring_rings_start(struct jitring *jr);
 int64_t jitring_rings_write(struct jitring *jr, const struct jitring_group *g);
 int jitring_rings_move(struct jitring *jr, uint64_t code_index,
@@ -176,26 +186,26 @@ void jitring_rings_kick(struct jitring *jr);
 void jitring_rings_fork_prepare(struct jitring *jr);
 void jitring_rings_fork_parent(struct jitring *jr);
 void jitring_rings_fork_child(struct jitring *jr);
+/* A fork child's first call: start its engine.  Inside jitring_enter().
+ * Return: the writer's state after the attempt. */
+int jitring_rings_restart(struct jitring *jr);
 
-/* flusher.c */
-void *jitring_flusher_main(void *arg);
-int jitring_flusher_init(struct jr_rings *e);
-void jitring_flusher_fini(struct jr_rings *e);
-/* Fill the ring pool to its low-water mark (before the flusher runs). */
-int jitring_flusher_prefill(struct jr_rings *e);
-/* Free every ring (after the flusher stopped, or in a fork child). */
-void jitring_flusher_release_rings(struct jr_rings *e, bool child);
-void jitring_ring_free(struct jr_ring *r);
-/* A new ring within the budget, not yet registered (any thread). */
-struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
-				   uint64_t lb);
-/* How large a thread's ring may grow now (any thread). */
-uint32_t jitring_ring_target(struct jr_rings *e);
-/* The idmap chunk for @id, allocated if missing (NULL if out of memory). */
-_Atomic uint64_t *jitring_idmap_chunk(struct jr_rings *e, uint64_t id);
-void jitring_idmap_free(struct jr_rings *e);
-/* Append a CLOSE record if JITRING_F_WRITE_CLOSE asks for one. */
-void jitring_flusher_write_close(struct jr_rings *e);
+/* The bytes (@len) and records of the group at @p (ends at its LOAD or
+ * MOVE; a jumbo's heap buffer or ring bytes). */
+static inline void jitring_group_size(const uint8_t *p, uint32_t *len,
+				      uint32_t *records)
+{
+	struct jitdump_prefix pre;
+	uint32_t off = 0, n = 0;
+
+	do {
+		memcpy(&pre, p + off, sizeof(pre));
+		off += pre.total_size;
+		n++;
+	} while (pre.id != JIT_CODE_LOAD && pre.id != JIT_CODE_MOVE);
+	*len = off;
+	*records = n;
+}
 
 /* The flusher's sleep word, jr->sleep. */
 enum jr_sleep {

@@ -1,0 +1,23 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Rings engine: the flusher thread (flusher.c), which merges every ring
+ * into the file in timestamp order and keeps what threads need ready.
+ */
+#ifndef JITRING_SRC_FLUSHER_H
+#define JITRING_SRC_FLUSHER_H
+
+#include <stdint.h>
+
+#include "rings.h"
+
+/* The merge state (heap, batch); freed by jitring_flusher_fini(). */
+int jitring_flusher_init(struct jr_rings *e);
+void jitring_flusher_fini(struct jr_rings *e);
+/* Size the merge's per-ring arrays for @cap rings; 0 frees them. */
+int jitring_flusher_fit(struct jr_rings *e, uint32_t cap);
+/* The thread: rounds until close's last one (pthread start routine). */
+void *jitring_flusher_main(void *arg);
+/* Append a CLOSE record if JITRING_F_WRITE_CLOSE asks for one. */
+void jitring_flusher_write_close(struct jr_rings *e);
+
+#endif /* JITRING_SRC_FLUSHER_H */

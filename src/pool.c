@@ -1,0 +1,436 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Rings engine: the ring pool, the registry of every ring, the memory
+ * budget and the code_index map.  Everything here but jitring_ring_alloc(),
+ * jitring_ring_target() and jitring_idmap_chunk() runs on the flusher (or
+ * on a thread that holds the engine exclusively: start, close, the fork
+ * child), so the registry and the pool's bookkeeping need no lock.
+ *
+ * Ownership of a ring (struct jr_ring.own, see rings.h):
+ *   POOLED   in the pool, the flusher's; a registering thread dequeues it
+ *            (ck_ring SPMC: the flusher enqueues, threads dequeue) and
+ *            stores ACTIVE (release) before its first write;
+ *   ACTIVE   a thread's; it lets go with a CAS to DETACHED (thread.c), and
+ *            the flusher recycles the ring once drained;
+ *   ORPHAN   close won the CAS instead: close owns the buffer (unmaps it
+ *            here, reading buf and size before the CAS and nothing after
+ *            it), the thread owns the control block (frees it later);
+ *   NEXT     a larger successor the flusher made for a ring whose owner
+ *            asked to grow, registered before the owner can see it.
+ * Every ring the engine made is in the registry from the round it becomes
+ * reachable to the flusher (threads' own rings arrive on the attach stack,
+ * taken in one exchange after fence (F), see flusher.c) until it is freed.
+ *
+ * Budget: ring_bytes counts every buffer, grow_bytes what is above
+ * ring_min per ring; both are reserved with an RMW before a buffer is made
+ * and given back when it is freed, so mem_budget is never exceeded, even
+ * by threads making rings at once.
+ *
+ * The idmap: one bit per handed-out code_index, so jitring_move() can tell
+ * an index this writer never issued.  Chunks of 4M ids are installed with
+ * a CAS (release) and read with acquire; each 64-id block is one word,
+ * written only by the thread that holds the block.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "clock.h"
+#include "flusher.h"
+#include "futex.h"
+#include "pool.h"
+#include "rings.h"
+#include "testpoint.h"
+
+void jitring_ring_free(struct jr_ring *r)
+{
+	if (r->buf)
+		munmap(r->buf, r->size);
+	free(r);
+}
+
+static int reg_reserve(struct jr_rings *e, uint32_t n)
+{
+	if (n > e->reg_cap) {
+		uint32_t cap = e->reg_cap ? e->reg_cap * 2 : 64;
+		struct jr_ring **reg;
+
+		while (cap < n)
+			cap *= 2;
+		reg = realloc(e->reg, sizeof(*reg) * cap);
+		if (!reg)
+			return -ENOMEM;
+		e->reg = reg;
+		e->reg_cap = cap;
+	}
+	/* The merge keeps per-ring arrays as large as the registry. */
+	return jitring_flusher_fit(e, e->reg_cap);
+}
+
+/* Give back what ring_reserve() took for a ring of @size. */
+static void ring_unaccount(struct jr_rings *e, uint32_t size)
+{
+	atomic_fetch_sub_explicit(&e->ring_bytes, size, memory_order_relaxed);
+	atomic_fetch_sub_explicit(&e->grow_bytes, size - e->jr->ring_min,
+				  memory_order_relaxed);
+}
+
+void jitring_pool_remove(struct jr_rings *e, struct jr_ring *r)
+{
+	struct jr_ring *last = e->reg[--e->nreg];
+
+	e->reg[r->reg_idx] = last;
+	last->reg_idx = r->reg_idx;
+	ring_unaccount(e, r->size);
+}
+
+static int reg_add(struct jr_rings *e, struct jr_ring *r)
+{
+	if (reg_reserve(e, e->nreg + 1))
+		return -ENOMEM;
+	r->reg_idx = e->nreg;
+	e->reg[e->nreg++] = r;
+	return 0;
+}
+
+/*
+ * How large a thread's ring may grow now: the configured size, or adaptive.
+ * Every ring starts at ring_min; a thread whose ring fills trades it for
+ * one twice as large (jitring_thread_grow()), up to ring_max and up to its
+ * fair share of the growth budget -- a quarter of mem_budget (128 MiB by
+ * default) divided by the threads holding rings.  So a few busy threads
+ * end up with large rings (a saturating producer then rarely waits for the
+ * flusher), thousands keep ring_min, and growth goes to the threads that
+ * need it, not to whichever came first.  ring_reserve() enforces the
+ * growth budget exactly.
+ */
+uint32_t jitring_ring_target(struct jr_rings *e)
+{
+	struct jitring *jr = e->jr;
+	uint64_t users = atomic_load_explicit(&jr->c.threads_attached,
+					      memory_order_relaxed) + 1;
+	uint64_t share = jr->mem_budget / 4 / users;
+	uint32_t size = jr->ring_min;
+
+	while (size < jr->ring_max && (uint64_t)size * 2 <= share)
+		size *= 2;
+	return size;
+}
+
+/* Reserve @size bytes within the budget and the growth budget. */
+static bool ring_reserve(struct jr_rings *e, uint32_t size)
+{
+	struct jitring *jr = e->jr;
+	uint64_t grow = size - jr->ring_min;
+
+	if (atomic_fetch_add_explicit(&e->ring_bytes, size,
+				      memory_order_relaxed) + size >
+	    jr->mem_budget)
+		goto undo_bytes;
+	if (grow && atomic_fetch_add_explicit(&e->grow_bytes, grow,
+					      memory_order_relaxed) + grow >
+			    jr->mem_budget / 4) {
+		atomic_fetch_sub_explicit(&e->grow_bytes, grow,
+					  memory_order_relaxed);
+		goto undo_bytes;
+	}
+	return true;
+
+undo_bytes:
+	atomic_fetch_sub_explicit(&e->ring_bytes, size, memory_order_relaxed);
+	return false;
+}
+
+struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
+				   uint64_t lb)
+{
+	struct jitring *jr = e->jr;
+	struct jr_ring *r;
+
+	if (!ring_reserve(e, size))
+		return NULL;
+	r = aligned_alloc(JITRING_CACHELINE, sizeof(*r));
+	if (!r)
+		goto err_unreserve;
+	memset(r, 0, sizeof(*r));
+	r->buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (r->buf == MAP_FAILED) {
+		free(r);
+		goto err_unreserve;
+	}
+	/* Fault in the first page now, not on a JIT thread's first write. */
+	r->buf[0] = 0;
+	r->size = size;
+	r->mask = size - 1;
+	r->jr = jr;
+	r->lb = lb;
+	/* Idle from now: trimmed JR_TRIM_NS after this, not at once. */
+	r->idle_since = lb;
+	atomic_init(&r->pub, 0);
+	atomic_init(&r->head, 0);
+	atomic_init(&r->space_waiter, 0);
+	atomic_init(&r->own, JR_OWN_POOLED);
+	return r;
+
+err_unreserve:
+	ring_unaccount(e, size);
+	return NULL;
+}
+
+struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
+				uint32_t size)
+{
+	struct jr_ring *r = jitring_ring_alloc(e, size, now);
+
+	if (r && reg_add(e, r)) {
+		ring_unaccount(e, r->size);
+		jitring_ring_free(r);
+		r = NULL;
+	}
+	return r;
+}
+
+/* Hand a drained ring we own to the pool (or free it if the pool is full). */
+void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
+{
+	/* Producer fields are ours while the ring is not ACTIVE. */
+	r->tail = r->head_local;
+	r->head_cache = r->head_local;
+	r->busy_since = 0;
+	r->lb = now;
+	r->idle_since = now;
+	r->tls_next = NULL;
+	r->grow_asked = false;
+	atomic_store_explicit(&r->grow_req, 0, memory_order_relaxed);
+	/* Pairs with the acquire load of own in ring_get() (thread.c). */
+	atomic_store_explicit(&r->own, JR_OWN_POOLED, memory_order_release);
+	if (!ck_ring_enqueue_spmc(&e->pool, e->pool_buf, r)) {
+		jitring_pool_remove(e, r);
+		jitring_ring_free(r);
+	}
+}
+
+void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
+{
+	struct jitring *jr = e->jr;
+	uint32_t want = atomic_exchange_explicit(&e->pool_want, 0,
+						 memory_order_relaxed);
+	uint32_t missed = atomic_exchange_explicit(&e->pool_missed, 0,
+						   memory_order_relaxed);
+	uint32_t low = atomic_load_explicit(&e->pool_low, memory_order_relaxed);
+	uint32_t n = ck_ring_size(&e->pool), added = 0;
+	bool full = false;
+	struct jr_ring *r;
+
+	if (missed) {
+		/* Threads found the pool empty: keep more ready from now on. */
+		uint32_t nl = low * 2 > missed ? low * 2 : missed;
+
+		low = nl < e->pool_cap / 2 ? nl : e->pool_cap / 2;
+		atomic_store_explicit(&e->pool_low, low, memory_order_relaxed);
+	}
+	while (n < low) {
+		r = jitring_pool_new_ring(e, now, jr->ring_min);
+		if (!r) {
+			full = true;
+			break;
+		}
+		jitring_pool_put(e, r, now);
+		n++;
+		added++;
+	}
+	atomic_store_explicit(&e->pool_full, full && n == 0,
+			      memory_order_relaxed);
+	if (added)
+		jitring_count(&jr->c.refills_ahead, added);
+	if (added || want || missed) {
+		/* Pairs with the acquire load of pool_gen in ring_get()
+		 * (thread.c). */
+		atomic_fetch_add_explicit(&e->pool_gen, 1,
+					  memory_order_release);
+		jr_futex_wake(&e->pool_gen, INT_MAX);
+	}
+	/* Give back what a past burst left beyond four times the mark. */
+	while (n > 4 * low && ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
+		/* Pairs with the release store in jitring_pool_put(). */
+		(void)atomic_load_explicit(&r->own, memory_order_acquire);
+		jitring_pool_remove(e, r);
+		jitring_ring_free(r);
+		n--;
+	}
+}
+
+/*
+ * Register the rings threads made themselves; their idle time (for
+ * trim_idle()) starts at @now.  Return false if one could not be
+ * registered (no memory): it may hold entries older than anything we
+ * could write, so the caller writes nothing this round and completes no
+ * flush ticket.
+ */
+bool jitring_pool_attach(struct jr_rings *e, uint64_t now)
+{
+	/* Pairs with the release CAS in ring_push_attach() (thread.c). */
+	struct jr_ring *list = atomic_exchange_explicit(&e->attach, NULL,
+							memory_order_acquire);
+
+	while (list) {
+		struct jr_ring *r = list;
+
+		list = r->attach_next;
+		r->attach_next = e->attach_pending;
+		e->attach_pending = r;
+	}
+	while (e->attach_pending) {
+		struct jr_ring *r = e->attach_pending;
+
+		if (JITRING_FAULT(attach_reg, r) || reg_add(e, r))
+			return false;
+		r->idle_since = now;
+		e->attach_pending = r->attach_next;
+		r->attach_next = NULL;
+	}
+	return true;
+}
+
+/*
+ * Free the heap buffers of jumbo groups committed to @r but not written
+ * (head_local up to the published tail).  Only a fork child has any: close
+ * writes everything first.  No producer can commit meanwhile.
+ */
+static void ring_free_jumbos(struct jr_ring *r)
+{
+	uint32_t rd = r->head_local;
+	uint32_t end = JR_PUB_TAIL(atomic_load_explicit(&r->pub,
+							memory_order_relaxed));
+
+	while (rd != end) {
+		uint32_t pos = rd & r->mask, to_end = r->size - pos, len, n;
+		struct jitdump_prefix pre;
+
+		if (to_end < JR_MIN_RECORD) {
+			rd += to_end;
+			continue;
+		}
+		memcpy(&pre, r->buf + pos, sizeof(pre));
+		if (pre.id == JR_ID_PAD) {
+			rd += pre.total_size;
+		} else if (pre.id == JR_ID_JUMBO) {
+			struct jr_jumbo j;
+
+			memcpy(&j, r->buf + pos, sizeof(j));
+			free((void *)(uintptr_t)j.ptr);
+			rd += sizeof(j);
+		} else {
+			jitring_group_size(r->buf + pos, &len, &n);
+			rd += len;
+		}
+	}
+}
+
+/*
+ * Free every ring.  Called by close once the flusher has stopped (every
+ * committed entry is in the file, no thread can commit more), by a failed
+ * start, and in a fork child (@child: nothing of the parent's is written,
+ * and no thread of the parent's exists).
+ *
+ * A ring a live thread still lists (ACTIVE) is split between two owners
+ * by one CAS: close turns it ORPHAN and takes the buffer, the thread keeps
+ * the control block (it frees it when it next notices, see
+ * ring_release() in thread.c).  Close reads buf and size before the CAS and never
+ * touches the control block after it; the thread never touches the buffer
+ * once it sees the writer is not open.  If the thread's CAS to DETACHED
+ * won instead, the whole ring is ours.
+ */
+void jitring_pool_release(struct jr_rings *e, bool child)
+{
+	jitring_pool_attach(e, 0);
+	for (uint32_t i = 0; i < e->nreg; i++) {
+		struct jr_ring *r = e->reg[i];
+		uint8_t *buf = r->buf;
+		uint32_t size = r->size, own = JR_OWN_ACTIVE;
+
+		/* A fork child frees what the parent had not written. */
+		ring_free_jumbos(r);
+		/* Pairs with the acq_rel CAS to DETACHED in ring_release()
+		 * (thread.c). */
+		if (!child && atomic_compare_exchange_strong_explicit(
+				      &r->own, &own, JR_OWN_ORPHAN,
+				      memory_order_acq_rel,
+				      memory_order_acquire)) {
+			JITRING_TESTPOINT(close_orphan, r);
+			/* r is the thread's from here on: locals only. */
+			munmap(buf, size);
+			atomic_fetch_sub_explicit(&e->jr->c.threads_attached, 1,
+						  memory_order_relaxed);
+			continue;
+		}
+		jitring_ring_free(r);
+	}
+	/* Rings we could not register (only after running out of memory). */
+	while (e->attach_pending) {
+		struct jr_ring *r = e->attach_pending;
+
+		e->attach_pending = r->attach_next;
+		ring_free_jumbos(r);
+		jitring_ring_free(r);
+	}
+	free(e->reg);
+	e->reg = NULL;
+	e->nreg = e->reg_cap = 0;
+	atomic_store_explicit(&e->ring_bytes, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->grow_bytes, 0, memory_order_relaxed);
+	jitring_flusher_fit(e, 0);
+}
+
+_Atomic uint64_t *jitring_idmap_chunk(struct jr_rings *e, uint64_t id)
+{
+	_Atomic(_Atomic uint64_t *) *slot;
+	_Atomic uint64_t *chunk, *fresh = NULL;
+
+	if ((id >> JR_IDMAP_SHIFT) >= JR_IDMAP_CHUNKS)
+		return NULL;
+	slot = &e->idmap[id >> JR_IDMAP_SHIFT];
+	/* Pairs with the release CAS below. */
+	chunk = atomic_load_explicit(slot, memory_order_acquire);
+	if (likely(chunk))
+		return chunk;
+	fresh = calloc(JR_IDMAP_WORDS, sizeof(*fresh));
+	if (!fresh)
+		return NULL;
+	/* Pairs with the acquire loads of the slot (here, id_issued()). */
+	if (atomic_compare_exchange_strong_explicit(slot, &chunk, fresh,
+						    memory_order_acq_rel,
+						    memory_order_acquire))
+		return fresh;
+	free(fresh);
+	return chunk;
+}
+
+void jitring_idmap_free(struct jr_rings *e)
+{
+	for (uint32_t i = 0; i < JR_IDMAP_CHUNKS; i++) {
+		free(atomic_load_explicit(&e->idmap[i], memory_order_relaxed));
+		atomic_store_explicit(&e->idmap[i], NULL, memory_order_relaxed);
+	}
+}
+
+/* Have the chunk for the next blocks ready before a producer needs it. */
+void jitring_idmap_ahead(struct jr_rings *e)
+{
+	uint64_t next = jitring_ids_peek();
+
+	jitring_idmap_chunk(e, next);
+	if ((next & ((1u << JR_IDMAP_SHIFT) - 1)) >
+	    (3u << (JR_IDMAP_SHIFT - 2)))
+		jitring_idmap_chunk(e, next + (1u << JR_IDMAP_SHIFT));
+}
+
+int jitring_pool_prefill(struct jr_rings *e)
+{
+	jitring_pool_maintain(e, jitring_clock_ns());
+	jitring_idmap_ahead(e);
+	return ck_ring_size(&e->pool) ? 0 : -ENOMEM;
+}

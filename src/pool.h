@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Rings engine: the ring pool, the registry, the memory budget and the
+ * code_index map (pool.c).  "Flusher" means: called by the flusher thread,
+ * or by whoever holds the engine exclusively (start, close, a fork child).
+ */
+#ifndef JITRING_SRC_POOL_H
+#define JITRING_SRC_POOL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "rings.h"
+
+/* Unmap a ring's buffer and free its control block. */
+void jitring_ring_free(struct jr_ring *r);
+/* A new ring within the budget, not yet registered (any thread). */
+struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
+				   uint64_t lb);
+/* How large a thread's ring may grow now (any thread). */
+uint32_t jitring_ring_target(struct jr_rings *e);
+
+/* A new registered ring, idle since @now (flusher). */
+struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
+				      uint32_t size);
+/* Take a ring out of the registry and give its bytes back (flusher). */
+void jitring_pool_remove(struct jr_rings *e, struct jr_ring *r);
+/* Hand a drained ring to the pool, or free it if the pool is full. */
+void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now);
+/* Refill the pool to its (adaptive) mark, trim it above four times it. */
+void jitring_pool_maintain(struct jr_rings *e, uint64_t now);
+/*
+ * Register the rings threads made themselves (the attach stack).  False
+ * if one could not be registered (no memory): it may hold entries older
+ * than anything else, so the round writes nothing and completes no flush.
+ */
+bool jitring_pool_attach(struct jr_rings *e, uint64_t now);
+/* Fill the pool before the flusher runs (start, fork restart). */
+int jitring_pool_prefill(struct jr_rings *e);
+/* Free every ring: close (after the flusher stopped), a failed start, or
+ * a fork child (@child: drop what the parent had not written). */
+void jitring_pool_release(struct jr_rings *e, bool child);
+
+/* The idmap chunk for @id, allocated if missing (NULL if out of memory). */
+_Atomic uint64_t *jitring_idmap_chunk(struct jr_rings *e, uint64_t id);
+/* Have the chunk for the next blocks ready before a producer needs it. */
+void jitring_idmap_ahead(struct jr_rings *e);
+void jitring_idmap_free(struct jr_rings *e);
+
+#endif /* JITRING_SRC_POOL_H */
