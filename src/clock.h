@@ -18,9 +18,15 @@ static inline uint64_t jitring_clock_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* A CLOCK_MONOTONIC deadline @ns_from_now away, for timed waits. */
-struct timespec jitring_clock_deadline(uint64_t ns_from_now);
 /* A relative timeout of @ns for futex(2). */
-struct timespec jitring_clock_rel(uint64_t ns);
+static inline struct timespec jitring_clock_rel(uint64_t ns)
+{
+	struct timespec ts = {
+		.tv_sec = (time_t)(ns / 1000000000u),
+		.tv_nsec = (long)(ns % 1000000000u),
+	};
+
+	return ts;
+}
 
 #endif /* JITRING_SRC_CLOCK_H */

@@ -13,12 +13,8 @@
 
 #define JR_ALIGN(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
 #define JR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
-#define jr_container_of(ptr, type, member) \
-	((type *)((char *)(ptr) - offsetof(type, member)))
 
 #define JR_NOINLINE __attribute__((noinline))
-#define JR_COLD __attribute__((cold, noinline))
-#define JR_UNUSED __attribute__((unused))
 
 /* A spin-wait hint for busy loops. */
 static inline void jr_cpu_relax(void)
