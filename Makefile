@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: ci check-release all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
+.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python
 
@@ -175,8 +175,15 @@ bench-full: deps-bench build-release/build.ninja
 	$(NINJA) -C build-release
 	bash bench/run.sh full build-release
 
-format:
-	clang-format -i include/*.h include/jitring/*.h src/*.c src/*.h
+# The library's code follows .clang-format (clang-format 14); CI checks it.
+FORMAT_FILES = include/*.h include/jitring/*.h src/*.c src/*.h tools/*.c
+
+format: deps-clang
+	clang-format -i $(FORMAT_FILES)
+
+format-check: deps-clang
+	@clang-format --dry-run --Werror $(FORMAT_FILES) && \
+		echo "format: $(words $(wildcard $(FORMAT_FILES))) files follow .clang-format"
 
 clean:
 	rm -rf build build-release build-asan build-tsan build-release-check build-gil

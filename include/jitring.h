@@ -106,7 +106,8 @@ enum jitring_engine {
  *  The map is claimed like the dump (see jitring_open()): one open writer
  *  of the process has it; a later one continues it. */
 #define JITRING_F_PERF_MAP (1u << 2)
-#define JITRING_F_ALL (JITRING_F_WRITE_CLOSE | JITRING_F_DROP | JITRING_F_PERF_MAP)
+#define JITRING_F_ALL                                                          \
+	(JITRING_F_WRITE_CLOSE | JITRING_F_DROP | JITRING_F_PERF_MAP)
 
 /* Levels passed to the log hook. */
 #define JITRING_LOG_ERR 3
@@ -181,8 +182,11 @@ struct jitring_config {
 #define JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 32u
 
 /** Static initializer for C; C++ callers use jitring_config_init(). */
-#define JITRING_CONFIG_INIT { sizeof(struct jitring_config), 0, 0, 0, NULL, \
-			      0, 0, 0, NULL, NULL, 0, 0 }
+#define JITRING_CONFIG_INIT                                                    \
+	{                                                                      \
+		sizeof(struct jitring_config), 0, 0, 0, NULL, 0, 0, 0, NULL,   \
+			NULL, 0, 0                                             \
+	}
 
 /**
  * struct jitring_line - One row of a DEBUG_INFO line table.
@@ -715,7 +719,8 @@ struct jitring_trampoline_template {
  * Return: 0; -EINVAL for a NULL @t; -EOPNOTSUPP on an architecture without
  * a built-in template.
  */
-JITRING_API int jitring_trampoline_builtin(struct jitring_trampoline_template *t);
+JITRING_API int
+jitring_trampoline_builtin(struct jitring_trampoline_template *t);
 
 /**
  * jitring_trampolines_new() - Register a template with a writer.
@@ -738,9 +743,10 @@ JITRING_API int jitring_trampoline_builtin(struct jitring_trampoline_template *t
  * non-zero byte this library does not know; -ESHUTDOWN once the writer is closing; -ENOMEM; or -errno from
  * mmap(2)/mprotect(2).
  */
-JITRING_API int jitring_trampolines_new(struct jitring *jr,
-					const struct jitring_trampoline_template *t,
-					struct jitring_trampolines **out);
+JITRING_API int
+jitring_trampolines_new(struct jitring *jr,
+			const struct jitring_trampoline_template *t,
+			struct jitring_trampolines **out);
 
 /**
  * jitring_trampolines_get() - Hand out one executable copy, described.
@@ -781,10 +787,9 @@ JITRING_API int64_t jitring_trampolines_get(struct jitring_trampolines *t,
  * above JITRING_NAME_PARTS_MAX, a NULL piece with a non-zero length, or a
  * NUL byte in a piece (that copy's slot is then not reused).
  */
-JITRING_API int64_t
-jitring_trampolines_get_parts(struct jitring_trampolines *t,
-			      const struct jitring_str *parts,
-			      unsigned int nr_parts, void **addr);
+JITRING_API int64_t jitring_trampolines_get_parts(
+	struct jitring_trampolines *t, const struct jitring_str *parts,
+	unsigned int nr_parts, void **addr);
 
 /**
  * jitring_trampolines_free() - Unmap a set's arenas.

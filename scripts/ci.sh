@@ -2,12 +2,14 @@
 # SPDX-License-Identifier: MIT
 # CI's job (`make ci`, run by .ci/run): every test (`make test`), the same
 # tests under ASan+UBSan and under TSan (clang, -Werror), and the release
-# build (gcc, no test hooks, -Werror).  Every part runs even if an earlier
+# build (gcc, no test hooks, -Werror), after checking the library's code
+# against .clang-format.  Every part runs even if an earlier
 # one failed; the last line sums them all: "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 rc=0
+make --no-print-directory format-check || rc=1
 for target in test test-asan test-tsan check-release; do
 	echo "=== make $target"
 	start=$(date +%s)

@@ -15,7 +15,7 @@
 #include <stdatomic.h>
 
 /* Counters only ever read as statistics. */
-#define jitring_count(p, v) \
+#define jitring_count(p, v)                                                    \
 	((void)atomic_fetch_add_explicit((p), (v), memory_order_relaxed))
 
 #endif /* JITRING_SRC_ATOMICS_H */

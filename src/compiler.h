@@ -11,7 +11,7 @@
 /* Producer and consumer indices live on separate lines of this size. */
 #define JITRING_CACHELINE 64
 
-#define JR_ALIGN(x, a) (((x) + ((a) - 1)) & ~((__typeof__(x))(a) - 1))
+#define JR_ALIGN(x, a) (((x) + ((a)-1)) & ~((__typeof__(x))(a)-1))
 #define JR_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
 #define JR_NOINLINE __attribute__((noinline))

@@ -34,9 +34,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "jitring.h"
 #include "cfi_presets.h"
 #include "eh_frame.h"
+#include "jitring.h"
 
 /* Call frame instructions (DWARF 4, 7.23). */
 #define DW_CFA_advance_loc 0x40
@@ -68,22 +68,24 @@
 /* Presets.                                                            */
 
 const unsigned char jitring_trampoline_x86_64[] = {
-	0x55,			/* push %rbp */
-	0x48, 0x89, 0xe5,	/* mov %rsp,%rbp */
-	0xff, 0xd1,		/* call *%rcx */
-	0x5d,			/* pop %rbp */
-	0xc3,			/* ret */
+	0x55,             /* push %rbp */
+	0x48, 0x89, 0xe5, /* mov %rsp,%rbp */
+	0xff, 0xd1,       /* call *%rcx */
+	0x5d,             /* pop %rbp */
+	0xc3,             /* ret */
 };
-const unsigned jitring_trampoline_x86_64_size = sizeof(jitring_trampoline_x86_64);
+const unsigned jitring_trampoline_x86_64_size =
+	sizeof(jitring_trampoline_x86_64);
 
 const unsigned char jitring_trampoline_aarch64[] = {
-	0xfd, 0x7b, 0xbf, 0xa9,	/* stp x29, x30, [sp, #-16]! */
-	0xfd, 0x03, 0x00, 0x91,	/* mov x29, sp */
-	0x60, 0x00, 0x3f, 0xd6,	/* blr x3 */
-	0xfd, 0x7b, 0xc1, 0xa8,	/* ldp x29, x30, [sp], #16 */
-	0xc0, 0x03, 0x5f, 0xd6,	/* ret */
+	0xfd, 0x7b, 0xbf, 0xa9, /* stp x29, x30, [sp, #-16]! */
+	0xfd, 0x03, 0x00, 0x91, /* mov x29, sp */
+	0x60, 0x00, 0x3f, 0xd6, /* blr x3 */
+	0xfd, 0x7b, 0xc1, 0xa8, /* ldp x29, x30, [sp], #16 */
+	0xc0, 0x03, 0x5f, 0xd6, /* ret */
 };
-const unsigned jitring_trampoline_aarch64_size = sizeof(jitring_trampoline_aarch64);
+const unsigned jitring_trampoline_aarch64_size =
+	sizeof(jitring_trampoline_aarch64);
 
 /* DWARF register numbers (x86_64 psABI, AArch64 DWARF ABI). */
 #define X86_64_RBP 6
@@ -252,8 +254,7 @@ static void put_advance(struct emit *e, uint32_t delta)
  * or a state stack make no sense.  @depth counts remembered states.
  */
 static int put_op(struct emit *e, const struct jitring_cfi *cfi,
-		  const struct jitring_cfi_op *op, bool in_cie,
-		  uint32_t *depth)
+		  const struct jitring_cfi_op *op, bool in_cie, uint32_t *depth)
 {
 	int64_t f;
 
@@ -340,8 +341,8 @@ static int encode(const struct jitring_cfi *cfi, uint64_t code_size,
 		return -EINVAL;
 
 	/* CIE. */
-	put32(&e, 0);			/* length, patched below */
-	put32(&e, 0);			/* CIE id */
+	put32(&e, 0); /* length, patched below */
+	put32(&e, 0); /* CIE id */
 	put8(&e, cfi->ra_reg <= UINT8_MAX ? 1 : 3);
 	put8(&e, 'z');
 	put8(&e, 'R');
@@ -352,7 +353,7 @@ static int encode(const struct jitring_cfi *cfi, uint64_t code_size,
 		put8(&e, (uint8_t)cfi->ra_reg);
 	else
 		put_uleb(&e, cfi->ra_reg);
-	put_uleb(&e, 1);		/* augmentation data length */
+	put_uleb(&e, 1); /* augmentation data length */
 	put8(&e, EH_FDE_ENC);
 	for (i = 0; i < cfi->nr_init; i++) {
 		if (cfi->ops[i].pc)
@@ -368,8 +369,8 @@ static int encode(const struct jitring_cfi *cfi, uint64_t code_size,
 
 	/* FDE. */
 	fde_off = e.pos;
-	put32(&e, 0);			/* length, patched below */
-	put32(&e, fde_off + 4);		/* back to the CIE from this field */
+	put32(&e, 0);           /* length, patched below */
+	put32(&e, fde_off + 4); /* back to the CIE from this field */
 	pc_begin_off = e.pos;
 	/*
 	 * The data sits at code_addr + ALIGN_8(code_size); the field is
@@ -379,8 +380,8 @@ static int encode(const struct jitring_cfi *cfi, uint64_t code_size,
 	if (reach > PC_BEGIN_REACH)
 		return -EINVAL;
 	put32(&e, (uint32_t)(0 - reach));
-	put32(&e, (uint32_t)code_size);	/* pc_range */
-	put_uleb(&e, 0);		/* augmentation data length */
+	put32(&e, (uint32_t)code_size); /* pc_range */
+	put_uleb(&e, 0);                /* augmentation data length */
 	for (; i < cfi->nr_ops; i++) {
 		const struct jitring_cfi_op *op = &cfi->ops[i];
 
@@ -472,7 +473,7 @@ static uint32_t record_end(const uint8_t *p, uint32_t off, uint32_t size)
 }
 
 int jitring_eh_frame_check(const void *eh, uint32_t size,
-			  struct jitring_eh_frame_info *info)
+			   struct jitring_eh_frame_info *info)
 {
 	const uint8_t *p = eh;
 	uint32_t cie_end, fde_off, fde_end, pos;
@@ -496,11 +497,11 @@ int jitring_eh_frame_check(const void *eh, uint32_t size,
 	if (p[9] != 'z' || p[10] != 'R' || p[11] != '\0')
 		return -EINVAL;
 	pos = 12;
-	if (!get_leb(p, &pos, cie_end, &v))	/* code alignment */
+	if (!get_leb(p, &pos, cie_end, &v)) /* code alignment */
 		return -EINVAL;
-	if (!get_leb(p, &pos, cie_end, &v))	/* data alignment */
+	if (!get_leb(p, &pos, cie_end, &v)) /* data alignment */
 		return -EINVAL;
-	if (version == 1) {			/* return-address column */
+	if (version == 1) { /* return-address column */
 		if (pos >= cie_end)
 			return -EINVAL;
 		pos++;
@@ -525,8 +526,7 @@ int jitring_eh_frame_check(const void *eh, uint32_t size,
 		return -EINVAL;
 
 	/* Nothing after the FDE but an optional zero terminator. */
-	if (fde_end != size &&
-	    (size - fde_end != 4 || rd32(p + fde_end) != 0))
+	if (fde_end != size && (size - fde_end != 4 || rd32(p + fde_end) != 0))
 		return -EINVAL;
 
 	if (info) {

@@ -42,6 +42,6 @@ struct jitring_eh_frame_info {
  * -E2BIG if @size exceeds JITRING_EH_FRAME_MAX.
  */
 int jitring_eh_frame_check(const void *eh, uint32_t size,
-			  struct jitring_eh_frame_info *info);
+			   struct jitring_eh_frame_info *info);
 
 #endif /* JITRING_SRC_EH_FRAME_H */

@@ -53,9 +53,9 @@ struct mutex_eng {
 	uint64_t flushed_off;  /* what the kernel has: a group boundary */
 	uint64_t pend_entries; /* groups in the buffer */
 	uint64_t pend_records;
-	uint64_t id_next;      /* next code_index of the current block */
-	uint64_t id_end;       /* end of the current block */
-	uint64_t *blocks;      /* starts of the blocks taken, ascending */
+	uint64_t id_next; /* next code_index of the current block */
+	uint64_t id_end;  /* end of the current block */
+	uint64_t *blocks; /* starts of the blocks taken, ascending */
 	size_t nblocks;
 	size_t blocks_cap;
 };
@@ -322,8 +322,7 @@ static bool id_issued_locked(const struct mutex_eng *m, uint64_t id)
 	if (!lo || id - m->blocks[lo - 1] >= JR_IDS_BLOCK)
 		return false;
 	/* In the current block only what was handed out so far. */
-	return m->blocks[lo - 1] + JR_IDS_BLOCK != m->id_end ||
-	       id < m->id_next;
+	return m->blocks[lo - 1] + JR_IDS_BLOCK != m->id_end || id < m->id_next;
 }
 
 int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
@@ -393,9 +392,10 @@ int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
 		if (m->map) {
 			char line[JR_PERFMAP_LINE_MAX];
 
-			fwrite(line, jitring_perfmap_line(
-					     line, l.code_addr, l.code_size,
-					     name, g->name_len - 1),
+			fwrite(line,
+			       jitring_perfmap_line(line, l.code_addr,
+						    l.code_size, name,
+						    g->name_len - 1),
 			       1, m->map);
 		}
 	}

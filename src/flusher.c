@@ -53,8 +53,8 @@
 #include <unistd.h>
 
 #include "clock.h"
-#include "futex.h"
 #include "flusher.h"
+#include "futex.h"
 #include "perfmap.h"
 #include "pool.h"
 #include "record.h"
@@ -64,7 +64,7 @@
 #define JR_IOV_MAX 1024u
 #define JR_BATCH_GROUPS 4096u
 #define JR_BATCH_BYTES (8u << 20)
-#define JR_TRIM_NS (1000u * 1000000ull)  /* idle this long: drop pages */
+#define JR_TRIM_NS (1000u * 1000000ull) /* idle this long: drop pages */
 /* Retry registering a ring after running out of memory. */
 #define JR_RETRY_NS (1000000u)
 /* A round that wrote this many groups is followed at once by another. */
@@ -90,9 +90,8 @@ struct jr_merge {
 	uint64_t round_groups;
 	struct iovec iov[JR_IOV_MAX];
 	struct jr_grp grp[JR_BATCH_GROUPS];
-	char mapbuf[64 << 10];   /* perf map lines of a batch */
+	char mapbuf[64 << 10]; /* perf map lines of a batch */
 };
-
 
 int jitring_flusher_init(struct jr_rings *e)
 {
@@ -177,7 +176,8 @@ static bool ring_peek(struct jr_ring *r)
 			jitring_group_size(r->pk_jumbo, &len, &r->pk_records);
 		} else {
 			r->pk_jumbo = NULL;
-			jitring_group_size(r->buf + pos, &r->pk_len, &r->pk_records);
+			jitring_group_size(r->buf + pos, &r->pk_len,
+					   &r->pk_records);
 		}
 		return true;
 	}
@@ -281,9 +281,8 @@ static void write_batch(struct jr_rings *e)
 	if (!m->ngrp)
 		return;
 	if (!e->failed) {
-		int ret = jitring_file_pwritev_all(jr->file.fd, m->iov,
-						   (int)m->niov, e->file_off,
-						   &done);
+		int ret = jitring_file_pwritev_all(
+			jr->file.fd, m->iov, (int)m->niov, e->file_off, &done);
 		if (ret) {
 			/* Keep whole groups only; cut a torn tail off. */
 			ok = 0;
@@ -386,9 +385,9 @@ void jitring_flusher_write_close(struct jr_rings *e)
 /* A round.                                                             */
 
 struct round_out {
-	uint32_t mode;      /* enum jr_sleep */
-	uint64_t timeout;   /* ns, 0 for none */
-	bool done;          /* stop: everything is written */
+	uint32_t mode;    /* enum jr_sleep */
+	uint64_t timeout; /* ns, 0 for none */
+	bool done;        /* stop: everything is written */
 };
 
 /*
@@ -443,8 +442,8 @@ static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t *deadline)
 static void provide_growth(struct jr_rings *e, uint64_t T)
 {
 	/* Pairs with the release increment in ask_grow() (ring.c). */
-	uint32_t asks = atomic_load_explicit(&e->jr->grow_asks,
-					     memory_order_acquire);
+	uint32_t asks =
+		atomic_load_explicit(&e->jr->grow_asks, memory_order_acquire);
 	uint32_t target = 0;
 
 	/*
@@ -521,8 +520,8 @@ static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
 		struct jr_ring *r = e->reg[i];
 		uint64_t v = JR_PUB(r->seen_tail);
 
-		uint32_t own = atomic_load_explicit(&r->own,
-						    memory_order_relaxed);
+		uint32_t own =
+			atomic_load_explicit(&r->own, memory_order_relaxed);
 
 		/* Idle threads' rings and pooled ones; a thread may take a
 		 * pooled ring at any time, which TRIM covers the same way. */
@@ -720,9 +719,8 @@ static void round_recycle(struct jr_rings *e, const struct round *rd)
 		 * (thread.c). */
 		if (atomic_load_explicit(&r->own, memory_order_acquire) ==
 			    JR_OWN_DETACHED &&
-		    JR_PUB_TAIL(atomic_load_explicit(&r->pub,
-						     memory_order_acquire)) ==
-			    r->head_local)
+		    JR_PUB_TAIL(atomic_load_explicit(
+			    &r->pub, memory_order_acquire)) == r->head_local)
 			m->busy[m->nbusy++] = r;
 	}
 	for (uint32_t i = 0; i < m->nbusy; i++) {
@@ -771,7 +769,8 @@ static void round_plan_sleep(struct jr_rings *e, const struct round *rd,
 			out->timeout = 1;
 		else
 			out->timeout = rd->deadline == UINT64_MAX ? 0 :
-				       rd->deadline > T ? rd->deadline - T : 1;
+				       rd->deadline > T ? rd->deadline - T :
+							  1;
 	} else if (m->round_groups >= JR_BUSY_ROUND_GROUPS) {
 		/* Data is streaming in: go straight on, this is work. */
 		out->mode = JR_AWAKE;
@@ -785,8 +784,9 @@ static void round_plan_sleep(struct jr_rings *e, const struct round *rd,
 		out->timeout = to;
 	} else {
 		out->mode = JR_DEEP;
-		out->timeout = trim_at == UINT64_MAX ? 0 :
-			       (trim_at > T ? trim_at - T : 1);
+		out->timeout = trim_at == UINT64_MAX ?
+				       0 :
+				       (trim_at > T ? trim_at - T : 1);
 	}
 }
 
@@ -835,8 +835,8 @@ static void round_run(struct jr_rings *e, struct round_out *out)
  */
 static bool news(struct jr_rings *e, uint32_t mode)
 {
-	uint64_t req = atomic_load_explicit(&e->flush_req,
-					    memory_order_seq_cst);
+	uint64_t req =
+		atomic_load_explicit(&e->flush_req, memory_order_seq_cst);
 
 	if ((!e->stop_seen &&
 	     atomic_load_explicit(&e->stop, memory_order_seq_cst)) ||
@@ -848,8 +848,8 @@ static bool news(struct jr_rings *e, uint32_t mode)
 		return true;
 	for (uint32_t i = 0; i < e->nreg; i++) {
 		struct jr_ring *r = e->reg[i];
-		uint64_t v = atomic_load_explicit(&r->pub,
-						  memory_order_seq_cst);
+		uint64_t v =
+			atomic_load_explicit(&r->pub, memory_order_seq_cst);
 		uint32_t tail = JR_PUB_TAIL(v);
 
 		if (mode == JR_DEEP && tail != r->seen_tail)

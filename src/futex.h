@@ -17,14 +17,14 @@
 static inline void jr_futex_wait(_Atomic uint32_t *addr, uint32_t val,
 				 const struct timespec *rel)
 {
-	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, rel,
-		NULL, 0);
+	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAIT_PRIVATE, val, rel, NULL,
+		0);
 }
 
 static inline void jr_futex_wake(_Atomic uint32_t *addr, int n)
 {
-	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL,
-		NULL, 0);
+	syscall(SYS_futex, (uint32_t *)addr, FUTEX_WAKE_PRIVATE, n, NULL, NULL,
+		0);
 }
 
 #endif /* JITRING_SRC_FUTEX_H */

@@ -33,8 +33,8 @@
 /* jr->state.  Anything but JR_OPEN sends a call to its slow path. */
 enum jr_state {
 	JR_OPEN = 0,
-	JR_FAILED = 1,   /* the file failed; writes get jr->io_error */
-	JR_FORKED = 2,   /* child after fork: engine restarts on first use */
+	JR_FAILED = 1, /* the file failed; writes get jr->io_error */
+	JR_FORKED = 2, /* child after fork: engine restarts on first use */
 	JR_CLOSING = 3,
 	JR_CLOSED = 4,
 };
@@ -75,7 +75,7 @@ struct jr_ident {
 	ino_t ino;
 	dev_t dir_dev;
 	ino_t dir_ino;
-	uint32_t pid;       /* the pid in its name */
+	uint32_t pid; /* the pid in its name */
 };
 
 /*
@@ -86,11 +86,11 @@ struct jr_ident {
 struct jr_file {
 	int fd;
 	uint32_t pid;
-	uint64_t start;     /* first byte the engine writes: the header's end,
+	uint64_t start; /* first byte the engine writes: the header's end,
 			     * or the end of a dump a closed writer left */
-	void *marker;       /* page 0 mapped PROT_READ|PROT_EXEC */
+	void *marker;   /* page 0 mapped PROT_READ|PROT_EXEC */
 	size_t marker_len;
-	char *path;         /* <dir>/jit-<pid>.dump, for messages */
+	char *path; /* <dir>/jit-<pid>.dump, for messages */
 	char *dir;
 	struct jr_ident id;
 };
@@ -98,12 +98,12 @@ struct jr_file {
 struct jitring {
 	/* Line 0: read by every call; written at close and fork only. */
 	alignas(JITRING_CACHELINE) uint32_t magic;
-	_Atomic uint32_t state;   /* enum jr_state */
-	uint32_t engine;          /* JITRING_ENGINE_RINGS or _MUTEX */
-	uint32_t flags;           /* JITRING_F_* */
-	void *eng;                /* engine state */
-	uint32_t ring_min;        /* ring sizes: equal when configured, */
-	uint32_t ring_max;        /* else adaptive between the two */
+	_Atomic uint32_t state; /* enum jr_state */
+	uint32_t engine;        /* JITRING_ENGINE_RINGS or _MUTEX */
+	uint32_t flags;         /* JITRING_F_* */
+	void *eng;              /* engine state */
+	uint32_t ring_min;      /* ring sizes: equal when configured, */
+	uint32_t ring_max;      /* else adaptive between the two */
 	uint32_t max_delay_ms;
 	uint32_t holdback_ms;
 	uint32_t elf_mach;
@@ -120,7 +120,7 @@ struct jitring {
 
 	/* Line 2: cold-path calls inside the engine; close waits for 0. */
 	alignas(JITRING_CACHELINE) _Atomic uint32_t users;
-	_Atomic int32_t io_error;  /* first error of the file, or 0 */
+	_Atomic int32_t io_error; /* first error of the file, or 0 */
 
 	alignas(JITRING_CACHELINE) struct jr_counters c;
 
@@ -130,14 +130,14 @@ struct jitring {
 
 	/* Cold. */
 	struct jr_file file;
-	int map_fd;               /* /tmp/perf-<pid>.map while lines go to
+	int map_fd;   /* /tmp/perf-<pid>.map while lines go to
 				   * it, else -1 (the map failed, or close) */
-	int map_hold;             /* the same fd, kept like file.fd */
+	int map_hold; /* the same fd, kept like file.fd */
 	struct jr_ident map_id;
-	uint64_t map_off;         /* its size: always a line boundary */
+	uint64_t map_off; /* its size: always a line boundary */
 	char *map_path;
-	pthread_mutex_t lock;     /* close/fork vs. each other */
-	struct jitring *next;     /* every handle ever made (tombstones) */
+	pthread_mutex_t lock; /* close/fork vs. each other */
+	struct jitring *next; /* every handle ever made (tombstones) */
 };
 
 struct iovec;
@@ -187,8 +187,8 @@ bool jitring_trampolines_wanted(struct jitring *jr);
  * library does not know.
  * Return: 0; -EINVAL if @ssize < @v1; -E2BIG for a non-zero unknown byte.
  */
-int jitring_struct_in(void *dst, size_t dsize, const void *src,
-		      uint32_t ssize, size_t v1);
+int jitring_struct_in(void *dst, size_t dsize, const void *src, uint32_t ssize,
+		      size_t v1);
 
 /* Log through the caller's hook, if any. */
 void jitring_log(const struct jitring *jr, int level, const char *fmt, ...)
@@ -227,9 +227,9 @@ enum jr_kind {
  * call.
  * Return: the descriptor (O_RDWR, O_CLOEXEC, locked); -EEXIST; or -errno.
  */
-int jitring_file_claim(struct jitring *jr, enum jr_kind kind,
-		       const char *dir, const char *name, uint32_t pid,
-		       bool child, struct jitring **from);
+int jitring_file_claim(struct jitring *jr, enum jr_kind kind, const char *dir,
+		       const char *name, uint32_t pid, bool child,
+		       struct jitring **from);
 
 /**
  * jitring_file_unclaim() - Undo jitring_file_claim() after a later failure.

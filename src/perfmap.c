@@ -67,8 +67,7 @@ size_t jitring_perfmap_line_load(char *buf, const uint8_t *group, size_t len)
 			p.total_size - sizeof(l)));
 }
 
-int jitring_perfmap_open(struct jitring *jr, bool child,
-			 struct jitring **from)
+int jitring_perfmap_open(struct jitring *jr, bool child, struct jitring **from)
 {
 	char name[32], path[64];
 	off_t end = 0;

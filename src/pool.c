@@ -110,7 +110,8 @@ uint32_t jitring_ring_target(struct jr_rings *e)
 {
 	struct jitring *jr = e->jr;
 	uint64_t users = atomic_load_explicit(&jr->c.threads_attached,
-					      memory_order_relaxed) + 1;
+					      memory_order_relaxed) +
+			 1;
 	uint64_t share = jr->mem_budget / 4 / users;
 	uint32_t size = jr->ring_min;
 
@@ -126,11 +127,13 @@ static bool ring_reserve(struct jr_rings *e, uint32_t size)
 	uint64_t grow = size - jr->ring_min;
 
 	if (atomic_fetch_add_explicit(&e->ring_bytes, size,
-				      memory_order_relaxed) + size >
+				      memory_order_relaxed) +
+		    size >
 	    jr->mem_budget)
 		goto undo_bytes;
 	if (grow && atomic_fetch_add_explicit(&e->grow_bytes, grow,
-					      memory_order_relaxed) + grow >
+					      memory_order_relaxed) +
+				    grow >
 			    jr->mem_budget / 4) {
 		atomic_fetch_sub_explicit(&e->grow_bytes, grow,
 					  memory_order_relaxed);
@@ -181,7 +184,7 @@ err_unreserve:
 }
 
 struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
-				uint32_t size)
+				      uint32_t size)
 {
 	struct jr_ring *r = jitring_ring_alloc(e, size, now);
 
@@ -303,8 +306,8 @@ bool jitring_pool_attach(struct jr_rings *e, uint64_t now)
 static void ring_free_jumbos(struct jr_ring *r)
 {
 	uint32_t rd = r->head_local;
-	uint32_t end = JR_PUB_TAIL(atomic_load_explicit(&r->pub,
-							memory_order_relaxed));
+	uint32_t end = JR_PUB_TAIL(
+		atomic_load_explicit(&r->pub, memory_order_relaxed));
 
 	while (rd != end) {
 		uint32_t pos = rd & r->mask, to_end = r->size - pos, len, n;
@@ -356,10 +359,10 @@ void jitring_pool_release(struct jr_rings *e, bool child)
 		ring_free_jumbos(r);
 		/* Pairs with the acq_rel CAS to DETACHED in ring_release()
 		 * (thread.c). */
-		if (!child && atomic_compare_exchange_strong_explicit(
-				      &r->own, &own, JR_OWN_ORPHAN,
-				      memory_order_acq_rel,
-				      memory_order_acquire)) {
+		if (!child &&
+		    atomic_compare_exchange_strong_explicit(
+			    &r->own, &own, JR_OWN_ORPHAN, memory_order_acq_rel,
+			    memory_order_acquire)) {
 			JITRING_TESTPOINT(close_orphan, r);
 			/* r is the thread's from here on: locals only. */
 			munmap(buf, size);

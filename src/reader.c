@@ -87,7 +87,7 @@
 
 #define EH_HDR_SIZE 20
 #define EH_HDR_VERSION 1
-#define EH_HDR_PTR_ENC 0x1b /* DW_EH_PE_pcrel | DW_EH_PE_sdata4 */
+#define EH_HDR_PTR_ENC 0x1b   /* DW_EH_PE_pcrel | DW_EH_PE_sdata4 */
 #define EH_HDR_COUNT_ENC 0x03 /* DW_EH_PE_udata4 */
 #define EH_HDR_TABLE_ENC 0x3b /* DW_EH_PE_datarel | DW_EH_PE_sdata4 */
 
@@ -120,6 +120,8 @@ enum rule {
 	R_COUNT,
 };
 
+/* One rule a line: */
+/* clang-format off */
 static const struct jitring_check_rule rules[R_COUNT] = {
 	[R_HEADER_SHORT] = { "header-short",
 		"file shorter than the 40-byte header (offset 0)" },
@@ -190,10 +192,11 @@ static const struct jitring_check_rule rules[R_COUNT] = {
 		"--sorted: record timestamp below the previous one (record "
 		"offset)" },
 };
+/* clang-format on */
 
 static const char *const type_names[JITRING_RD_NR_IDS] = {
-	"CODE_LOAD", "CODE_MOVE", "CODE_DEBUG_INFO", "CODE_CLOSE",
-	"CODE_UNWINDING_INFO",
+	"CODE_LOAD",  "CODE_MOVE",           "CODE_DEBUG_INFO",
+	"CODE_CLOSE", "CODE_UNWINDING_INFO",
 };
 
 static uint32_t rd32(const unsigned char *p)
@@ -238,9 +241,8 @@ const struct jitring_check_rule *jitring_check_rules(size_t *count)
 	return rules;
 }
 
-__attribute__((format(printf, 4, 5)))
-static int fail(struct jitring_reader *r, enum rule rule, size_t off,
-		const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) static int
+fail(struct jitring_reader *r, enum rule rule, size_t off, const char *fmt, ...)
 {
 	va_list ap;
 
@@ -261,7 +263,8 @@ int jitring_reader_init(struct jitring_reader *r, const void *buf, size_t len,
 	uint64_t unknown;
 
 	if (!r || (!buf && len) ||
-	    (flags & ~(JITRING_CHECK_ALLOW_TRUNCATED | JITRING_READER_WINDOW)) ||
+	    (flags &
+	     ~(JITRING_CHECK_ALLOW_TRUNCATED | JITRING_READER_WINDOW)) ||
 	    ((flags & JITRING_READER_WINDOW) && len < JITRING_RD_HEADER_SIZE))
 		return -EINVAL;
 	memset(r, 0, sizeof(*r));
@@ -342,16 +345,18 @@ static int decode_load(struct jitring_reader *r, struct jitring_rd_record *rec)
 	rec->code_size = rd64(p + LOAD_CODE_SIZE);
 	rec->code_index = rd64(p + LOAD_CODE_INDEX);
 	if (rec->code_size == 0 || rec->code_size > size - (LOAD_NAME + 1))
-		return fail(r, R_LOAD_CODE, rec->off,
-			    "code_size %llu in a %u-byte CODE_LOAD (room for %u)",
-			    (unsigned long long)rec->code_size, size,
-			    size - (LOAD_NAME + 1));
+		return fail(
+			r, R_LOAD_CODE, rec->off,
+			"code_size %llu in a %u-byte CODE_LOAD (room for %u)",
+			(unsigned long long)rec->code_size, size,
+			size - (LOAD_NAME + 1));
 	code_start = size - rec->code_size;
 	nul = memchr(p + LOAD_NAME, 0, code_start - LOAD_NAME);
 	if (!nul)
-		return fail(r, R_LOAD_NAME, rec->off,
-			    "no NUL in the %zu name bytes before the code at record offset %zu",
-			    code_start - LOAD_NAME, code_start);
+		return fail(
+			r, R_LOAD_NAME, rec->off,
+			"no NUL in the %zu name bytes before the code at record offset %zu",
+			code_start - LOAD_NAME, code_start);
 	rec->name = (const char *)(p + LOAD_NAME);
 	rec->name_len = (size_t)(nul - (p + LOAD_NAME));
 	rec->code = p + code_start;
@@ -393,11 +398,11 @@ static int decode_debug(struct jitring_reader *r, struct jitring_rd_record *rec)
 	/* Each row takes >= 17 bytes, so this loop is bounded by @size. */
 	for (i = 0; i < rec->nr_entry; i++) {
 		if (size - pos < DEBUG_ROW_FIXED + 1)
-			return fail(r, R_DEBUG_ENTRIES, rec->off + pos,
-				    "row %llu of %llu overruns the record (%u bytes left)",
-				    (unsigned long long)i,
-				    (unsigned long long)rec->nr_entry,
-				    size - pos);
+			return fail(
+				r, R_DEBUG_ENTRIES, rec->off + pos,
+				"row %llu of %llu overruns the record (%u bytes left)",
+				(unsigned long long)i,
+				(unsigned long long)rec->nr_entry, size - pos);
 		nul = memchr(p + pos + DEBUG_ROW_FIXED, 0,
 			     size - pos - DEBUG_ROW_FIXED);
 		if (!nul)
@@ -441,10 +446,11 @@ static int decode_unwind(struct jitring_reader *r,
 			    size - UNWIND_PAYLOAD);
 	if (rec->unwinding_size <= EH_HDR_SIZE ||
 	    (rec->unwinding_size - EH_HDR_SIZE) % 4)
-		return fail(r, R_UNWIND_SIZE, rec->off,
-			    "eh_frame part %lld bytes (unwinding_size %llu), want a non-zero multiple of 4",
-			    (long long)rec->unwinding_size - EH_HDR_SIZE,
-			    (unsigned long long)rec->unwinding_size);
+		return fail(
+			r, R_UNWIND_SIZE, rec->off,
+			"eh_frame part %lld bytes (unwinding_size %llu), want a non-zero multiple of 4",
+			(long long)rec->unwinding_size - EH_HDR_SIZE,
+			(unsigned long long)rec->unwinding_size);
 	if (rec->mapped_size < rec->unwinding_size)
 		return fail(r, R_UNWIND_SIZE, rec->off,
 			    "mapped_size %llu < unwinding_size %llu",
@@ -455,19 +461,21 @@ static int decode_unwind(struct jitring_reader *r,
 	hdr = rec->unwind + eh;
 	if (hdr[0] != EH_HDR_VERSION || hdr[1] != EH_HDR_PTR_ENC ||
 	    hdr[2] != EH_HDR_COUNT_ENC || hdr[3] != EH_HDR_TABLE_ENC)
-		return fail(r, R_UNWIND_HDR, rec->off,
-			    "hdr at record offset %lld starts %02x %02x %02x %02x, want 01 1b 03 3b",
-			    (long long)(UNWIND_PAYLOAD + eh), hdr[0], hdr[1],
-			    hdr[2], hdr[3]);
+		return fail(
+			r, R_UNWIND_HDR, rec->off,
+			"hdr at record offset %lld starts %02x %02x %02x %02x, want 01 1b 03 3b",
+			(long long)(UNWIND_PAYLOAD + eh), hdr[0], hdr[1],
+			hdr[2], hdr[3]);
 	if (rd32(hdr + 8) != 1)
 		return fail(r, R_UNWIND_HDR, rec->off,
 			    "hdr fde_count %u, want 1", rd32(hdr + 8));
 	/* pc-relative to the field itself (hdr + 4); .eh_frame ends at hdr. */
 	want_ptr = -(eh + 4);
 	if (rds32(hdr + 4) != want_ptr)
-		return fail(r, R_UNWIND_HDR, rec->off,
-			    "hdr eh_frame_ptr %d, want %lld (.eh_frame right before the hdr)",
-			    rds32(hdr + 4), (long long)want_ptr);
+		return fail(
+			r, R_UNWIND_HDR, rec->off,
+			"hdr eh_frame_ptr %d, want %lld (.eh_frame right before the hdr)",
+			rds32(hdr + 4), (long long)want_ptr);
 	/* data-relative to the hdr: the FDE lies inside .eh_frame, after
 	 * the CIE that starts it. */
 	fde = rds32(hdr + 16);
@@ -485,7 +493,7 @@ static int more(struct jitring_reader *r, size_t need)
 	return JITRING_READER_MORE;
 }
 
-#define HOLE_DETAIL \
+#define HOLE_DETAIL                                                            \
 	"zero bytes followed by non-zero data (a hole loses every later record)"
 
 /*
@@ -511,8 +519,7 @@ static int zero_run(struct jitring_reader *r)
 	return 0;
 }
 
-int jitring_reader_next(struct jitring_reader *r,
-			struct jitring_rd_record *rec)
+int jitring_reader_next(struct jitring_reader *r, struct jitring_rd_record *rec)
 {
 	const unsigned char *p;
 	size_t rem;
@@ -565,8 +572,8 @@ int jitring_reader_next(struct jitring_reader *r,
 		}
 		if (id == 0 && size == 0)
 			return fail(r, R_RECORD_SIZE, here(r), HOLE_DETAIL);
-		return fail(r, R_RECORD_SIZE, here(r),
-			    "total_size %u < %u", size, JITRING_RD_PREFIX_SIZE);
+		return fail(r, R_RECORD_SIZE, here(r), "total_size %u < %u",
+			    size, JITRING_RD_PREFIX_SIZE);
 	}
 	if (id >= JITRING_RD_NR_IDS)
 		return fail(r, R_RECORD_ID, here(r), "unknown record id %u",
@@ -576,8 +583,8 @@ int jitring_reader_next(struct jitring_reader *r,
 
 		if (r->more)
 			return more(r, size);
-		snprintf(what, sizeof(what), "%s of %u bytes",
-			 type_names[id], size);
+		snprintf(what, sizeof(what), "%s of %u bytes", type_names[id],
+			 size);
 		return cut_short(r, rem, what);
 	}
 
@@ -680,22 +687,22 @@ static inline uint64_t rotl64(uint64_t x, int b)
 	return (x << b) | (x >> (64 - b));
 }
 
-#define SIPROUND(v0, v1, v2, v3)                                            \
-	do {                                                                \
-		v0 += v1;                                                   \
-		v1 = rotl64(v1, 13);                                        \
-		v1 ^= v0;                                                   \
-		v0 = rotl64(v0, 32);                                        \
-		v2 += v3;                                                   \
-		v3 = rotl64(v3, 16);                                        \
-		v3 ^= v2;                                                   \
-		v0 += v3;                                                   \
-		v3 = rotl64(v3, 21);                                        \
-		v3 ^= v0;                                                   \
-		v2 += v1;                                                   \
-		v1 = rotl64(v1, 17);                                        \
-		v1 ^= v2;                                                   \
-		v2 = rotl64(v2, 32);                                        \
+#define SIPROUND(v0, v1, v2, v3)                                               \
+	do {                                                                   \
+		v0 += v1;                                                      \
+		v1 = rotl64(v1, 13);                                           \
+		v1 ^= v0;                                                      \
+		v0 = rotl64(v0, 32);                                           \
+		v2 += v3;                                                      \
+		v3 = rotl64(v3, 16);                                           \
+		v3 ^= v2;                                                      \
+		v0 += v3;                                                      \
+		v3 = rotl64(v3, 21);                                           \
+		v3 ^= v0;                                                      \
+		v2 += v1;                                                      \
+		v1 = rotl64(v1, 17);                                           \
+		v1 ^= v2;                                                      \
+		v2 = rotl64(v2, 32);                                           \
 	} while (0)
 
 /* SipHash-1-3 of the 8-byte little-endian message @m. */
@@ -917,9 +924,9 @@ struct check_state {
 	uint64_t prev_ts;
 };
 
-__attribute__((format(printf, 4, 5)))
-static int violate(struct jitring_check_result *res, enum rule rule,
-		   size_t off, const char *fmt, ...)
+__attribute__((format(printf, 4, 5))) static int
+violate(struct jitring_check_result *res, enum rule rule, size_t off,
+	const char *fmt, ...)
 {
 	va_list ap;
 
@@ -937,19 +944,21 @@ static int orphan(struct check_state *s, const char *before)
 
 	if (!s->unwind.on || (s->debug.on && s->debug.off < s->unwind.off))
 		o = &s->debug;
-	return violate(s->res, R_GROUP_ORPHAN, o->off,
-		       "%s at offset %zu is not followed by a CODE_LOAD before %s",
-		       o == &s->debug ? "DEBUG_INFO" : "UNWINDING_INFO",
-		       o->off, before);
+	return violate(
+		s->res, R_GROUP_ORPHAN, o->off,
+		"%s at offset %zu is not followed by a CODE_LOAD before %s",
+		o == &s->debug ? "DEBUG_INFO" : "UNWINDING_INFO", o->off,
+		before);
 }
 
 static int pend(struct check_state *s, struct pending *pd,
 		const struct jitring_rd_record *rec)
 {
 	if (pd->on)
-		return violate(s->res, R_GROUP_DUPLICATE, rec->off,
-			       "second %s pending for one CODE_LOAD (first at offset %zu)",
-			       type_names[rec->id], pd->off);
+		return violate(
+			s->res, R_GROUP_DUPLICATE, rec->off,
+			"second %s pending for one CODE_LOAD (first at offset %zu)",
+			type_names[rec->id], pd->off);
 	pd->on = true;
 	pd->off = rec->off;
 	pd->code_addr = rec->code_addr;
@@ -996,8 +1005,7 @@ static size_t first_load(const struct check_state *s, uint64_t index)
 				return rec.off;
 		return SIZE_MAX;
 	}
-	if (!s->st || !s->st->regular ||
-	    jitring_stream_open(&st, s->st->fd, 0))
+	if (!s->st || !s->st->regular || jitring_stream_open(&st, s->st->fd, 0))
 		return SIZE_MAX;
 	while (jitring_stream_next(&st, &rec) == 1) {
 		if (rec.id == JITRING_RD_CODE_LOAD && rec.code_index == index) {
@@ -1022,9 +1030,10 @@ static int check_load(struct check_state *s,
 		return 0;
 	first = first_load(s, rec->code_index);
 	if (first == SIZE_MAX)
-		return violate(s->res, R_INDEX_DUPLICATE, rec->off,
-			       "code_index %llu already loaded earlier (the input cannot be read again to say where)",
-			       (unsigned long long)rec->code_index);
+		return violate(
+			s->res, R_INDEX_DUPLICATE, rec->off,
+			"code_index %llu already loaded earlier (the input cannot be read again to say where)",
+			(unsigned long long)rec->code_index);
 	return violate(s->res, R_INDEX_DUPLICATE, rec->off,
 		       "code_index %llu already loaded at offset %zu",
 		       (unsigned long long)rec->code_index, first);
@@ -1062,11 +1071,11 @@ static int check_one(struct check_state *s, const struct jitring_rd_record *rec)
 		return orphan(s, type_names[rec->id]);
 	if (rec->id == JITRING_RD_CODE_LOAD && s->debug.on &&
 	    s->debug.code_addr != rec->code_addr)
-		return violate(res, R_GROUP_MISMATCH, s->debug.off,
-			       "DEBUG_INFO code_addr 0x%llx, its CODE_LOAD at offset %zu has 0x%llx",
-			       (unsigned long long)s->debug.code_addr,
-			       rec->off,
-			       (unsigned long long)rec->code_addr);
+		return violate(
+			res, R_GROUP_MISMATCH, s->debug.off,
+			"DEBUG_INFO code_addr 0x%llx, its CODE_LOAD at offset %zu has 0x%llx",
+			(unsigned long long)s->debug.code_addr, rec->off,
+			(unsigned long long)rec->code_addr);
 
 	if (s->closed)
 		return violate(res, R_CLOSE_NOT_LAST, rec->off,
@@ -1097,9 +1106,10 @@ static int check_one(struct check_state *s, const struct jitring_rd_record *rec)
 		break;
 	case JITRING_RD_CODE_MOVE:
 		if (!idx_find(&s->indices, rec->code_index))
-			return violate(res, R_MOVE_UNKNOWN_INDEX, rec->off,
-				       "code_index %llu was never loaded before",
-				       (unsigned long long)rec->code_index);
+			return violate(
+				res, R_MOVE_UNKNOWN_INDEX, rec->off,
+				"code_index %llu was never loaded before",
+				(unsigned long long)rec->code_index);
 		ret = add_task(s, rec);
 		break;
 	case JITRING_RD_CODE_DEBUG_INFO:
@@ -1153,8 +1163,7 @@ static int check_end(struct check_state *s, const struct jitring_reader *r,
 		res->rule = r->rule;
 		res->off = r->err_off;
 		ret = 1;
-	} else if (ret == 0 && (s->unwind.on || s->debug.on) &&
-		   !r->truncated) {
+	} else if (ret == 0 && (s->unwind.on || s->debug.on) && !r->truncated) {
 		/* A torn last record may have been the group's CODE_LOAD. */
 		ret = orphan(s, "EOF");
 	}
@@ -1363,10 +1372,9 @@ static int stream_start(struct jitring_rd_stream *st)
 		if (len < 0)
 			return (int)len;
 	}
-	return jitring_reader_init(&st->r, st->buf, (size_t)len,
-				   st->flags |
-					   (st->eof ? 0 : JITRING_READER_WINDOW),
-				   &st->header);
+	return jitring_reader_init(
+		&st->r, st->buf, (size_t)len,
+		st->flags | (st->eof ? 0 : JITRING_READER_WINDOW), &st->header);
 }
 
 int jitring_stream_next(struct jitring_rd_stream *st,

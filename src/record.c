@@ -134,7 +134,7 @@ int jitring_record_plan(struct jitring_group *g, const struct jitring_entry *e)
 		if (unlikely(e->code_size > JR_UNW_CODE_MAX))
 			return -E2BIG;
 		ret = jitring_eh_frame_check(e->eh_frame, e->eh_frame_size,
-					    &g->eh);
+					     &g->eh);
 		if (unlikely(ret))
 			return ret;
 		unw = JR_UNW_FIXED + e->eh_frame_size + JR_EH_HDR_SIZE;
@@ -194,7 +194,8 @@ void jitring_record_eh_hdr(const struct jitring_group *g,
 	h->eh_frame_ptr = -(eh + 4);
 	h->fde_count = 1;
 	/* datarel: from the start of the hdr. */
-	h->initial_loc = -(int32_t)(JR_ALIGN(g->e->code_size, 8u) + (uint64_t)eh);
+	h->initial_loc =
+		-(int32_t)(JR_ALIGN(g->e->code_size, 8u) + (uint64_t)eh);
 	h->fde = -(eh - (int32_t)g->eh.fde_off);
 }
 

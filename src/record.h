@@ -11,9 +11,9 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "eh_frame.h"
 #include "jitring.h"
 #include "jitring/jitdump.h"
-#include "eh_frame.h"
 
 #define JR_UNW_FIXED ((uint32_t)sizeof(struct jitdump_code_unwinding_info))
 #define JR_EH_HDR_SIZE ((uint32_t)sizeof(struct jitdump_eh_frame_hdr))
@@ -109,14 +109,13 @@ void jitring_record_dbg_fixed(const struct jitring_group *g, uint64_t ts,
  * caller's row @i, or the closing row, which repeats the last row's line,
  * discriminator and file at code_addr + code_size.  Return: its file.
  */
-static inline const char *
-jitring_record_dbg_row(const struct jitring_group *g, uint32_t i,
-		       struct jitdump_debug_entry *de)
+static inline const char *jitring_record_dbg_row(const struct jitring_group *g,
+						 uint32_t i,
+						 struct jitdump_debug_entry *de)
 {
 	const struct jitring_entry *e = g->e;
-	const struct jitring_line *l = &e->lines[i < e->nr_lines ?
-							 i :
-							 e->nr_lines - 1];
+	const struct jitring_line *l =
+		&e->lines[i < e->nr_lines ? i : e->nr_lines - 1];
 
 	de->addr = i < e->nr_lines ?
 			   l->addr :

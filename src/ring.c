@@ -123,8 +123,8 @@ static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
 	jitring_count(&jr->c.ring_full_waits, 1);
 	jitring_rings_wake(jr, true);
 	for (unsigned spins = 0;; spins++) {
-		uint32_t s = atomic_load_explicit(&jr->state,
-						  memory_order_acquire);
+		uint32_t s =
+			atomic_load_explicit(&jr->state, memory_order_acquire);
 		uint32_t h;
 
 		if (s != JR_OPEN)
@@ -169,8 +169,7 @@ static JR_NOINLINE uint64_t id_refill(struct jitring *jr, struct jr_ring *r)
 	r->id_end = start + JR_ID_BLOCK;
 	r->id_bits = 0;
 	/* Without a map (no memory) moves of this block get -ENOENT. */
-	r->id_word = chunk ? &chunk[(start >> 6) & (JR_IDMAP_WORDS - 1)] :
-			     NULL;
+	r->id_word = chunk ? &chunk[(start >> 6) & (JR_IDMAP_WORDS - 1)] : NULL;
 	return start;
 }
 
@@ -191,10 +190,10 @@ static bool id_issued(struct jitring *jr, uint64_t id)
 	 * write stored the bit before returning.
 	 */
 	return chunk &&
-	       (atomic_load_explicit(&chunk[(id >> 6) &
-					    (JR_IDMAP_WORDS - 1)],
+	       (atomic_load_explicit(&chunk[(id >> 6) & (JR_IDMAP_WORDS - 1)],
 				     memory_order_relaxed) >>
-		(id & 63)) & 1;
+		(id & 63)) &
+		       1;
 }
 
 /*
@@ -231,9 +230,8 @@ static JR_NOINLINE int move_check(struct jitring *jr, uint64_t id)
 static JR_NOINLINE void trim_wait(struct jr_ring *r)
 {
 	/* Pairs with the release fetch_and of TRIM in the flusher. */
-	for (unsigned spins = 0; atomic_load_explicit(&r->pub,
-						      memory_order_acquire) &
-				 JR_PUB_TRIM;
+	for (unsigned spins = 0;
+	     atomic_load_explicit(&r->pub, memory_order_acquire) & JR_PUB_TRIM;
 	     spins++) {
 		if (spins < 100)
 			jr_cpu_relax();
@@ -345,8 +343,8 @@ slot_reserve(struct jitring *jr, struct jr_slot *sl)
 		if (likely(r->size - (sl->tail - r->head_cache) >= need))
 			return 0;
 		/* Pairs with the seq_cst store of head in publish_heads(). */
-		r->head_cache = atomic_load_explicit(&r->head,
-						     memory_order_acquire);
+		r->head_cache =
+			atomic_load_explicit(&r->head, memory_order_acquire);
 		if (r->size - (sl->tail - r->head_cache) >= need)
 			return 0;
 		r = jitring_thread_grow(jr, r);
@@ -366,8 +364,8 @@ slot_reserve(struct jitring *jr, struct jr_slot *sl)
  * Step 2: announce the write -- BUSY (A) -- then check the writer is still
  * open (B).  Closing: back out without touching the buffer.
  */
-static inline __attribute__((always_inline)) int
-slot_begin(struct jitring *jr, struct jr_slot *sl)
+static inline __attribute__((always_inline)) int slot_begin(struct jitring *jr,
+							    struct jr_slot *sl)
 {
 	struct jr_ring *r = sl->r;
 	uint64_t old;
@@ -391,8 +389,8 @@ slot_begin(struct jitring *jr, struct jr_slot *sl)
  * Return: the code_index (0 for a move).
  */
 static inline __attribute__((always_inline)) uint64_t
-slot_fill(struct jitring *jr, struct jr_slot *sl,
-	  const struct jitring_group *g, const struct jr_move_args *mv)
+slot_fill(struct jitring *jr, struct jr_slot *sl, const struct jitring_group *g,
+	  const struct jr_move_args *mv)
 {
 	struct jr_ring *r = sl->r;
 	uint64_t ts = jitring_clock_ns(), code_index = 0;
@@ -428,8 +426,8 @@ slot_fill(struct jitring *jr, struct jr_slot *sl,
 			atomic_store_explicit(r->id_word, r->id_bits,
 					      memory_order_relaxed);
 		}
-		jitring_record_encode(g, likely(!sl->jumbo) ? sl->dst :
-							       sl->jumbo,
+		jitring_record_encode(g,
+				      likely(!sl->jumbo) ? sl->dst : sl->jumbo,
 				      ts, r->pid, r->tid, code_index);
 	} else {
 		jitring_record_encode_move(sl->jumbo ? sl->jumbo : sl->dst, ts,

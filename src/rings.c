@@ -160,8 +160,9 @@ int jitring_rings_restart(struct jitring *jr)
 		e->pid = jr->file.pid;
 		ret = jitring_flusher_init(e);
 		if (!ret)
-			ret = JITRING_FAULT(fork_restart, jr) ? -ENOMEM :
-			      jitring_pool_prefill(e);
+			ret = JITRING_FAULT(fork_restart, jr) ?
+				      -ENOMEM :
+				      jitring_pool_prefill(e);
 		if (!ret)
 			ret = start_thread(e);
 	}
@@ -171,8 +172,8 @@ int jitring_rings_restart(struct jitring *jr)
 			int32_t none = 0;
 
 			atomic_compare_exchange_strong_explicit(
-				&jr->io_error, &none, ret,
-				memory_order_relaxed, memory_order_relaxed);
+				&jr->io_error, &none, ret, memory_order_relaxed,
+				memory_order_relaxed);
 			jitring_log(jr, JITRING_LOG_ERR,
 				    "restart after fork: %s", strerror(-ret));
 		}

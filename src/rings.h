@@ -26,9 +26,9 @@
 struct jitring_group;
 
 /* jr_ring.pub: (tail << 32) | bits. */
-#define JR_PUB_BUSY 1u  /* the owner is between its timestamp and commit */
-#define JR_PUB_LATE 2u  /* the flusher stopped waiting for this ring */
-#define JR_PUB_TRIM 4u  /* the flusher is discarding the idle ring's pages */
+#define JR_PUB_BUSY 1u /* the owner is between its timestamp and commit */
+#define JR_PUB_LATE 2u /* the flusher stopped waiting for this ring */
+#define JR_PUB_TRIM 4u /* the flusher is discarding the idle ring's pages */
 #define JR_PUB_BITS 0xffffffffu
 #define JR_PUB_TAIL(v) ((uint32_t)((v) >> 32))
 #define JR_PUB(tail) ((uint64_t)(tail) << 32)
@@ -76,16 +76,16 @@ struct jr_ring {
 	/* Producer line: written by the owning thread on every write. */
 	alignas(JITRING_CACHELINE) _Atomic uint64_t pub;
 	_Atomic uint64_t stamp; /* timestamp of the newest write begun */
-	uint32_t tail;       /* == JR_PUB_TAIL(pub), producer's copy */
-	uint32_t head_cache; /* the last head the producer read */
-	uint64_t next_id;    /* next code_index of the reserved block */
+	uint32_t tail;          /* == JR_PUB_TAIL(pub), producer's copy */
+	uint32_t head_cache;    /* the last head the producer read */
+	uint64_t next_id;       /* next code_index of the reserved block */
 	uint64_t id_end;
 	_Atomic uint64_t *id_word; /* the block's word in the idmap */
-	uint64_t id_bits;    /* our copy of *id_word */
+	uint64_t id_bits;          /* our copy of *id_word */
 	uint32_t pid;
 	uint32_t tid;
 	struct jitring *jr;
-	struct jr_ring *tls_next; /* the owning thread's rings */
+	struct jr_ring *tls_next;    /* the owning thread's rings */
 	struct jr_ring *attach_next; /* on the attach stack / pending list */
 	uint8_t *buf;
 	uint32_t size;
@@ -131,25 +131,25 @@ struct jr_rings {
 	ck_ring_t pool;
 	ck_ring_buffer_t *pool_buf;
 	uint32_t pool_cap;
-	_Atomic uint32_t pool_low;     /* refill when below (adaptive) */
-	_Atomic uint32_t pool_gen;     /* futex: bumped after each refill */
-	_Atomic uint32_t pool_want;    /* the pool ran low: refill now */
-	_Atomic uint32_t pool_missed;  /* rings threads had to make themselves */
-	uint32_t grow_seen;            /* flusher: jr->grow_asks last served */
+	_Atomic uint32_t pool_low;    /* refill when below (adaptive) */
+	_Atomic uint32_t pool_gen;    /* futex: bumped after each refill */
+	_Atomic uint32_t pool_want;   /* the pool ran low: refill now */
+	_Atomic uint32_t pool_missed; /* rings threads had to make themselves */
+	uint32_t grow_seen;           /* flusher: jr->grow_asks last served */
 	/* Rings threads made themselves, for the flusher to register. */
 	_Atomic(struct jr_ring *) attach;
-	_Atomic uint64_t ring_bytes;   /* bytes of ring buffers allocated */
-	_Atomic uint64_t grow_bytes;   /* of which above ring_min per ring */
-	_Atomic uint32_t pool_full;    /* the budget is used up */
+	_Atomic uint64_t ring_bytes; /* bytes of ring buffers allocated */
+	_Atomic uint64_t grow_bytes; /* of which above ring_min per ring */
+	_Atomic uint32_t pool_full;  /* the budget is used up */
 
 	/* Flush tickets. */
 	_Atomic uint64_t flush_req;
 	_Atomic uint64_t flush_done;
-	_Atomic uint32_t flush_seq;    /* futex for flush waiters */
+	_Atomic uint32_t flush_seq; /* futex for flush waiters */
 
-	_Atomic uint32_t stop;         /* close asked the flusher to finish */
+	_Atomic uint32_t stop; /* close asked the flusher to finish */
 	_Atomic(_Atomic uint64_t *) idmap[JR_IDMAP_CHUNKS];
-	pthread_mutex_t fork_lock;     /* held by the flusher during a round */
+	pthread_mutex_t fork_lock; /* held by the flusher during a round */
 	/*
 	 * Read-held by a producer from making a ring until it is on the
 	 * attach stack; write-held across fork() so that no ring is in
@@ -158,15 +158,15 @@ struct jr_rings {
 	pthread_rwlock_t make_lock;
 
 	/* Flusher-private from here on. */
-	struct jr_ring **reg;          /* every ring this engine made */
+	struct jr_ring **reg; /* every ring this engine made */
 	uint32_t nreg;
 	uint32_t reg_cap;
 	struct jr_ring *attach_pending; /* taken from attach, not registered */
 	uint64_t file_off;
-	uint64_t flush_ticket;         /* ticket being worked on, or 0 */
-	uint64_t req_seen;             /* flush_req the last round loaded */
-	bool stop_seen;                /* the last round saw stop */
-	bool failed;                   /* the file failed: drop everything */
+	uint64_t flush_ticket; /* ticket being worked on, or 0 */
+	uint64_t req_seen;     /* flush_req the last round loaded */
+	bool stop_seen;        /* the last round saw stop */
+	bool failed;           /* the file failed: drop everything */
 	struct jr_merge *m;
 };
 

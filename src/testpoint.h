@@ -28,19 +28,19 @@ extern _Atomic(jitring_testpoint_fn) jitring_testpoint_hook;
 extern jitring_io_hook_fn jitring_io_hook;
 extern _Atomic(jitring_fault_fn) jitring_fault_hook;
 
-#define JITRING_TESTPOINT(name, arg)                                        \
-	do {                                                                \
-		jitring_testpoint_fn tp_ = atomic_load_explicit(            \
-			&jitring_testpoint_hook, memory_order_relaxed);     \
-		if (__builtin_expect(tp_ != NULL, 0))                       \
-			tp_(#name, (void *)(arg));                          \
+#define JITRING_TESTPOINT(name, arg)                                           \
+	do {                                                                   \
+		jitring_testpoint_fn tp_ = atomic_load_explicit(               \
+			&jitring_testpoint_hook, memory_order_relaxed);        \
+		if (__builtin_expect(tp_ != NULL, 0))                          \
+			tp_(#name, (void *)(arg));                             \
 	} while (0)
 
-#define JITRING_FAULT(name, arg)                                            \
-	({                                                                  \
-		jitring_fault_fn f_ = atomic_load_explicit(                 \
-			&jitring_fault_hook, memory_order_relaxed);         \
-		__builtin_expect(f_ != NULL, 0) && f_(#name, (void *)(arg)); \
+#define JITRING_FAULT(name, arg)                                               \
+	({                                                                     \
+		jitring_fault_fn f_ = atomic_load_explicit(                    \
+			&jitring_fault_hook, memory_order_relaxed);            \
+		__builtin_expect(f_ != NULL, 0) && f_(#name, (void *)(arg));   \
 	})
 #else
 #define JITRING_TESTPOINT(name, arg) ((void)0)

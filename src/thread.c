@@ -65,10 +65,9 @@ static void ring_release(struct jr_ring *r)
 	 * sees all we committed) and with the CAS to ORPHAN in
 	 * jitring_pool_release(): exactly one of the two wins.
 	 */
-	if (atomic_compare_exchange_strong_explicit(&r->own, &own,
-						    JR_OWN_DETACHED,
-						    memory_order_acq_rel,
-						    memory_order_acquire)) {
+	if (atomic_compare_exchange_strong_explicit(
+		    &r->own, &own, JR_OWN_DETACHED, memory_order_acq_rel,
+		    memory_order_acquire)) {
 		atomic_fetch_sub_explicit(&jr->c.threads_attached, 1,
 					  memory_order_relaxed);
 		jitring_rings_wake(jr, false);
@@ -217,14 +216,14 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
  */
 static void ring_push_attach(struct jr_rings *e, struct jr_ring *r)
 {
-	struct jr_ring *head = atomic_load_explicit(&e->attach,
-						    memory_order_relaxed);
+	struct jr_ring *head =
+		atomic_load_explicit(&e->attach, memory_order_relaxed);
 
 	do {
 		r->attach_next = head;
-	} while (!atomic_compare_exchange_weak_explicit(
-		&e->attach, &head, r, memory_order_release,
-		memory_order_relaxed));
+	} while (!atomic_compare_exchange_weak_explicit(&e->attach, &head, r,
+							memory_order_release,
+							memory_order_relaxed));
 	atomic_thread_fence(memory_order_seq_cst);
 }
 
@@ -320,8 +319,7 @@ static void ring_switch(struct jitring *jr, struct jr_ring *r,
  * inside jitring_enter() so close cannot free the rings meanwhile.
  * Return: the new ring, or NULL (no growth: wait instead).
  */
-struct jr_ring *jitring_thread_grow(struct jitring *jr,
-					     struct jr_ring *r)
+struct jr_ring *jitring_thread_grow(struct jitring *jr, struct jr_ring *r)
 {
 	struct jr_rings *e;
 	struct jr_ring *n;
@@ -337,8 +335,7 @@ struct jr_ring *jitring_thread_grow(struct jitring *jr,
 	}
 	e = jr->eng;
 	/* Pairs with the release store of next_ring in provide_growth(). */
-	n = atomic_exchange_explicit(&r->next_ring, NULL,
-				     memory_order_acquire);
+	n = atomic_exchange_explicit(&r->next_ring, NULL, memory_order_acquire);
 	if (n) {
 		ring_switch(jr, r, n);
 	} else if (r->size * 2 <= jitring_ring_target(e) &&
@@ -354,7 +351,6 @@ struct jr_ring *jitring_thread_grow(struct jitring *jr,
 		jitring_rings_wake(jr, true);
 	return n;
 }
-
 
 void jitring_thread_fork_child(struct jitring *jr)
 {

@@ -114,17 +114,17 @@ struct tr_arena {
 struct jitring_trampolines {
 	/* Immutable after jitring_trampolines_new(). */
 	alignas(JITRING_CACHELINE) struct jitring *jr;
-	uint8_t *code;          /* the template's bytes */
-	uint8_t *eh_frame;      /* built once for every copy, or NULL */
+	uint8_t *code;     /* the template's bytes */
+	uint8_t *eh_frame; /* built once for every copy, or NULL */
 	uint32_t code_size;
 	uint32_t salt_offset;
 	uint32_t eh_frame_size;
 	uint32_t slot_size;
-	uint64_t nslots;        /* per arena */
-	size_t slots_len;       /* bytes of slots per arena */
-	size_t map_len;         /* slots_len plus two guard pages */
+	uint64_t nslots;  /* per arena */
+	size_t slots_len; /* bytes of slots per arena */
+	size_t map_len;   /* slots_len plus two guard pages */
 	size_t page;
-	uint64_t serial;        /* set number, mixed into the salt */
+	uint64_t serial; /* set number, mixed into the salt */
 	/* jr->trampoline_sets: written before the push, changed only once closed. */
 	struct jitring_trampolines *next;
 
@@ -143,8 +143,8 @@ struct jitring_trampolines {
 /* Salts.                                                               */
 
 static pthread_once_t tr_once = PTHREAD_ONCE_INIT;
-static _Atomic uint64_t tr_key;     /* per process, redrawn after fork */
-static _Atomic uint64_t tr_serial;  /* sets made in this process */
+static _Atomic uint64_t tr_key;    /* per process, redrawn after fork */
+static _Atomic uint64_t tr_serial; /* sets made in this process */
 
 static void tr_rekey(void)
 {
@@ -173,7 +173,8 @@ static uint64_t salt_of(const struct jitring_trampolines *t, const void *code)
 {
 	uint64_t v = (uint64_t)(uintptr_t)code ^ (t->serial << 48);
 
-	return jr_mix64(v ^ atomic_load_explicit(&tr_key, memory_order_relaxed));
+	return jr_mix64(v ^
+			atomic_load_explicit(&tr_key, memory_order_relaxed));
 }
 
 /* ------------------------------------------------------------------ */
@@ -181,6 +182,7 @@ static uint64_t salt_of(const struct jitring_trampolines *t, const void *code)
 
 #if defined(__x86_64__)
 /* jitring_trampoline_x86_64[] then 8 bytes of salt room (int3, never run). */
+/* clang-format off */
 static const unsigned char builtin_code[] = {
 	0x55,			/* push %rbp */
 	0x48, 0x89, 0xe5,	/* mov %rsp,%rbp */
@@ -189,10 +191,12 @@ static const unsigned char builtin_code[] = {
 	0xc3,			/* ret */
 	0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc,
 };
+/* clang-format on */
 #define BUILTIN_SALT 8u
-#define ARENA_FILL 0xcc		/* int3 between copies */
+#define ARENA_FILL 0xcc /* int3 between copies */
 #elif defined(__aarch64__)
 /* jitring_trampoline_aarch64[] then 8 bytes of salt room (brk #0, never run). */
+/* clang-format off */
 static const unsigned char builtin_code[] = {
 	0xfd, 0x7b, 0xbf, 0xa9,	/* stp x29, x30, [sp, #-16]! */
 	0xfd, 0x03, 0x00, 0x91,	/* mov x29, sp */
@@ -201,8 +205,9 @@ static const unsigned char builtin_code[] = {
 	0xc0, 0x03, 0x5f, 0xd6,	/* ret */
 	0x00, 0x00, 0x20, 0xd4, 0x00, 0x00, 0x20, 0xd4,
 };
+/* clang-format on */
 #define BUILTIN_SALT 20u
-#define ARENA_FILL 0x00		/* udf #0 between copies */
+#define ARENA_FILL 0x00 /* udf #0 between copies */
 #else
 #define ARENA_FILL 0x00
 #endif
@@ -241,8 +246,8 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 	a = aligned_alloc(JITRING_CACHELINE, sizeof(*a));
 	if (!a)
 		return -ENOMEM;
-	map = mmap(NULL, t->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS,
-		   -1, 0);
+	map = mmap(NULL, t->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+		   0);
 	if (map == MAP_FAILED) {
 		ret = -errno;
 		goto err_free;
@@ -401,8 +406,8 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 	want = atomic_load_explicit(&t->want, memory_order_relaxed);
 	n = ready_take(t);
 	if (n) {
-		int32_t left = atomic_load_explicit(&t->nready,
-						    memory_order_relaxed);
+		int32_t left =
+			atomic_load_explicit(&t->nready, memory_order_relaxed);
 
 		/* The last one: nearly had to wait, keep more from now on. */
 		if (left <= 0)
@@ -449,8 +454,8 @@ bool jitring_trampolines_wanted(struct jitring *jr)
 		 * flusher from sleeping. */
 		if (!t->warned &&
 		    atomic_load_explicit(&t->nready, memory_order_seq_cst) <
-		    (int32_t)atomic_load_explicit(&t->want,
-						  memory_order_relaxed))
+			    (int32_t)atomic_load_explicit(&t->want,
+							  memory_order_relaxed))
 			return true;
 	return false;
 }
@@ -464,10 +469,11 @@ void jitring_trampolines_maintain(struct jitring *jr)
 
 	/* Pairs with the acq_rel CAS that pushes a set in
 	 * jitring_trampolines_new(). */
-	for (t = atomic_load_explicit(&jr->trampoline_sets, memory_order_acquire); t;
-	     t = t->next) {
-		uint32_t want = atomic_load_explicit(&t->want,
-						     memory_order_relaxed);
+	for (t = atomic_load_explicit(&jr->trampoline_sets,
+				      memory_order_acquire);
+	     t; t = t->next) {
+		uint32_t want =
+			atomic_load_explicit(&t->want, memory_order_relaxed);
 
 		added = 0;
 		while (atomic_load_explicit(&t->nready, memory_order_relaxed) <
@@ -516,8 +522,8 @@ static int template_check(const struct jitring_trampoline_template *ut,
 
 	if (ret)
 		return ret;
-	if (!tp->code || !tp->code_size || tp->code_size > JITRING_TRAMPOLINE_MAX ||
-	    tp->reserved)
+	if (!tp->code || !tp->code_size ||
+	    tp->code_size > JITRING_TRAMPOLINE_MAX || tp->reserved)
 		return -EINVAL;
 	if (tp->salt_offset != JITRING_TRAMPOLINE_NO_SALT &&
 	    (tp->code_size >= JR_TRAMP_SALT_SIZE ?
@@ -526,8 +532,8 @@ static int template_check(const struct jitring_trampoline_template *ut,
 		return -EINVAL;
 	*eh_size = 0;
 	if (tp->cfi) {
-		*eh_size = jitring_eh_frame_build(tp->cfi, tp->code_size, NULL,
-						  0);
+		*eh_size =
+			jitring_eh_frame_build(tp->cfi, tp->code_size, NULL, 0);
 		if (*eh_size <= 0)
 			return -EINVAL;
 	}
@@ -572,8 +578,7 @@ int jitring_trampolines_new(struct jitring *jr,
 		goto err;
 	}
 	memcpy(t->code, tp.code, tp.code_size);
-	if (eh_size && jitring_eh_frame_build(tp.cfi, tp.code_size,
-					      t->eh_frame,
+	if (eh_size && jitring_eh_frame_build(tp.cfi, tp.code_size, t->eh_frame,
 					      (size_t)eh_size) != eh_size) {
 		ret = -EINVAL;
 		goto err;
@@ -587,8 +592,8 @@ int jitring_trampolines_new(struct jitring *jr,
 	t->slots_len = JR_ALIGN(t->slots_len, t->page);
 	t->nslots = t->slots_len / slot;
 	t->map_len = t->slots_len + 2 * t->page;
-	t->serial = atomic_fetch_add_explicit(&tr_serial, 1,
-					      memory_order_relaxed);
+	t->serial =
+		atomic_fetch_add_explicit(&tr_serial, 1, memory_order_relaxed);
 	atomic_init(&t->nready, 0);
 	atomic_init(&t->want, JR_TRAMP_WANT_INIT);
 	atomic_init(&t->all, NULL);
@@ -643,7 +648,8 @@ static size_t parts_len(const struct jitring_str *parts, uint32_t n)
 	if (!parts || !n || n > JITRING_NAME_PARTS_MAX)
 		return 0;
 	for (uint32_t i = 0; i < n; i++) {
-		if (parts[i].len > JITRING_NAME_MAX || (parts[i].len && !parts[i].ptr))
+		if (parts[i].len > JITRING_NAME_MAX ||
+		    (parts[i].len && !parts[i].ptr))
 			return 0;
 		len += parts[i].len;
 	}
@@ -726,8 +732,8 @@ static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 	return idx;
 }
 
-int64_t jitring_trampolines_get(struct jitring_trampolines *t,
-				const char *name, void **addr)
+int64_t jitring_trampolines_get(struct jitring_trampolines *t, const char *name,
+				void **addr)
 {
 	if (!name) {
 		if (t)
@@ -745,7 +751,7 @@ int64_t jitring_trampolines_get_parts(struct jitring_trampolines *t,
 }
 
 void jitring_trampolines_state(const struct jitring_trampolines *t,
-			  struct jitring_trampolines_state *st)
+			       struct jitring_trampolines_state *st)
 {
 	struct jitring_trampolines *m = (struct jitring_trampolines *)t;
 	struct tr_arena *a;
@@ -771,8 +777,7 @@ int jitring_trampolines_free(struct jitring_trampolines *t)
 	jr = t->jr;
 	/* Pairs with the release store of JR_CLOSED in jitring_close(): the
 	 * flusher is gone and no set is pushed any more. */
-	if (atomic_load_explicit(&jr->state, memory_order_acquire) !=
-	    JR_CLOSED)
+	if (atomic_load_explicit(&jr->state, memory_order_acquire) != JR_CLOSED)
 		return -EBUSY;
 	/* Other frees of the same writer's sets; fork. */
 	pthread_mutex_lock(&jr->lock);

@@ -38,11 +38,12 @@
  * all of it, so no copy lies inside another's mapping.
  */
 static inline uint64_t jitring_trampoline_slot_size(uint64_t code_size,
-					       uint64_t eh_frame_size)
+						    uint64_t eh_frame_size)
 {
 	uint64_t ext = ((code_size + 7) & ~(uint64_t)7) +
-		       (eh_frame_size ? ((eh_frame_size + 20 + 15) &
-					 ~(uint64_t)15) : 0);
+		       (eh_frame_size ?
+				((eh_frame_size + 20 + 15) & ~(uint64_t)15) :
+				0);
 
 	return (ext + JR_TRAMP_SLOT_ALIGN - 1) &
 	       ~(uint64_t)(JR_TRAMP_SLOT_ALIGN - 1);
@@ -68,6 +69,6 @@ struct jitring_trampolines_state {
 
 /* Read @t's state (relaxed; exact only while no thread uses the set). */
 void jitring_trampolines_state(const struct jitring_trampolines *t,
-			  struct jitring_trampolines_state *st);
+			       struct jitring_trampolines_state *st);
 
 #endif /* JITRING_SRC_TRAMPOLINES_H */

@@ -41,9 +41,9 @@ _Static_assert(JITRING_CONFIG_SIZE_V1 ==
 		       offsetof(struct jitring_config, reserved) +
 			       sizeof(uint32_t),
 	       "struct jitring_config v1 is frozen");
-_Static_assert(JITRING_STATS_SIZE_V1 ==
-		       offsetof(struct jitring_stats, trampoline_arenas_waited) +
-			       sizeof(uint64_t),
+_Static_assert(JITRING_STATS_SIZE_V1 == offsetof(struct jitring_stats,
+						 trampoline_arenas_waited) +
+						sizeof(uint64_t),
 	       "struct jitring_stats v1 is frozen");
 _Static_assert(offsetof(struct jitring_entry, name_parts) == 64 &&
 		       sizeof(struct jitring_entry) == 72,
@@ -73,8 +73,8 @@ void jitring_config_init(struct jitring_config *cfg)
 	cfg->struct_size = sizeof(*cfg);
 }
 
-int jitring_struct_in(void *dst, size_t dsize, const void *src,
-		      uint32_t ssize, size_t v1)
+int jitring_struct_in(void *dst, size_t dsize, const void *src, uint32_t ssize,
+		      size_t v1)
 {
 	const unsigned char *tail = (const unsigned char *)src + dsize;
 
@@ -144,7 +144,8 @@ int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
 
 #ifdef JITRING_TESTPOINTS
 		if (jitring_io_hook)
-			n = jitring_io_hook(fd, cur, iovcnt, (off_t)(off + total));
+			n = jitring_io_hook(fd, cur, iovcnt,
+					    (off_t)(off + total));
 		else
 #endif
 			n = pwritev(fd, cur, iovcnt, (off_t)(off + total));
@@ -167,7 +168,8 @@ int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
 		}
 		if (iovcnt > 0 && n > 0) {
 			int k = iovcnt < (int)JR_ARRAY_SIZE(local) ?
-				iovcnt : (int)JR_ARRAY_SIZE(local);
+					iovcnt :
+					(int)JR_ARRAY_SIZE(local);
 
 			/* cur may already point into local: memmove. */
 			memmove(local, cur, sizeof(*cur) * (size_t)k);
@@ -177,9 +179,8 @@ int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
 				/* Finish the partial vector alone, then go on. */
 				uint64_t more;
 
-				ret = jitring_file_pwritev_all(fd, local, 1,
-							       off + total,
-							       &more);
+				ret = jitring_file_pwritev_all(
+					fd, local, 1, off + total, &more);
 				total += more;
 				if (ret)
 					break;
@@ -400,8 +401,8 @@ static int claim_new(struct jitring *jr, enum jr_kind kind, int dirfd,
 	if (ret)
 		jitring_log(jr, JITRING_LOG_WARNING,
 			    "cannot lock %s (%s): a process with our pid in "
-			    "another pid namespace could replace it", name,
-			    strerror(-ret));
+			    "another pid namespace could replace it",
+			    name, strerror(-ret));
 	if (!still_named(dirfd, name, fd, &st))
 		return -EEXIST;
 	id->dev = st.st_dev;
@@ -468,8 +469,7 @@ static void drop_removed(void)
 		for (int k = JR_KIND_DUMP; k <= JR_KIND_MAP; k++)
 			if (*held_fd(h, k) >= 0 && handle_closed(h) &&
 			    n < (int)JR_ARRAY_SIZE(c))
-				c[n++] = (typeof(c[0])){ h, k,
-							 *held_fd(h, k) };
+				c[n++] = (typeof(c[0])){ h, k, *held_fd(h, k) };
 	pthread_mutex_unlock(&jr_global_lock);
 	for (i = 0; i < n; i++) {
 		struct stat st;
@@ -490,9 +490,9 @@ static void drop_removed(void)
 			close(c[i].fd);
 }
 
-int jitring_file_claim(struct jitring *jr, enum jr_kind kind,
-		       const char *dir, const char *name, uint32_t pid,
-		       bool child, struct jitring **from)
+int jitring_file_claim(struct jitring *jr, enum jr_kind kind, const char *dir,
+		       const char *name, uint32_t pid, bool child,
+		       struct jitring **from)
 {
 	struct jr_ident *id = held_id(jr, kind);
 	struct stat st;
@@ -805,8 +805,8 @@ static void atfork_child(void)
 		jr->file.fd = jr->map_hold = jr->map_fd = -1;
 	}
 	for (struct jitring *jr = jr_all; jr; jr = jr->next) {
-		uint32_t s = atomic_load_explicit(&jr->state,
-						  memory_order_relaxed);
+		uint32_t s =
+			atomic_load_explicit(&jr->state, memory_order_relaxed);
 		struct jr_opening op;
 		int ret;
 
@@ -834,7 +834,8 @@ static void atfork_child(void)
 		atomic_store_explicit(&jr->state,
 				      ret ? JR_FAILED :
 				      jr->engine == JITRING_ENGINE_RINGS ?
-				      JR_FORKED : JR_OPEN,
+					    JR_FORKED :
+					    JR_OPEN,
 				      memory_order_relaxed);
 		if (ret)
 			atomic_store_explicit(&jr->io_error, ret,
@@ -889,27 +890,27 @@ static int config_load(struct jitring *jr, const struct jitring_config *ucfg)
 	if (cfg.engine > JITRING_ENGINE_MUTEX || (cfg.flags & ~JITRING_F_ALL) ||
 	    cfg.reserved)
 		return -EINVAL;
-	if (cfg.ring_size && (cfg.ring_size < JR_RING_MIN ||
-			      cfg.ring_size > JR_RING_MAX ||
-			      (cfg.ring_size & (cfg.ring_size - 1))))
+	if (cfg.ring_size &&
+	    (cfg.ring_size < JR_RING_MIN || cfg.ring_size > JR_RING_MAX ||
+	     (cfg.ring_size & (cfg.ring_size - 1))))
 		return -EINVAL;
 
 	jr->engine = cfg.engine == JITRING_ENGINE_DEFAULT ?
-		     JITRING_ENGINE_RINGS : cfg.engine;
+			     JITRING_ENGINE_RINGS :
+			     cfg.engine;
 	jr->flags = cfg.flags;
 	jr->ring_min = cfg.ring_size ? cfg.ring_size : JR_RING_ADAPT_MIN;
 	jr->ring_max = cfg.ring_size ? cfg.ring_size : JR_RING_ADAPT_MAX;
 	jr->max_delay_ms = cfg.max_delay_ms ? cfg.max_delay_ms :
-			   JR_DELAY_DEFAULT;
+					      JR_DELAY_DEFAULT;
 	jr->holdback_ms = cfg.holdback_ms ? cfg.holdback_ms :
-			  JR_HOLDBACK_DEFAULT;
+					    JR_HOLDBACK_DEFAULT;
 	jr->mem_budget = cfg.mem_budget ? cfg.mem_budget : JR_BUDGET_DEFAULT;
 	if (jr->mem_budget < jr->ring_min)
 		return -EINVAL;
 	jr->log = cfg.log;
 	jr->log_arg = cfg.log_arg;
-	jr->elf_mach = cfg.elf_mach ? cfg.elf_mach :
-		       jitring_record_host_mach();
+	jr->elf_mach = cfg.elf_mach ? cfg.elf_mach : jitring_record_host_mach();
 
 	dir = cfg.dir;
 	if (!dir || !*dir)
@@ -1167,6 +1168,6 @@ void jitring_stats(const struct jitring *jr, struct jitring_stats *st)
 	s.io_error = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 	/* What the caller's version has room for; a newer caller's extra
 	 * bytes are left alone. */
-	memcpy(st, &s, st->struct_size < sizeof(s) ? st->struct_size :
-						     sizeof(s));
+	memcpy(st, &s,
+	       st->struct_size < sizeof(s) ? st->struct_size : sizeof(s));
 }

@@ -120,7 +120,8 @@ static void put_json_str(FILE *f, const char *str, size_t n)
 	putc_unlocked('"', f);
 	while (i < n) {
 		for (l = i; l < n && s[l] >= 0x20 && s[l] < 0x7f &&
-			    s[l] != '"' && s[l] != '\\'; l++)
+			    s[l] != '"' && s[l] != '\\';
+		     l++)
 			;
 		if (l > i) {
 			/* A run of plain ASCII goes out in one piece. */
@@ -162,8 +163,8 @@ static void put_text_str(FILE *f, const char *str, size_t n)
 	size_t i = 0, l;
 
 	while (i < n) {
-		for (l = i; l < n && s[l] >= 0x20 && s[l] < 0x7f &&
-			    s[l] != '\\'; l++)
+		for (l = i;
+		     l < n && s[l] >= 0x20 && s[l] < 0x7f && s[l] != '\\'; l++)
 			;
 		if (l > i) {
 			fwrite(s + i, 1, l - i, f);
@@ -192,9 +193,11 @@ static void print_text(FILE *f, const struct jitring_rd_record *rec)
 		put_text_str(f, rec->name, rec->name_len);
 		break;
 	case JITRING_RD_CODE_MOVE:
-		fprintf(f, " index=%" PRIu64 " addr=%#" PRIx64
-			" old_addr=%#" PRIx64, rec->code_index,
-			rec->new_code_addr, rec->old_code_addr);
+		fprintf(f,
+			" index=%" PRIu64 " addr=%#" PRIx64
+			" old_addr=%#" PRIx64,
+			rec->code_index, rec->new_code_addr,
+			rec->old_code_addr);
 		break;
 	case JITRING_RD_CODE_DEBUG_INFO:
 		fprintf(f, " addr=%#" PRIx64 " entries=%" PRIu64,
@@ -212,25 +215,29 @@ static void print_text(FILE *f, const struct jitring_rd_record *rec)
 
 static void print_json(FILE *f, const struct jitring_rd_record *rec)
 {
-	fprintf(f, "{\"offset\":%zu,\"type\":\"%s\",\"id\":%" PRIu32
-		",\"ts\":%" PRIu64 ",\"size\":%" PRIu32, rec->off,
-		jitring_reader_type_name(rec->id), rec->id, rec->ts,
+	fprintf(f,
+		"{\"offset\":%zu,\"type\":\"%s\",\"id\":%" PRIu32
+		",\"ts\":%" PRIu64 ",\"size\":%" PRIu32,
+		rec->off, jitring_reader_type_name(rec->id), rec->id, rec->ts,
 		rec->size);
 	switch (rec->id) {
 	case JITRING_RD_CODE_LOAD:
-		fprintf(f, ",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32
+		fprintf(f,
+			",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32
 			",\"code_index\":%" PRIu64 ",\"addr\":%" PRIu64
 			",\"code_size\":%" PRIu64 ",\"vma\":%" PRIu64
-			",\"name\":", rec->pid, rec->tid, rec->code_index,
-			rec->code_addr, rec->code_size, rec->vma);
+			",\"name\":",
+			rec->pid, rec->tid, rec->code_index, rec->code_addr,
+			rec->code_size, rec->vma);
 		put_json_str(f, rec->name, rec->name_len);
 		break;
 	case JITRING_RD_CODE_MOVE:
-		fprintf(f, ",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32
+		fprintf(f,
+			",\"pid\":%" PRIu32 ",\"tid\":%" PRIu32
 			",\"code_index\":%" PRIu64 ",\"addr\":%" PRIu64
 			",\"old_addr\":%" PRIu64 ",\"code_size\":%" PRIu64
-			",\"vma\":%" PRIu64, rec->pid, rec->tid,
-			rec->code_index, rec->new_code_addr,
+			",\"vma\":%" PRIu64,
+			rec->pid, rec->tid, rec->code_index, rec->new_code_addr,
 			rec->old_code_addr, rec->code_size, rec->vma);
 		break;
 	case JITRING_RD_CODE_DEBUG_INFO:
@@ -238,10 +245,12 @@ static void print_json(FILE *f, const struct jitring_rd_record *rec)
 			rec->code_addr, rec->nr_entry);
 		break;
 	case JITRING_RD_CODE_UNWINDING_INFO:
-		fprintf(f, ",\"unwinding_size\":%" PRIu64
+		fprintf(f,
+			",\"unwinding_size\":%" PRIu64
 			",\"eh_frame_hdr_size\":%" PRIu64
-			",\"mapped_size\":%" PRIu64, rec->unwinding_size,
-			rec->eh_frame_hdr_size, rec->mapped_size);
+			",\"mapped_size\":%" PRIu64,
+			rec->unwinding_size, rec->eh_frame_hdr_size,
+			rec->mapped_size);
 		break;
 	default:
 		break;
@@ -256,7 +265,8 @@ static void print_violation(const char *path, bool json, const char *rule,
 		fputs("{\"file\":", stdout);
 		put_json_str(stdout, path, strlen(path));
 		printf(",\"valid\":false,\"rule\":\"%s\",\"offset\":%" PRIu64
-		       ",\"detail\":", rule, off);
+		       ",\"detail\":",
+		       rule, off);
 		put_json_str(stdout, detail, strlen(detail));
 		fputs("}\n", stdout);
 	} else {
@@ -301,8 +311,8 @@ static int dump(const char *path, struct jitring_rd_stream *st, bool json)
 		return stream_error(path, st, ret);
 	if (st->r.truncated)
 		fprintf(stderr,
-			"%s: truncated last record (%zu bytes) ignored\n",
-			path, st->r.truncated);
+			"%s: truncated last record (%zu bytes) ignored\n", path,
+			st->r.truncated);
 	return 0;
 }
 
@@ -314,8 +324,8 @@ static void summary_text(const char *path,
 	uint32_t id;
 
 	printf("%s: ok: %" PRIu64 " records, %" PRIu64 " pids, %" PRIu64
-	       " tids, span %" PRIu64, path, res->records, res->pids,
-	       res->tids, span);
+	       " tids, span %" PRIu64,
+	       path, res->records, res->pids, res->tids, span);
 	if (ticks)
 		printf(" ticks");
 	else
@@ -359,7 +369,7 @@ static void summary_json(const char *path,
 	       ",\"lines_uncovered\":%" PRIu64 "}\n",
 	       res->pids, res->tids, res->ts_min, res->ts_max, span,
 	       res->header.flags & JITRING_RD_FLAG_ARCH_TIMESTAMP ? "true" :
-								     "false",
+								    "false",
 	       res->file_size, res->zero_tail, res->truncated,
 	       res->lines_uncovered);
 }
