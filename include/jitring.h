@@ -25,23 +25,34 @@
  * success and a negative errno value on failure; errno is never the error
  * channel.  Nothing is printed; diagnostics go to the optional log hook.
  *
- * Concurrency table ("-" = may overlap freely, "X" = caller must serialise).
- * Rows and columns: open, write/move, flush, stats, thread_detach, close.
+ * Concurrency table ("-" = may overlap freely, "X" = caller must serialise,
+ * "E" = not allowed at all, see the note).  Rows and columns: open,
+ * write/move, flush, stats, thread_detach, close, trampolines_new,
+ * trampolines_get/_get_parts, trampolines_free (the last three on the same
+ * set of trampolines).
  *
- *                  open  write  flush  stats  detach  close
- *   open            -     -      -      -      -       -
- *   write/move      -     -      -      -      -       -  (1)
- *   flush           -     -      -      -      -       -  (1)
- *   stats           -     -      -      -      -       -
- *   thread_detach   -     -      -      -      -       -
- *   close           -     -(1)   -(1)   -      -       -  (2)
+ *                 open write flush stats detach close t_new t_get t_free
+ *   open           -    -     -     -     -      -     -     -     -
+ *   write/move     -    -     -     -     -     (1)    -     -     -
+ *   flush          -    -     -     -     -     (1)    -     -     -
+ *   stats          -    -     -     -     -      -     -     -     -
+ *   thread_detach  -    -     -     -     -      -     -     -     -
+ *   close          -   (1)   (1)    -     -     (2)   (1)   (1)   (3)
+ *   t_new          -    -     -     -     -     (1)    -     -     -
+ *   t_get          -    -     -     -     -     (1)    -     -     E(4)
+ *   t_free         -    -     -     -     -     (3)    -    E(4)   X
  *
  * (1) A call that overlaps jitring_close() either completes normally (and
  *     what it wrote is in the file) or returns -ESHUTDOWN and writes nothing.
  * (2) A second close of the same writer returns -EBADF.  The handle stays
  *     valid after close: every later call on it returns -ESHUTDOWN (stats
  *     still report the final counters), so a racing thread never touches
- *     freed memory.  A closed handle's ~200 bytes are kept until exit.
+ *     freed memory.  A closed handle's 640 bytes, and its dump's
+ *     descriptor and lock, are kept until exit (see jitring_open()).
+ * (3) jitring_trampolines_free() returns -EBUSY until jitring_close() has
+ *     returned.
+ * (4) free() unmaps the copies: no get() may run, or follow, on that set,
+ *     and no thread may still run code in a copy.
  *
  * Fork: the child gets its own jit-<childpid>.dump and a working writer for
  * every writer that was open in the parent; entries the parent had not yet
