@@ -519,6 +519,28 @@ JITRING_API int jitring_move(struct jitring *jr, uint64_t code_index,
 JITRING_API int jitring_flush(struct jitring *jr);
 
 /**
+ * jitring_pause() - Flush, and let the background thread exit until needed.
+ * @jr: the writer.
+ *
+ * Rings engine: waits as jitring_flush() does, then lets the flusher thread
+ * exit once a round of it leaves nothing behind, and returns only when the
+ * kernel no longer counts that thread in the process (/proc/self/stat), so
+ * a runtime that forks right after sees one thread fewer (CPython warns on
+ * fork() in a process with more than one).  The writer stays open, and the
+ * engine resumes by itself: the next call that needs the flusher (a write
+ * or move, a flush, a thread's first write, a trampoline arena, close)
+ * starts it again before it returns.  With other threads writing all the
+ * time, the flusher may find no quiet round and this waits for one.  The
+ * mutex engine has no thread: 0 at once.
+ *
+ * Context: any thread, concurrently with every call; blocks; not
+ * async-signal-safe.
+ * Return: 0; -EINVAL for a NULL @jr; -ESHUTDOWN once jitring_close() has
+ * started; or the negative errno with which the file failed.
+ */
+JITRING_API int jitring_pause(struct jitring *jr);
+
+/**
  * jitring_close() - Flush, stop and release a writer.
  * @jr: the writer.
  *

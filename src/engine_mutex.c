@@ -504,7 +504,8 @@ void jitring_mutex_fork_child(struct jitring *jr)
 {
 	struct mutex_eng *m = jr->eng;
 
-	pthread_mutex_init(&m->lock, NULL);
+	/* Taken in prepare by the forking thread, which is this one. */
+	pthread_mutex_unlock(&m->lock);
 	in_write = 0;
 	if (m->f) {
 		/* The buffer holds the parent's groups: never write them. */

@@ -50,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "clock.h"
@@ -628,6 +629,7 @@ static inline void scan_ring(struct jr_rings *e, struct round *rd,
 		r->trimmed = false;
 	}
 	r->seen_tail = tail;
+	r->seen_busy = (v & JR_PUB_BUSY) != 0;
 	if (rd->snap)
 		r->flush_target = tail;
 	if (!(v & JR_PUB_BUSY)) {
@@ -825,6 +827,15 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		return;
 	}
 	round_plan_sleep(e, &rd, trim_at, out);
+	/*
+	 * Paused (jitring_pause()): leave after a round that left nothing
+	 * behind and nobody waiting.  Pairs with the seq_cst store of
+	 * pause_req in jitring_rings_pause().
+	 */
+	if (atomic_load_explicit(&e->pause_req, memory_order_seq_cst) &&
+	    !rd.stopping && !e->flush_ticket && !rd.any_busy && rd.attached &&
+	    !m->nheap)
+		out->mode = JR_STOPPED;
 }
 
 /*
@@ -852,7 +863,14 @@ static bool news(struct jr_rings *e, uint32_t mode)
 			atomic_load_explicit(&r->pub, memory_order_seq_cst);
 		uint32_t tail = JR_PUB_TAIL(v);
 
-		if (mode == JR_DEEP && tail != r->seen_tail)
+		/*
+		 * A commit moved the tail, or a producer the round saw BUSY
+		 * backed out (close, failure) without moving it: in DEEP
+		 * mode both are news (a flush or close may be waiting for
+		 * exactly that ring to settle).
+		 */
+		if (mode == JR_DEEP && (tail != r->seen_tail ||
+					(r->seen_busy && !(v & JR_PUB_BUSY))))
 			return true;
 		if (tail - r->head_local > r->size / 4)
 			return true;
@@ -886,6 +904,8 @@ void *jitring_flusher_main(void *arg)
 	struct round_out o;
 
 	pthread_setname_np(pthread_self(), "jitring-flush");
+	/* Read by jitring_rings_pause() after it joined us. */
+	e->flusher_tid = (pid_t)syscall(SYS_gettid);
 	for (;;) {
 		pthread_mutex_lock(&e->fork_lock);
 		round_run(e, &o);
@@ -893,6 +913,21 @@ void *jitring_flusher_main(void *arg)
 		JITRING_TESTPOINT(flusher_round, e->jr);
 		if (o.done)
 			break;
+		if (o.mode == JR_STOPPED) {
+			/*
+			 * (S) for a pause: a producer that commits after this
+			 * store sees JR_STOPPED at its (D) and starts a new
+			 * flusher (after our join); one that committed before
+			 * it is seen by news() here, and we stay.
+			 */
+			atomic_store_explicit(&e->jr->sleep, JR_STOPPED,
+					      memory_order_seq_cst);
+			if (!news(e, JR_DEEP))
+				break;
+			atomic_store_explicit(&e->jr->sleep, JR_AWAKE,
+					      memory_order_relaxed);
+			continue;
+		}
 		flusher_sleep(e, &o);
 	}
 	return NULL;

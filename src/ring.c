@@ -246,8 +246,10 @@ static JR_NOINLINE int back_out(struct jitring *jr, struct jr_ring *r,
 {
 	/*
 	 * Clear BUSY (and a LATE the flusher may have set meanwhile).  Pairs
-	 * with the acquire load of pub in the flusher, which waits for BUSY
-	 * rings to settle before it finishes a close.
+	 * with the acquire load of pub in scan_ring(), which waits for BUSY
+	 * rings to settle before it finishes a close, and with the seq_cst
+	 * load of pub in news(): a Dekker pair with the flusher's (S), so
+	 * either the wake below finds it asleep or news() sees BUSY gone.
 	 */
 	atomic_fetch_and_explicit(&r->pub, ~(uint64_t)JR_PUB_BITS,
 				  memory_order_seq_cst);
@@ -376,6 +378,7 @@ static inline __attribute__((always_inline)) int slot_begin(struct jitring *jr,
 				       memory_order_seq_cst);
 	if (unlikely(old & JR_PUB_TRIM))
 		trim_wait(r);
+	JITRING_TESTPOINT(write_busy, r);
 	/* (B): pairs with the seq_cst CAS to JR_CLOSING in jitring_close(). */
 	s = atomic_load_explicit(&jr->state, memory_order_seq_cst);
 	if (unlikely(s != JR_OPEN))

@@ -13,9 +13,12 @@
  * wins or loses cleanly and a failed restart is never tried again.
  */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "clock.h"
 #include "flusher.h"
@@ -34,6 +37,11 @@
 
 void jitring_rings_wake_slow(struct jitring *jr, uint32_t s)
 {
+	if (s == JR_STOPPED) {
+		/* Paused: whoever needs the flusher starts it again. */
+		jitring_rings_resume(jr);
+		return;
+	}
 	/* Only the waker that moves the word pays for the system call. */
 	if (atomic_compare_exchange_strong_explicit(&jr->sleep, &s, JR_AWAKE,
 						    memory_order_relaxed,
@@ -54,9 +62,17 @@ int jitring_rings_flush(struct jitring *jr)
 	struct jr_rings *e = jr->eng;
 	uint64_t t;
 
-	if (!e->running)
+	/*
+	 * No flusher: paused (every write that returned before the pause is
+	 * in the file, and every later one started a flusher before it
+	 * returned) or a fork child's engine not started yet.  Pairs with
+	 * the release stores of running in start_thread() and pause.
+	 */
+	if (!atomic_load_explicit(&e->running, memory_order_acquire))
 		return 0;
-	/* Pairs with the acquire load of flush_req in the flusher's round. */
+	/* Pairs with the acquire load of flush_req in the flusher's round;
+	 * seq_cst against a flusher pausing (news()): it sees this request,
+	 * or our wake below sees JR_STOPPED and starts a flusher again. */
 	t = atomic_fetch_add_explicit(&e->flush_req, 1, memory_order_seq_cst) +
 	    1;
 	jitring_rings_wake(jr, true);
@@ -86,7 +102,8 @@ static int start_thread(struct jr_rings *e)
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (ret)
 		return -ret;
-	e->running = true;
+	/* Pairs with the acquire load of running in jitring_rings_flush(). */
+	atomic_store_explicit(&e->running, true, memory_order_release);
 	return 0;
 }
 
@@ -108,6 +125,7 @@ int jitring_rings_start(struct jitring *jr)
 	ck_ring_init(&e->pool, e->pool_cap);
 	atomic_init(&e->pool_low, JR_POOL_LOW_INIT);
 	pthread_mutex_init(&e->fork_lock, NULL);
+	pthread_mutex_init(&e->run_lock, NULL);
 	jitring_thread_make_lock_init(e);
 	/* A continued dump (see jitring_open()) goes on after its end. */
 	e->file_off = jr->file.start;
@@ -156,7 +174,8 @@ int jitring_rings_restart(struct jitring *jr)
 	pthread_mutex_lock(&e->fork_lock);
 	/* Pairs with the seq_cst CASes on state here and in close. */
 	s = atomic_load_explicit(&jr->state, memory_order_seq_cst);
-	if (s == JR_FORKED && !e->running) {
+	if (s == JR_FORKED &&
+	    !atomic_load_explicit(&e->running, memory_order_relaxed)) {
 		e->pid = jr->file.pid;
 		ret = jitring_flusher_init(e);
 		if (!ret)
@@ -195,16 +214,22 @@ int jitring_rings_restart(struct jitring *jr)
 int jitring_rings_stop(struct jitring *jr, bool forked)
 {
 	struct jr_rings *e = jr->eng;
-	if (e->running) {
-		/* Pairs with the acquire load of stop in the flusher. */
+
+	(void)forked;
+	if (atomic_load_explicit(&e->running, memory_order_relaxed)) {
+		/* Pairs with the seq_cst load of stop in round_begin(). */
 		atomic_store_explicit(&e->stop, 1, memory_order_seq_cst);
 		jitring_rings_kick(jr);
 		pthread_join(e->thread, NULL);
-		e->running = false;
-	} else if (forked) {
-		/* A child that never wrote: nothing buffered, maybe CLOSE. */
+		atomic_store_explicit(&e->running, false, memory_order_relaxed);
+	} else {
+		/*
+		 * No flusher: a fork child that never wrote, or a paused
+		 * writer (everything committed is in the file): maybe CLOSE.
+		 */
 		jitring_flusher_write_close(e);
 	}
+	pthread_mutex_destroy(&e->run_lock);
 	jitring_pool_release(e, false);
 	jitring_flusher_fini(e);
 	jitring_idmap_free(e);
@@ -212,6 +237,86 @@ int jitring_rings_stop(struct jitring *jr, bool forked)
 	free(e);
 	jr->eng = NULL;
 	return 0;
+}
+
+/* ------------------------------------------------------------------ */
+/* Pause and resume.                                                    */
+
+/*
+ * pthread_join() returns when the kernel clears the thread's tid, before
+ * it takes the thread out of the thread group's count (/proc/self/stat,
+ * which CPython reads to warn about fork() in a multithreaded process):
+ * wait, briefly and boundedly, until the thread is gone.
+ */
+static void wait_gone(pid_t tid)
+{
+	for (int i = 0; i < 20000 && tid > 0; i++) {
+		if (syscall(SYS_tgkill, getpid(), tid, 0) && errno == ESRCH)
+			return;
+		sched_yield();
+	}
+}
+
+int jitring_rings_pause(struct jitring *jr)
+{
+	struct jr_rings *e = jr->eng;
+	pid_t tid;
+	int ret;
+
+	pthread_mutex_lock(&e->run_lock);
+	if (!atomic_load_explicit(&e->running, memory_order_relaxed)) {
+		pthread_mutex_unlock(&e->run_lock);
+		return 0;
+	}
+	/* Everything written so far goes into the file first. */
+	ret = jitring_rings_flush(jr);
+	/* Pairs with the seq_cst load of pause_req in round_run(). */
+	atomic_store_explicit(&e->pause_req, 1, memory_order_seq_cst);
+	jitring_rings_kick(jr);
+	/* It exits after a round that left nothing behind (flusher.c). */
+	pthread_join(e->thread, NULL);
+	tid = e->flusher_tid;
+	atomic_store_explicit(&e->pause_req, 0, memory_order_relaxed);
+	/* Pairs with the acquire load of running in jitring_rings_flush(). */
+	atomic_store_explicit(&e->running, false, memory_order_release);
+	pthread_mutex_unlock(&e->run_lock);
+	wait_gone(tid);
+	return ret;
+}
+
+void jitring_rings_resume(struct jitring *jr)
+{
+	uint32_t s = jitring_enter(jr);
+
+	if (s == JR_OPEN) {
+		struct jr_rings *e = jr->eng;
+		int ret = 0;
+
+		/* After a pause's join: never two flushers. */
+		pthread_mutex_lock(&e->run_lock);
+		if (!atomic_load_explicit(&e->running, memory_order_relaxed)) {
+			/*
+			 * Not JR_STOPPED from here on, before the thread
+			 * exists: a pause that takes run_lock next finds a
+			 * running flusher, and its flush must not take this
+			 * path (run_lock is not recursive).
+			 */
+			atomic_store_explicit(&jr->sleep, JR_AWAKE,
+					      memory_order_relaxed);
+			ret = start_thread(e);
+			/* No thread: the next waker tries again. */
+			if (ret)
+				atomic_store_explicit(&jr->sleep, JR_STOPPED,
+						      memory_order_relaxed);
+		}
+		pthread_mutex_unlock(&e->run_lock);
+		if (ret)
+			jitring_log(jr, JITRING_LOG_ERR,
+				    "cannot restart the flusher: %s",
+				    strerror(-ret));
+	}
+	if (s < JR_CLOSING)
+		jitring_exit(jr);
 }
 
 /* ------------------------------------------------------------------ */
@@ -223,7 +328,12 @@ void jitring_rings_fork_prepare(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
 
+	/*
+	 * run_lock first: a pause holds it while it waits for the flusher,
+	 * which needs fork_lock for its rounds.
+	 */
 	if (e) {
+		pthread_mutex_lock(&e->run_lock);
 		pthread_mutex_lock(&e->fork_lock);
 		pthread_rwlock_wrlock(&e->make_lock);
 	}
@@ -236,6 +346,7 @@ void jitring_rings_fork_parent(struct jitring *jr)
 	if (e) {
 		pthread_rwlock_unlock(&e->make_lock);
 		pthread_mutex_unlock(&e->fork_lock);
+		pthread_mutex_unlock(&e->run_lock);
 	}
 }
 
@@ -246,10 +357,19 @@ void jitring_rings_fork_child(struct jitring *jr)
 	jitring_thread_fork_child(jr);
 	if (!e)
 		return;
-	pthread_mutex_init(&e->fork_lock, NULL);
+	/*
+	 * The forking thread took these in prepare and is this thread:
+	 * unlock them.  The rwlock is then also made anew: the parent's
+	 * readers that were waiting are counted in it and do not exist here
+	 * (unlocking first keeps TSan's view of this thread's locks right).
+	 */
+	pthread_rwlock_unlock(&e->make_lock);
 	jitring_thread_make_lock_init(e);
+	pthread_mutex_unlock(&e->fork_lock);
+	pthread_mutex_unlock(&e->run_lock);
 	/* No flusher in the child; everything buffered is the parent's. */
-	e->running = false;
+	atomic_store_explicit(&e->running, false, memory_order_relaxed);
+	atomic_store_explicit(&e->pause_req, 0, memory_order_relaxed);
 	jitring_pool_release(e, true);
 	jitring_flusher_fini(e);
 	/* The child's file has none of the parent's loads to move. */

@@ -116,6 +116,7 @@ struct jr_ring {
 	uint32_t head_local;   /* the head we last published */
 	bool trimmed;          /* pages discarded since the last commit */
 	bool late_marked;      /* we set LATE on it and it has not committed */
+	bool seen_busy;        /* BUSY at this round's scan */
 	bool grow_asked;       /* owner-private: grow_req already set */
 };
 
@@ -124,7 +125,15 @@ struct jr_merge; /* flusher.c */
 struct jr_rings {
 	struct jitring *jr;
 	pthread_t thread;
-	bool running;
+	/*
+	 * A flusher thread exists.  Changed under run_lock (start, pause,
+	 * resume) or fork_lock (a fork child's restart) by a thread holding
+	 * the engine; read without a lock by flush: release/acquire.
+	 */
+	_Atomic bool running;
+	pthread_mutex_t run_lock;   /* pause vs resume vs each other */
+	_Atomic uint32_t pause_req; /* jitring_pause(): exit when quiet */
+	pid_t flusher_tid;          /* set by the flusher, read after join */
 	uint32_t pid;
 
 	/* Ring pool: the flusher enqueues, registering threads dequeue. */
@@ -189,6 +198,10 @@ void jitring_rings_fork_child(struct jitring *jr);
 /* A fork child's first call: start its engine.  Inside jitring_enter().
  * Return: the writer's state after the attempt. */
 int jitring_rings_restart(struct jitring *jr);
+/* jitring_pause(): flush, then let the flusher thread exit once quiet. */
+int jitring_rings_pause(struct jitring *jr);
+/* Start the flusher again after a pause (a waker found JR_STOPPED). */
+void jitring_rings_resume(struct jitring *jr);
 
 /* The bytes (@len) and records of the group at @p (ends at its LOAD or
  * MOVE; a jumbo's heap buffer or ring bytes). */
@@ -210,8 +223,9 @@ static inline void jitring_group_size(const uint8_t *p, uint32_t *len,
 /* The flusher's sleep word, jr->sleep. */
 enum jr_sleep {
 	JR_AWAKE = 0,
-	JR_NAP = 1,  /* timed sleep: wake only on ring pressure or request */
-	JR_DEEP = 2, /* wake on any commit */
+	JR_NAP = 1,     /* timed sleep: wake only on ring pressure or request */
+	JR_DEEP = 2,    /* wake on any commit */
+	JR_STOPPED = 3, /* paused: no flusher; a waker starts one */
 };
 
 void jitring_rings_wake_slow(struct jitring *jr, uint32_t s);

@@ -810,7 +810,13 @@ static void atfork_child(void)
 		struct jr_opening op;
 		int ret;
 
-		pthread_mutex_init(&jr->lock, NULL);
+		/*
+		 * Taken in atfork_prepare() by the forking thread, which is
+		 * this one: unlock (a mutex made anew instead would still be
+		 * held in TSan's view of this thread, and others' locks
+		 * taken later would look inverted).
+		 */
+		pthread_mutex_unlock(&jr->lock);
 		atomic_store_explicit(&jr->users, 0, memory_order_relaxed);
 		if (s >= JR_CLOSING) {
 			/* A close was under way in the parent: not ours. */
@@ -841,7 +847,7 @@ static void atfork_child(void)
 			atomic_store_explicit(&jr->io_error, ret,
 					      memory_order_relaxed);
 	}
-	pthread_mutex_init(&jr_global_lock, NULL);
+	pthread_mutex_unlock(&jr_global_lock);
 }
 
 /*
@@ -1006,9 +1012,13 @@ int jitring_close(struct jitring *jr)
 		memory_order_relaxed));
 	JITRING_TESTPOINT(close_closing, jr);
 
-	/* Pairs with the release decrement in jitring_exit(). */
+	/*
+	 * seq_cst: the load half of the Dekker pair with jitring_enter()
+	 * (seq_cst fetch_add of users, then seq_cst load of state) against
+	 * our CAS above; also acquires jitring_exit()'s release decrements.
+	 */
 	for (unsigned spins = 0;
-	     atomic_load_explicit(&jr->users, memory_order_acquire); spins++) {
+	     atomic_load_explicit(&jr->users, memory_order_seq_cst); spins++) {
 		if (jr->engine == JITRING_ENGINE_RINGS)
 			jitring_rings_kick(jr);
 		if (spins < 64)
@@ -1120,6 +1130,25 @@ int jitring_flush(struct jitring *jr)
 		if (!ret)
 			jitring_count(&jr->c.flushes, 1);
 	}
+	return ret;
+}
+
+int jitring_pause(struct jitring *jr)
+{
+	uint32_t s;
+	int ret = 0;
+
+	if (!handle_ok(jr))
+		return -EINVAL;
+	s = jitring_enter(jr);
+	if (s >= JR_CLOSING)
+		return jitring_refuse_state(jr, s);
+	/* FORKED: the child's engine has no flusher yet; mutex: none. */
+	if (s == JR_OPEN && jr->engine == JITRING_ENGINE_RINGS)
+		ret = jitring_rings_pause(jr);
+	jitring_exit(jr);
+	if (!ret)
+		ret = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 	return ret;
 }
 

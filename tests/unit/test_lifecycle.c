@@ -34,6 +34,11 @@
  *  8. drop mode with a full ring (flusher held): moving an index never
  *     handed out is -ENOENT, not -EAGAIN counted as a drop; a good index
  *     is -EAGAIN.
+ *  9. close vs a producer between BUSY (A) and its state check (B)
+ *     ("write_busy"): the flusher's stopping round sees it BUSY, then the
+ *     producer backs out (-ESHUTDOWN) while the flusher is still awake,
+ *     so its wake is a no-op; the flusher must count BUSY gone as news
+ *     and not sleep forever in close (found by review: close hung).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -90,6 +95,9 @@ static struct {
 	/* case 7 */
 	bool hold_flusher;
 	bool flusher_held;
+	/* case 9 */
+	bool hold_after_stop;  /* park the flusher after a round saw stop */
+	bool closed;
 } tp = {
 	.lock = PTHREAD_MUTEX_INITIALIZER,
 	.cond = PTHREAD_COND_INITIALIZER,
@@ -145,6 +153,11 @@ static void hook(const char *name, void *arg)
 		pthread_mutex_lock(&tp.lock);
 		tp.rounds++;
 		pthread_cond_broadcast(&tp.cond);
+		if (tp.hold_after_stop &&
+		    ((struct jr_rings *)jr->eng)->stop_seen) {
+			tp.hold_after_stop = false;
+			tp.hold_flusher = true;
+		}
 		while (tp.hold_flusher) {
 			tp.flusher_held = true;
 			pthread_cond_broadcast(&tp.cond);
@@ -202,6 +215,15 @@ static void hook(const char *name, void *arg)
 		pthread_cond_broadcast(&tp.cond);
 		while (!tp.closing)
 			pthread_cond_wait(&tp.cond, &tp.lock);
+		pthread_mutex_unlock(&tp.lock);
+	} else if (!strcmp(name, "write_busy") && tl_park && which == 9) {
+		tl_park = false;
+		pthread_mutex_lock(&tp.lock);
+		tp.parked = true;
+		pthread_cond_broadcast(&tp.cond);
+		while (!tp.release)
+			pthread_cond_wait(&tp.cond, &tp.lock);
+		tp.parked = false;
 		pthread_mutex_unlock(&tp.lock);
 	} else if (!strcmp(name, "write_stamped") && tl_park) {
 		tl_park = false;
@@ -669,6 +691,62 @@ static void case_drop_move(void)
 	printf("drop mode, full ring after %d writes: bad move -ENOENT\n", n);
 }
 
+/* ------------------------------------------------------------------ */
+/* 9. Close vs a producer that backs out after the flusher saw it BUSY. */
+
+/* Attached and settled first (no pool refill pending), then parked. */
+static void *settled_parked_main(void *arg)
+{
+	if (write_one(arg, "P0", 0xa10000) <= 0 || jitring_flush(arg))
+		return (void *)(intptr_t)-1;
+	tl_park = true;
+	return (void *)(intptr_t)write_one(arg, "P", 0xa20000);
+}
+
+static void *close_note_main(void *arg)
+{
+	intptr_t r = jitring_close(arg);
+
+	TP_SET(tp.closed = true);
+	return (void *)r;
+}
+
+static void case_backout(void)
+{
+	struct jitring *jr = open_in("c9", 0, 0);
+	pthread_t p, c;
+	void *pr, *cr;
+	bool closed;
+
+	tp_reset(jr, 9);
+	T_CHECK(write_one(jr, "warm", 0xa00000) > 0);
+	TP_SET(tp.hold_after_stop = true);
+	/* P parks between (A) and (B). */
+	T_REQUIRE(pthread_create(&p, NULL, settled_parked_main, jr) == 0);
+	T_REQUIRE(TP_WAIT(tp.parked, 30));
+	/* Close; its flusher's stopping round sees P BUSY, then parks. */
+	T_REQUIRE(pthread_create(&c, NULL, close_note_main, jr) == 0);
+	T_REQUIRE(TP_WAIT(tp.flusher_held, 30));
+	/* P reads CLOSING at (B) and backs out; the flusher is awake. */
+	TP_SET(tp.release = true);
+	pthread_join(p, &pr);
+	T_CHECK_EQ((intptr_t)pr, -ESHUTDOWN);
+	/* The flusher goes to sleep now: close must still finish. */
+	TP_SET(tp.hold_flusher = false);
+	closed = TP_WAIT(tp.closed, 10);
+	T_CHECK(closed);
+	if (!closed) {
+		/* Unstick it so the program ends: any wake will do. */
+		atomic_store(&jitring_testpoint_hook, NULL);
+		jitring_rings_kick(jr);
+	}
+	pthread_join(c, &cr);
+	T_CHECK_EQ((intptr_t)cr, 0);
+	T_CHECK_EQ(count_loads("c9", getpid()), 2);
+	printf("close vs a producer backing out after the flusher saw it "
+	       "BUSY: %s\n", closed ? "returned" : "hung (bug)");
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/jitring-lifecycle-XXXXXX";
@@ -689,6 +767,7 @@ int main(void)
 	case_flush_unregistered();
 	case_fork_jumbo();
 	case_drop_move();
+	case_backout();
 
 	t_rmtree(base);
 	return t_report();

@@ -1,0 +1,303 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * jitring_pause(): the rings engine's flusher thread leaves, the kernel's
+ * count of the process's threads (/proc/self/stat, what CPython reads
+ * before it warns about fork()) drops by one before the call returns, and
+ * the engine comes back by itself.
+ *
+ *  1. pause after writes: every entry in the file, one thread fewer; a
+ *     flush while paused returns at once; the next write (an existing
+ *     ring) starts the flusher again and reaches the file;
+ *  2. a thread's first write after a pause (the attach path) resumes too;
+ *  3. a fork right after a pause from a single-threaded process: the
+ *     child counts one thread, and its first write works;
+ *  4. pause racing writers and other pauses: 4 writers and 2 pausers;
+ *     nothing lost, the file sorted, every pause returned 0;
+ *  5. close while paused: 0, and the CLOSE record (JITRING_F_WRITE_CLOSE)
+ *     is written though no flusher ran;
+ *  6. the mutex engine: 0 and nothing changes; after close: -ESHUTDOWN.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "jitring.h"
+#include "reader.h"
+
+static char base[] = "/tmp/jitring-pause-XXXXXX";
+static const uint8_t code[16] = { 0xc3 };
+
+/* Field 20 of /proc/self/stat: the kernel's count of our threads. */
+static long nthreads(void)
+{
+	char buf[1024], *p;
+	long n = -1;
+	FILE *f = fopen("/proc/self/stat", "r");
+
+	if (!f)
+		return -1;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')'))) {
+		/* After "pid (comm)": state is field 3, num_threads 20. */
+		for (int field = 3; p && field < 20; field++)
+			p = strchr(p + 2, ' ');
+		if (p)
+			n = strtol(p + 1, NULL, 10);
+	}
+	fclose(f);
+	return n;
+}
+
+static int64_t write_one(struct jitring *jr, const char *name, uint64_t addr)
+{
+	struct jitring_entry e = {
+		.name = name,
+		.code_addr = (const void *)(uintptr_t)addr,
+		.code_size = sizeof(code),
+		.code_bytes = code,
+	};
+
+	return jitring_write(jr, &e);
+}
+
+static struct jitring *open_in(const char *sub, uint32_t engine,
+			       uint32_t flags)
+{
+	struct jitring_config cfg;
+	struct jitring *jr = NULL;
+	char dir[256];
+
+	snprintf(dir, sizeof(dir), "%s/%s", base, sub);
+	mkdir(dir, 0755);
+	jitring_config_init(&cfg);
+	cfg.dir = dir;
+	cfg.engine = engine;
+	cfg.flags = flags;
+	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
+	return jr;
+}
+
+/* CODE_LOADs in @sub's dump of @pid if it checks out sorted, else -1;
+ * *@has_close says whether it ends with CLOSE. */
+static long loads_in(const char *sub, pid_t pid, bool *has_close)
+{
+	struct jitring_check_result res;
+	char path[320];
+	struct stat st;
+	uint8_t *buf;
+	long n = -1;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/%s/jit-%d.dump", base, sub, (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || fstat(fd, &st))
+		return -1;
+	buf = malloc((size_t)st.st_size + 1);
+	if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size &&
+	    jitring_check(buf, (size_t)st.st_size, JITRING_CHECK_SORTED,
+			  &res) == 0) {
+		n = (long)res.count[JITRING_RD_CODE_LOAD];
+		if (has_close)
+			*has_close = res.count[JITRING_RD_CODE_CLOSE] == 1;
+	}
+	free(buf);
+	close(fd);
+	return n;
+}
+
+/*
+ * Counts are relative to the count with the writer open: a sanitizer may
+ * run a thread of its own (TSan does).
+ */
+static void case_basic(void)
+{
+	struct jitring *jr;
+	long before, paused, after;
+
+	jr = open_in("c1", JITRING_ENGINE_RINGS, 0);
+	for (int i = 0; i < 100; i++)
+		T_CHECK(write_one(jr, "a", 0x100000 + (uint64_t)i * 64) > 0);
+	before = nthreads() - 1;
+	T_CHECK_EQ(jitring_pause(jr), 0);
+	paused = nthreads();
+	T_CHECK_EQ(paused, before);
+	T_CHECK_EQ(loads_in("c1", getpid(), NULL), 100);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_CHECK_EQ(nthreads(), before);
+	/* A second pause is a no-op. */
+	T_CHECK_EQ(jitring_pause(jr), 0);
+	/* The next write resumes the engine before it returns. */
+	T_CHECK(write_one(jr, "b", 0x200000) > 0);
+	after = nthreads();
+	T_CHECK_EQ(after, before + 1);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_CHECK_EQ(loads_in("c1", getpid(), NULL), 101);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	printf("pause: threads %ld -> %ld paused -> %ld after a write\n",
+	       before + 1, paused, after);
+}
+
+static void *first_write_main(void *arg)
+{
+	return (void *)(intptr_t)write_one(arg, "first", 0x300000);
+}
+
+static void case_attach(void)
+{
+	struct jitring *jr = open_in("c2", JITRING_ENGINE_RINGS, 0);
+	pthread_t th;
+	void *r;
+
+	T_CHECK_EQ(jitring_pause(jr), 0);
+	T_REQUIRE(pthread_create(&th, NULL, first_write_main, jr) == 0);
+	pthread_join(th, &r);
+	T_CHECK((intptr_t)r > 0);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_CHECK_EQ(loads_in("c2", getpid(), NULL), 1);
+	T_CHECK_EQ(jitring_close(jr), 0);
+}
+
+static void case_fork(void)
+{
+	struct jitring *jr = open_in("c3", JITRING_ENGINE_RINGS, 0);
+	int status = 0;
+	long n;
+	pid_t pid;
+
+	T_CHECK(write_one(jr, "parent", 0x400000) > 0);
+	n = nthreads();
+	T_CHECK_EQ(jitring_pause(jr), 0);
+	/* Only this thread is ours now (1 without a sanitizer's). */
+	n = nthreads();
+	T_CHECK(n >= 1);
+	fflush(stdout);
+	pid = fork();
+	T_REQUIRE(pid >= 0);
+	if (pid == 0) {
+		/* The child of a single-threaded process: one thread. */
+		int bad = nthreads() > n;
+
+		bad |= write_one(jr, "child", 0x410000) <= 0;
+		bad |= jitring_close(jr) != 0;
+		bad |= loads_in("c3", getpid(), NULL) != 1;
+		_exit(bad);
+	}
+	T_REQUIRE(waitpid(pid, &status, 0) == pid);
+	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(loads_in("c3", getpid(), NULL), 1);
+}
+
+struct racer {
+	struct jitring *jr;
+	int id;
+	long ok;
+	int bad;
+};
+
+static void *writer_main(void *arg)
+{
+	struct racer *w = arg;
+	char name[32];
+
+	for (int i = 0; i < 3000; i++) {
+		snprintf(name, sizeof(name), "w%d_%d", w->id, i);
+		if (write_one(w->jr, name,
+			      0x1000000 * (uint64_t)(w->id + 1) + i * 64) > 0)
+			w->ok++;
+		else
+			w->bad++;
+	}
+	return NULL;
+}
+
+static void *pauser_main(void *arg)
+{
+	struct racer *p = arg;
+
+	for (int i = 0; i < 50; i++) {
+		if (jitring_pause(p->jr))
+			p->bad++;
+		else
+			p->ok++;
+		sched_yield();
+	}
+	return NULL;
+}
+
+static void case_race(void)
+{
+	struct jitring *jr = open_in("c4", JITRING_ENGINE_RINGS, 0);
+	struct racer r[6];
+	pthread_t th[6];
+	long total = 0;
+	int bad = 0;
+
+	for (int i = 0; i < 6; i++) {
+		r[i] = (struct racer){ .jr = jr, .id = i };
+		T_REQUIRE(pthread_create(&th[i], NULL,
+					 i < 4 ? writer_main : pauser_main,
+					 &r[i]) == 0);
+	}
+	for (int i = 0; i < 6; i++) {
+		pthread_join(th[i], NULL);
+		bad += r[i].bad;
+		if (i < 4)
+			total += r[i].ok;
+	}
+	T_CHECK_EQ(bad, 0);
+	T_CHECK_EQ(total, 4 * 3000);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(loads_in("c4", getpid(), NULL), total);
+	printf("4 writers and 2 pausers (100 pauses): %ld entries, all in\n",
+	       total);
+}
+
+static void case_close_paused(void)
+{
+	struct jitring *jr = open_in("c5", JITRING_ENGINE_RINGS,
+				     JITRING_F_WRITE_CLOSE);
+	bool closed = false;
+
+	T_CHECK(write_one(jr, "x", 0x500000) > 0);
+	T_CHECK_EQ(jitring_pause(jr), 0);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(loads_in("c5", getpid(), &closed), 1);
+	T_CHECK(closed);
+	T_CHECK_EQ(jitring_pause(jr), -ESHUTDOWN);
+}
+
+static void case_mutex(void)
+{
+	struct jitring *jr = open_in("c6", JITRING_ENGINE_MUTEX, 0);
+	long n = nthreads();
+
+	T_CHECK(write_one(jr, "m", 0x600000) > 0);
+	T_CHECK_EQ(jitring_pause(jr), 0);
+	T_CHECK_EQ(nthreads(), n);
+	T_CHECK(write_one(jr, "m2", 0x610000) > 0);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(loads_in("c6", getpid(), NULL), 2);
+	T_CHECK_EQ(jitring_pause(NULL), -EINVAL);
+}
+
+int main(void)
+{
+	T_REQUIRE(mkdtemp(base) != NULL);
+	case_basic();
+	case_attach();
+	case_fork();
+	case_race();
+	case_close_paused();
+	case_mutex();
+	t_rmtree(base);
+	return t_report();
+}
