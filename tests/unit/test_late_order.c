@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Deterministic reproducer: the rings engine's LATE path can write an
+ * Deterministic reproducer: the rings engine's LATE path could write an
  * entry after entries stamped later (found by stress_crash: a rings dump
  * with "ts-order" 42 us back, in the middle of the file).
  *
