@@ -24,8 +24,8 @@
  *    is present; and the writer's counters equal what the producers saw;
  *  - exits 0 (pass), 1 (fail) or 77 (skip).
  *
- * The environment variable JITRING_STRESS_SECONDS (set by the `stresslong`
- * meson test setup) overrides --seconds.
+ * The environment variable JITRING_STRESS_SECONDS (set by `make stress`,
+ * stress/run-long.sh, from STRESS_SECONDS) overrides --seconds.
  */
 #ifndef JITRING_STRESS_STRESS_COMMON_H
 #define JITRING_STRESS_STRESS_COMMON_H
