@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -113,7 +112,7 @@ static void usage(const char *prog)
 		"[--count N] [--alive N] [--mode NAME] [--seed X] "
 		"[--engine rings|mutex] [--dir D]\n",
 		prog);
-	exit(ST_EXIT_FAIL);
+	exit(T_EXIT_FAIL);
 }
 
 static uint64_t parse_u64(const char *prog, const char *s)
@@ -186,13 +185,13 @@ void st_setup(int argc, char **argv, struct st_opts *o, const char *prog)
 		o->engine = JITRING_ENGINE_RINGS;
 	if (!st_spec_init()) {
 		printf("skipped: no call frame preset for this architecture\n");
-		exit(ST_EXIT_SKIP);
+		exit(T_EXIT_SKIP);
 	}
 	if (o->dir[0]) {
 		if (mkdir(o->dir, 0700) && errno != EEXIST) {
 			fprintf(stderr, "mkdir %s: %s\n", o->dir,
 				strerror(errno));
-			exit(ST_EXIT_FAIL);
+			exit(T_EXIT_FAIL);
 		}
 		o->own_dir = false;
 	} else {
@@ -203,7 +202,7 @@ void st_setup(int argc, char **argv, struct st_opts *o, const char *prog)
 		if (!mkdtemp(o->dir)) {
 			fprintf(stderr, "mkdtemp %s: %s\n", o->dir,
 				strerror(errno));
-			exit(ST_EXIT_FAIL);
+			exit(T_EXIT_FAIL);
 		}
 		o->own_dir = true;
 	}
@@ -217,16 +216,6 @@ void st_setup(int argc, char **argv, struct st_opts *o, const char *prog)
 	fflush(stdout);
 }
 
-static int rm_one(const char *path, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 void st_cleanup(const struct st_opts *o, bool passed)
 {
 	if (!o->own_dir)
@@ -235,7 +224,7 @@ void st_cleanup(const struct st_opts *o, bool passed)
 		printf("dumps kept in %s\n", o->dir);
 		return;
 	}
-	nftw(o->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	t_rmtree(o->dir);
 }
 
 /* ------------------------------------------------------------------ */

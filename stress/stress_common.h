@@ -22,7 +22,7 @@
  *    right before their own CODE_LOAD and describe exactly that code;
  *    timestamps never decrease; nothing refused is present; nothing foreign
  *    is present; and the writer's counters equal what the producers saw;
- *  - exits 0 (pass), 1 (fail) or 77 (skip).
+ *  - exits 0 (pass), 1 (fail) or 77 (skip): T_EXIT_* of tests/harness.h.
  *
  * The environment variable JITRING_STRESS_SECONDS (set by `make stress`,
  * stress/run-long.sh, from STRESS_SECONDS) overrides --seconds.
@@ -36,11 +36,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "harness.h"
 #include "jitring.h"
-
-#define ST_EXIT_PASS 0
-#define ST_EXIT_FAIL 1
-#define ST_EXIT_SKIP 77
 
 /* Runs longer than this print a progress line each second. */
 #define ST_LONG_SECONDS 10.0

@@ -1,8 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Minimal test harness: checks print file:line and values and carry on; a
- * binary prints "N passed, N failed" last and exits 0 (pass), 1 (fail) or
- * 77 (skip), the automake codes meson understands.
+ * The test harness of tests/, stress/ and the helpers bench/ shares with
+ * them.  Checks print file:line and values and carry on; a binary prints
+ * "N passed, N failed" last and exits 0 (pass), 1 (fail) or 77 (skip),
+ * the automake codes meson understands.
+ *
+ * Below the checks, the helpers several tests had each written for
+ * themselves: engines, unaligned little reads, scratch directories, whole
+ * files, an .eh_frame for test entries, dumps read back with the
+ * independent reader (src/reader.h) and waiting on a condition.
+ * Header-only (static inline), so every binary keeps its own counters.
  */
 #ifndef JITRING_TESTS_HARNESS_H
 #define JITRING_TESTS_HARNESS_H
