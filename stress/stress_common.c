@@ -245,22 +245,15 @@ static bool eh_ok;
 
 bool st_spec_init(void)
 {
-	const struct jitring_cfi *cfi =
-		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE);
-
-	if (!cfi)
-		return false;
 	for (unsigned i = 0; i < NSIZES; i++) {
-		int n = jitring_eh_frame_build(cfi, sizes[i], eh[i].buf,
-					       sizeof(eh[i].buf));
-		uint32_t cie_len;
+		int n = t_eh_frame(sizes[i], eh[i].buf, sizeof(eh[i].buf));
 
+		/* No preset for this architecture: -EINVAL. */
 		if (n <= 0 || n > (int)sizeof(eh[i].buf))
 			return false;
 		eh[i].len = (uint32_t)n;
-		memcpy(&cie_len, eh[i].buf, 4);
 		/* FDE: length, CIE pointer, then pc_begin. */
-		eh[i].pc_begin_off = 4 + cie_len + 8;
+		eh[i].pc_begin_off = 4 + t_rd32(eh[i].buf) + 8;
 	}
 	eh_ok = true;
 	return true;

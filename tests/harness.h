@@ -14,9 +14,11 @@
 #ifndef JITRING_TESTS_HARNESS_H
 #define JITRING_TESTS_HARNESS_H
 
+#include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -105,6 +107,66 @@ static inline int t_rm_one(const char *path, const struct stat *sb,
 static inline void t_rmtree(const char *dir)
 {
 	nftw(dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+/* ------------------------------------------------------------------ */
+/* Fields of dumps and .eh_frame data: host order, any alignment.      */
+
+static inline uint32_t t_rd32(const void *p)
+{
+	uint32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static inline int32_t t_rds32(const void *p)
+{
+	int32_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static inline uint64_t t_rd64(const void *p)
+{
+	uint64_t v;
+
+	memcpy(&v, p, sizeof(v));
+	return v;
+}
+
+static inline void t_wr32(void *p, uint32_t v)
+{
+	memcpy(p, &v, sizeof(v));
+}
+
+/* ------------------------------------------------------------------ */
+/* Test entries.                                                        */
+
+/*
+ * .eh_frame for @code_size bytes of code into @buf (@size bytes): the
+ * host preset, or only its entry rules for code too short for the rest
+ * (the x86_64 trampoline has rules at offset 7).  Returns its size, or
+ * what jitring_eh_frame_build() returned (a negative errno).
+ */
+static inline int t_eh_frame(uint64_t code_size, unsigned char *buf,
+			     size_t size)
+{
+	const struct jitring_cfi *host =
+		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE);
+	struct jitring_cfi entry_only;
+	int n;
+
+	if (!host)
+		return -EINVAL;
+	n = jitring_eh_frame_build(host, code_size, buf, size);
+	if (n == -EINVAL) {
+		entry_only = *host;
+		entry_only.nr_ops = entry_only.nr_init;
+		n = jitring_eh_frame_build(&entry_only, code_size, buf, size);
+	}
+	return n;
 }
 
 #endif /* JITRING_TESTS_HARNESS_H */

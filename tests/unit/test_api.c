@@ -61,22 +61,6 @@ static uint32_t my_tid(void)
 	return (uint32_t)syscall(SYS_gettid);
 }
 
-static uint32_t rd32(const void *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static int32_t rds32(const void *p)
-{
-	int32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
 static uint32_t host_mach(void)
 {
 #if defined(__x86_64__)
@@ -256,26 +240,6 @@ static int open_in(uint32_t engine, const char *dir, uint32_t flags,
 	return jitring_open(&c, out);
 }
 
-/* The host preset, or only its entry rules for very short code. */
-static uint32_t build_eh(unsigned char *buf, uint64_t code_size)
-{
-	const struct jitring_cfi *host =
-		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE);
-	struct jitring_cfi entry_only;
-	int n;
-
-	T_REQUIRE(host != NULL);
-	n = jitring_eh_frame_build(host, code_size, buf, JITRING_EH_FRAME_MAX);
-	if (n == -EINVAL) {
-		entry_only = *host;
-		entry_only.nr_ops = entry_only.nr_init;
-		n = jitring_eh_frame_build(&entry_only, code_size, buf,
-					   JITRING_EH_FRAME_MAX);
-	}
-	T_REQUIRE(n > 0);
-	return (uint32_t)n;
-}
-
 #define NLINES 3
 
 /* An entry whose every buffer is its own heap allocation. */
@@ -309,10 +273,14 @@ static void went_make(struct went *w, const char *name, uint64_t code_size,
 		w->e.code_bytes = w->bytes;
 	}
 	if (unw) {
+		int n;
+
 		w->eh = malloc(JITRING_EH_FRAME_MAX);
 		T_REQUIRE(w->eh);
+		n = t_eh_frame(code_size, w->eh, JITRING_EH_FRAME_MAX);
+		T_REQUIRE(n > 0);
 		w->e.eh_frame = w->eh;
-		w->e.eh_frame_size = build_eh(w->eh, code_size);
+		w->e.eh_frame_size = (uint32_t)n;
 	}
 	if (dbg) {
 		w->lines = calloc(NLINES, sizeof(*w->lines));
@@ -446,7 +414,7 @@ static void check_unwind(const struct jitring_rd_record *rec,
 {
 	const unsigned char *pay = rec->unwind, *hdr;
 	uint32_t eh = e->eh_frame_size;
-	uint32_t fde_off = 4 + rd32(e->eh_frame); /* after the CIE */
+	uint32_t fde_off = 4 + t_rd32(e->eh_frame); /* after the CIE */
 	uint32_t pcb = fde_off + 8;
 	uint64_t code = (uint64_t)(uintptr_t)e->code_addr;
 	uint64_t eh_rt = code + ALIGN_UP(e->code_size, 8);
@@ -459,16 +427,16 @@ static void check_unwind(const struct jitring_rd_record *rec,
 	T_CHECK(memcmp(pay, e->eh_frame, pcb) == 0);
 	T_CHECK(memcmp(pay + pcb + 4, (const unsigned char *)e->eh_frame +
 			       pcb + 4, eh - pcb - 4) == 0);
-	T_CHECK_EQ(eh_rt + pcb + (uint64_t)(int64_t)rds32(pay + pcb), code);
+	T_CHECK_EQ(eh_rt + pcb + (uint64_t)(int64_t)t_rds32(pay + pcb), code);
 	hdr = pay + eh;
 	T_CHECK_EQ(hdr[0], 1);
 	T_CHECK_EQ(hdr[1], 0x1b);
 	T_CHECK_EQ(hdr[2], 0x03);
 	T_CHECK_EQ(hdr[3], 0x3b);
-	T_CHECK_EQ(hdr_rt + 4 + (uint64_t)(int64_t)rds32(hdr + 4), eh_rt);
-	T_CHECK_EQ(rd32(hdr + 8), 1);
-	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)rds32(hdr + 12), code);
-	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)rds32(hdr + 16),
+	T_CHECK_EQ(hdr_rt + 4 + (uint64_t)(int64_t)t_rds32(hdr + 4), eh_rt);
+	T_CHECK_EQ(t_rd32(hdr + 8), 1);
+	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)t_rds32(hdr + 12), code);
+	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)t_rds32(hdr + 16),
 		   eh_rt + fde_off);
 	for (uint32_t i = 40 + eh + 20; i < rec->size; i++)
 		T_CHECK_EQ(rec->raw[i], 0);
@@ -1501,12 +1469,15 @@ static void test_threads(uint32_t engine)
 	int next[NTHREADS] = { 0 };
 	unsigned loads = 0, pending = 0;
 	bool have_unw = false;
+	int n;
 
 	T_REQUIRE(m);
 	for (size_t i = 0; i < CODE_POOL; i++)
 		code_pool[i] = (unsigned char)(i * 7 + i / 251);
 	/* Built for 16 bytes; the library re-places it for each size. */
-	pool_eh_size = build_eh(pool_eh, 16);
+	n = t_eh_frame(16, pool_eh, sizeof(pool_eh));
+	T_REQUIRE(n > 0);
+	pool_eh_size = (uint32_t)n;
 
 	tdir_make(&d);
 	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);

@@ -180,9 +180,7 @@ int main(void)
 	unsigned seq = 0;
 
 	T_REQUIRE(mkdtemp(dir));
-	ehlen = jitring_eh_frame_build(
-		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE), sizeof(code),
-		eh, sizeof(eh));
+	ehlen = t_eh_frame(sizeof(code), eh, sizeof(eh));
 	T_REQUIRE(ehlen > 0);
 	t_iogate_set(true);
 	jitring_io_hook = t_iogate_pwritev;
