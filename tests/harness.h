@@ -14,14 +14,19 @@
 #ifndef JITRING_TESTS_HARNESS_H
 #define JITRING_TESTS_HARNESS_H
 
+#include <dirent.h>
 #include <errno.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
 
 #include "jitring.h"
 
@@ -82,6 +87,31 @@ static inline void t_skip(const char *why)
 	exit(T_EXIT_SKIP);
 }
 
+/* ------------------------------------------------------------------ */
+/* Writers.                                                             */
+
+/* The engines; tests that run once per engine loop over these. */
+static const uint32_t t_engines[] = { JITRING_ENGINE_RINGS,
+				      JITRING_ENGINE_MUTEX };
+
+static inline const char *t_engine_name(uint32_t engine)
+{
+	return engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings";
+}
+
+/* jitring_open() with @engine, @dir and @flags, the rest the defaults. */
+static inline int t_open(uint32_t engine, const char *dir, uint32_t flags,
+			 struct jitring **out)
+{
+	struct jitring_config c;
+
+	jitring_config_init(&c);
+	c.engine = engine;
+	c.dir = dir;
+	c.flags = flags;
+	return jitring_open(&c, out);
+}
+
 /* A writer's counters (jitring_stats() with the size filled in). */
 static inline struct jitring_stats t_stats(const struct jitring *jr)
 {
@@ -93,20 +123,112 @@ static inline struct jitring_stats t_stats(const struct jitring *jr)
 	return st;
 }
 
+/* ------------------------------------------------------------------ */
+/* Scratch directories.                                                 */
+
+static unsigned t_rm_failed; /* what t_rm_one() could not remove */
+
 static inline int t_rm_one(const char *path, const struct stat *sb,
 			   int flag, struct FTW *ftw)
 {
 	(void)sb;
 	(void)flag;
 	(void)ftw;
-	remove(path); /* carry on past what cannot be removed */
+	if (remove(path))
+		t_rm_failed++; /* carry on past it */
 	return 0;
 }
 
-/* Remove @dir and everything below it (a test's scratch directory). */
-static inline void t_rmtree(const char *dir)
+/*
+ * Remove @dir and everything below it (a test's scratch directory).
+ * Returns 0, or -1 if anything could not be removed.
+ */
+static inline int t_rmtree(const char *dir)
 {
-	nftw(dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	t_rm_failed = 0;
+	if (nftw(dir, t_rm_one, 16, FTW_DEPTH | FTW_PHYS))
+		return -1;
+	return t_rm_failed ? -1 : 0;
+}
+
+/**
+ * struct t_dir - A scratch directory and the dump a writer makes in it.
+ * @path: /tmp/jitring-<what>-XXXXXX (t_dir_make()).
+ * @dump: @path/jit-<pid>.dump, <pid> the process that made @path.
+ */
+struct t_dir {
+	char path[64];
+	char dump[128];
+};
+
+/*
+ * Directories made and not removed yet, with the process that made them.
+ * At its exit (a T_REQUIRE that ended the run early, say) they are kept
+ * if anything failed, and said so, else removed; a fork child leaves its
+ * parent's alone.
+ */
+static struct {
+	char path[64];
+	pid_t owner;
+} t_live_dirs[16];
+
+static inline void t_live_dirs_exit(void)
+{
+	for (size_t i = 0; i < sizeof(t_live_dirs) / sizeof(t_live_dirs[0]);
+	     i++) {
+		if (!t_live_dirs[i].path[0] || t_live_dirs[i].owner != getpid())
+			continue;
+		if (t_failed)
+			fprintf(stderr, "kept %s\n", t_live_dirs[i].path);
+		else
+			t_rmtree(t_live_dirs[i].path);
+	}
+}
+
+/* A fresh directory /tmp/jitring-@what-XXXXXX. */
+static inline void t_dir_make(struct t_dir *d, const char *what)
+{
+	static bool registered;
+	size_t i;
+
+	if (!registered)
+		registered = atexit(t_live_dirs_exit) == 0;
+	snprintf(d->path, sizeof(d->path), "/tmp/jitring-%s-XXXXXX", what);
+	T_REQUIRE(mkdtemp(d->path) != NULL);
+	snprintf(d->dump, sizeof(d->dump), "%s/jit-%d.dump", d->path,
+		 (int)getpid());
+	for (i = 0; i < sizeof(t_live_dirs) / sizeof(t_live_dirs[0]); i++) {
+		if (!t_live_dirs[i].path[0]) {
+			memcpy(t_live_dirs[i].path, d->path, sizeof(d->path));
+			t_live_dirs[i].owner = getpid();
+			break;
+		}
+	}
+}
+
+/* Entries in @d (what the writer left there). */
+static inline unsigned t_dir_count(const struct t_dir *d)
+{
+	DIR *dir = opendir(d->path);
+	struct dirent *de;
+	unsigned n = 0;
+
+	T_REQUIRE(dir != NULL);
+	while ((de = readdir(dir)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			n++;
+	closedir(dir);
+	return n;
+}
+
+/* Remove @d and all in it; checks that nothing was left. */
+static inline void t_dir_remove(const struct t_dir *d)
+{
+	for (size_t i = 0; i < sizeof(t_live_dirs) / sizeof(t_live_dirs[0]);
+	     i++)
+		if (!strcmp(t_live_dirs[i].path, d->path))
+			t_live_dirs[i].path[0] = '\0';
+	T_CHECK_EQ(t_rmtree(d->path), 0);
 }
 
 /* ------------------------------------------------------------------ */

@@ -21,14 +21,6 @@
 #include "jitring.h"
 #include "reader.h"
 
-static const uint32_t sf_engines[] = { JITRING_ENGINE_RINGS,
-				       JITRING_ENGINE_MUTEX };
-
-static inline const char *sf_engine_name(uint32_t engine)
-{
-	return engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings";
-}
-
 /* mkdtemp() under @parent ("/tmp" if NULL) into @buf (>= 128 bytes). */
 static inline void sf_mkdtemp(char *buf, const char *parent)
 {
@@ -37,18 +29,6 @@ static inline void sf_mkdtemp(char *buf, const char *parent)
 
 	T_REQUIRE(n > 0 && n < 128);
 	T_REQUIRE(mkdtemp(buf) != NULL);
-}
-
-static inline int sf_open(uint32_t engine, const char *dir, uint32_t flags,
-			  struct jitring **jr)
-{
-	struct jitring_config c;
-
-	jitring_config_init(&c);
-	c.engine = engine;
-	c.dir = dir;
-	c.flags = flags;
-	return jitring_open(&c, jr);
 }
 
 /* @n entries named "<prefix><i>"; code_index of each into @idx if set. */

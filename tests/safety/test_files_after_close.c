@@ -51,7 +51,7 @@ static void after_close(uint32_t engine)
 					      .eh_frame_size = 6 };
 
 	sf_mkdtemp(dir, NULL);
-	T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+	T_REQUIRE(t_open(engine, dir, 0, &jr) == 0);
 	/* Open: each is refused as invalid. */
 	for (unsigned int i = 0; i < nbad; i++) {
 		int64_t ret = jitring_write(jr, &bad[i]);
@@ -99,10 +99,10 @@ int main(void)
 	for (size_t i = 0; i < 2; i++) {
 		unsigned long before = t_failed;
 
-		after_close(sf_engines[i]);
+		after_close(t_engines[i]);
 		if (t_failed != before)
 			fprintf(stderr, "  ^ engine %s\n",
-				sf_engine_name(sf_engines[i]));
+				t_engine_name(t_engines[i]));
 	}
 	return t_report();
 }

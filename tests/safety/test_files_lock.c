@@ -52,12 +52,12 @@ static int run_p(uint32_t engine, const char *d1, const char *d2,
 	struct jitring *w1, *w2;
 	pid_t c;
 
-	if (sf_open(engine, d1, 0, &w1))
+	if (t_open(engine, d1, 0, &w1))
 		return 1;
 	sf_write(w1, "p_closed_", 5, NULL);
 	if (jitring_close(w1))
 		return 1;
-	if (sf_open(engine, d2, JITRING_F_PERF_MAP, &w2))
+	if (t_open(engine, d2, JITRING_F_PERF_MAP, &w2))
 		return 1;
 	sf_write(w2, "p_live_", 5, NULL);
 	if (jitring_flush(w2))
@@ -158,10 +158,10 @@ int main(void)
 	for (size_t i = 0; i < 2; i++) {
 		unsigned long before = t_failed;
 
-		scenario(sf_engines[i]);
+		scenario(t_engines[i]);
 		if (t_failed != before)
 			fprintf(stderr, "  ^ engine %s\n",
-				sf_engine_name(sf_engines[i]));
+				t_engine_name(t_engines[i]));
 	}
 	return t_report();
 }

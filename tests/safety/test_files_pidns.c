@@ -55,7 +55,7 @@ static int owner(void)
 	struct jitring *jr;
 	char c;
 
-	if (sf_open(engine, "/tmp/d", JITRING_F_PERF_MAP, &jr))
+	if (t_open(engine, "/tmp/d", JITRING_F_PERF_MAP, &jr))
 		return 10;
 	sf_write(jr, "owner_a_", 10, NULL);
 	if (jitring_flush(jr))
@@ -79,9 +79,9 @@ static int intruder(void)
 	struct jitring *jr;
 	int ret = 0;
 
-	if (sf_open(engine, "/tmp/d", 0, &jr) != -EEXIST)
+	if (t_open(engine, "/tmp/d", 0, &jr) != -EEXIST)
 		ret = 20;
-	else if (sf_open(engine, "/tmp/e", JITRING_F_PERF_MAP, &jr) != -EEXIST)
+	else if (t_open(engine, "/tmp/e", JITRING_F_PERF_MAP, &jr) != -EEXIST)
 		ret = 21;
 	else if (!access("/tmp/e/jit-1.dump", F_OK))
 		ret = 22; /* the failed open must not leave its dump */
@@ -93,7 +93,7 @@ static int replacer(void)
 	struct jitring *jr;
 	struct stat st;
 
-	if (sf_open(engine, "/tmp/d", JITRING_F_PERF_MAP, &jr))
+	if (t_open(engine, "/tmp/d", JITRING_F_PERF_MAP, &jr))
 		return 30;
 	if (stat("/tmp/d/jit-1.dump", &st) || st.st_size != 40)
 		return 31;
@@ -200,11 +200,11 @@ int main(void)
 	for (size_t i = 0; i < 2; i++) {
 		unsigned long before = t_failed;
 
-		engine = sf_engines[i];
+		engine = t_engines[i];
 		scenario();
 		if (t_failed != before)
 			fprintf(stderr, "  ^ engine %s\n",
-				sf_engine_name(engine));
+				t_engine_name(engine));
 	}
 	return t_report();
 }

@@ -26,8 +26,8 @@ static void *racer(void *arg)
 	for (int i = 0; i < ROUNDS; i++) {
 		struct jitring *jr;
 		char prefix[32];
-		int ret = sf_open(sf_engines[(t + i) & 1],
-				  (t & 1) ? dir_slash : dir, 0, &jr);
+		int ret = t_open(t_engines[(t + i) & 1],
+				 (t & 1) ? dir_slash : dir, 0, &jr);
 		int now;
 
 		if (ret == -EEXIST) {

@@ -45,9 +45,6 @@
 #define ALIGN_UP(x, a) (((uint64_t)(x) + ((a) - 1)) / (a) * (a))
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-static const uint32_t engines[] = { JITRING_ENGINE_RINGS,
-				    JITRING_ENGINE_MUTEX };
-
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -81,81 +78,11 @@ static void run(const char *what, uint32_t engine,
 	fn(engine);
 	if (t_failed != before)
 		fprintf(stderr, "  ^ in %s, engine %s\n", what,
-			engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings");
+			t_engine_name(engine));
 }
 
 /* ------------------------------------------------------------------ */
 /* Directories and files.                                              */
-
-struct tdir {
-	char path[64];
-	char dump[128];
-};
-
-/* Live directories, removed at exit if a T_REQUIRE ends the run early. */
-static struct tdir *live[4];
-
-static void tdir_remove(struct tdir *d);
-
-static void tdir_cleanup(void)
-{
-	for (size_t i = 0; i < ARRAY_SIZE(live); i++)
-		if (live[i])
-			tdir_remove(live[i]);
-}
-
-static void tdir_make(struct tdir *d)
-{
-	static bool registered;
-	size_t i;
-
-	if (!registered)
-		registered = atexit(tdir_cleanup) == 0;
-	snprintf(d->path, sizeof(d->path), "/tmp/jitring-api-XXXXXX");
-	T_REQUIRE(mkdtemp(d->path) != NULL);
-	snprintf(d->dump, sizeof(d->dump), "%s/jit-%d.dump", d->path,
-		 (int)getpid());
-	for (i = 0; i < ARRAY_SIZE(live) && live[i]; i++)
-		;
-	T_REQUIRE(i < ARRAY_SIZE(live));
-	live[i] = d;
-}
-
-static unsigned tdir_count(const struct tdir *d)
-{
-	DIR *dir = opendir(d->path);
-	struct dirent *de;
-	unsigned n = 0;
-
-	T_REQUIRE(dir != NULL);
-	while ((de = readdir(dir)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			n++;
-	closedir(dir);
-	return n;
-}
-
-/* Remove the directory and the files in it (the tests make no subdirs). */
-static void tdir_remove(struct tdir *d)
-{
-	DIR *dir = opendir(d->path);
-	struct dirent *de;
-	char p[sizeof(d->path) + sizeof(de->d_name) + 2];
-
-	for (size_t i = 0; i < ARRAY_SIZE(live); i++)
-		if (live[i] == d)
-			live[i] = NULL;
-	if (!dir)
-		return;
-	while ((de = readdir(dir))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", d->path, de->d_name);
-		T_CHECK_EQ(unlink(p), 0);
-	}
-	closedir(dir);
-	T_CHECK_EQ(rmdir(d->path), 0);
-}
 
 static unsigned char *read_all(const char *path, size_t *len)
 {
@@ -227,18 +154,6 @@ static int maps_of(const char *path, char perms[8])
 
 /* ------------------------------------------------------------------ */
 /* Writers and entries.                                                */
-
-static int open_in(uint32_t engine, const char *dir, uint32_t flags,
-		   struct jitring **out)
-{
-	struct jitring_config c;
-
-	jitring_config_init(&c);
-	c.engine = engine;
-	c.flags = flags;
-	c.dir = dir;
-	return jitring_open(&c, out);
-}
 
 #define NLINES 3
 
@@ -575,14 +490,14 @@ static void write_one(struct jitring *jr, struct went *w, struct went *snap,
 
 static void test_open_errors(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring_config c;
 	struct jitring *jr, *const sentinel = (struct jitring *)&d;
 	static const uint32_t bad_rings[] = {
 		1, 2048, 4095, 4097, 6000, 3u << 12, 128u << 20, 1u << 31,
 	};
 
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	jitring_config_init(&c);
 	c.engine = engine;
 	c.dir = d.path;
@@ -610,26 +525,26 @@ static void test_open_errors(uint32_t engine)
 		OPEN_EINVAL(b_.ring_size = bad_rings[i]);
 #undef OPEN_EINVAL
 	/* None of that created anything. */
-	T_CHECK_EQ(tdir_count(&d), 0);
+	T_CHECK_EQ(t_dir_count(&d), 0);
 
 	/* Smallest and largest ring sizes are accepted. */
 	c.ring_size = 4096;
 	T_CHECK_EQ(jitring_open(&c, &jr), 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
-	tdir_make(&d);
+	t_dir_remove(&d);
+	t_dir_make(&d, "api");
 	c.dir = d.path;
 	c.ring_size = 64u << 20;
 	c.mem_budget = 64u << 20;
 	T_CHECK_EQ(jitring_open(&c, &jr), 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
 static void test_open_paths(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr, *jr2;
 	struct jitring *const sentinel = (struct jitring *)&d;
 	char p[256];
@@ -638,10 +553,10 @@ static void test_open_paths(uint32_t engine)
 	struct stat st;
 
 	/* Missing directory. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	snprintf(p, sizeof(p), "%s/missing", d.path);
 	jr = sentinel;
-	T_CHECK_EQ(open_in(engine, p, 0, &jr), -ENOENT);
+	T_CHECK_EQ(t_open(engine, p, 0, &jr), -ENOENT);
 	T_CHECK(jr == sentinel);
 
 	/* A path that does not fit PATH_MAX. */
@@ -652,9 +567,9 @@ static void test_open_paths(uint32_t engine)
 		memset(longdir, 'a', PATH_MAX + 15);
 		longdir[0] = '/';
 		longdir[PATH_MAX + 15] = '\0';
-		T_CHECK_EQ(open_in(engine, longdir, 0, &jr), -ENAMETOOLONG);
+		T_CHECK_EQ(t_open(engine, longdir, 0, &jr), -ENAMETOOLONG);
 		longdir[PATH_MAX - 8] = '\0'; /* fits, but not with the name */
-		T_CHECK_EQ(open_in(engine, longdir, 0, &jr), -ENAMETOOLONG);
+		T_CHECK_EQ(t_open(engine, longdir, 0, &jr), -ENAMETOOLONG);
 		T_CHECK(jr == sentinel);
 		free(longdir);
 	}
@@ -662,39 +577,39 @@ static void test_open_paths(uint32_t engine)
 	/* A regular file where the directory should be. */
 	snprintf(p, sizeof(p), "%s/file", d.path);
 	write_file(p, "not a directory\n");
-	T_CHECK_EQ(open_in(engine, p, 0, &jr), -ENOTDIR);
+	T_CHECK_EQ(t_open(engine, p, 0, &jr), -ENOTDIR);
 	T_CHECK(jr == sentinel);
-	T_CHECK_EQ(tdir_count(&d), 1);
-	tdir_remove(&d);
+	T_CHECK_EQ(t_dir_count(&d), 1);
+	t_dir_remove(&d);
 
 	/* A planted symlink to a victim: refused, victim untouched. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	snprintf(p, sizeof(p), "%s/victim", d.path);
 	write_file(p, "precious data\n");
 	T_REQUIRE(symlink(p, d.dump) == 0);
-	T_CHECK_EQ(open_in(engine, d.path, 0, &jr), -EEXIST);
+	T_CHECK_EQ(t_open(engine, d.path, 0, &jr), -EEXIST);
 	T_CHECK(jr == sentinel);
 	buf = read_all(p, &len);
 	T_CHECK(len == 14 && memcmp(buf, "precious data\n", 14) == 0);
 	free(buf);
 	T_CHECK(lstat(d.dump, &st) == 0 && S_ISLNK(st.st_mode));
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A dangling symlink: nothing is created at its target. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	snprintf(p, sizeof(p), "%s/target", d.path);
 	T_REQUIRE(symlink(p, d.dump) == 0);
-	T_CHECK_EQ(open_in(engine, d.path, 0, &jr), -EEXIST);
+	T_CHECK_EQ(t_open(engine, d.path, 0, &jr), -EEXIST);
 	T_CHECK_EQ(file_size(p), -1);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A second writer in the same directory while the first is open. */
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	jr2 = sentinel;
-	T_CHECK_EQ(open_in(engine, d.path, 0, &jr2), -EEXIST);
+	T_CHECK_EQ(t_open(engine, d.path, 0, &jr2), -EEXIST);
 	T_CHECK(jr2 == sentinel);
-	T_CHECK_EQ(open_in(engine == JITRING_ENGINE_RINGS ?
+	T_CHECK_EQ(t_open(engine == JITRING_ENGINE_RINGS ?
 				   JITRING_ENGINE_MUTEX : JITRING_ENGINE_RINGS,
 			   d.path, 0, &jr2), -EEXIST);
 	{
@@ -710,20 +625,20 @@ static void test_open_paths(uint32_t engine)
 		/* The dump stays after close; a new writer of this process
 		 * continues it (tests/unit/test_reopen.c has the rest). */
 		len = (size_t)file_size(d.dump);
-		T_CHECK_EQ(open_in(engine, d.path, 0, &jr2), 0);
+		T_CHECK_EQ(t_open(engine, d.path, 0, &jr2), 0);
 		T_CHECK_EQ(file_size(d.dump), (long long)len);
 		T_CHECK_EQ(jitring_close(jr2), 0);
 		check_file(d.dump, &x, 1, false);
 		went_free(&w);
 		went_free(&s);
 	}
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A stale dump of ours (pid reuse) is replaced by a fresh one. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	write_file(d.dump, "stale junk from a process that had our pid, "
 			   "long enough to be longer than a header\n");
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_CHECK_EQ(file_size(d.dump), 40);
 	check_file(d.dump, NULL, 0, false);
 	{
@@ -738,14 +653,14 @@ static void test_open_paths(uint32_t engine)
 		went_free(&s);
 	}
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
 /* The header, the mapping, $JITRING_DIR and elf_mach. */
 static void test_open_ok(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_config c;
 	struct jitring_stats st;
@@ -754,10 +669,10 @@ static void test_open_ok(uint32_t engine)
 	uint64_t t0, t1;
 
 	/* cfg.dir NULL: $JITRING_DIR. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	T_REQUIRE(setenv("JITRING_DIR", d.path, 1) == 0);
 	t0 = now_ns();
-	T_REQUIRE(open_in(engine, NULL, 0, &jr) == 0);
+	T_REQUIRE(t_open(engine, NULL, 0, &jr) == 0);
 	t1 = now_ns();
 	unsetenv("JITRING_DIR");
 	T_CHECK_EQ(file_size(d.dump), 40);
@@ -776,12 +691,12 @@ static void test_open_ok(uint32_t engine)
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(maps_of(d.dump, perms), 0);
 	T_CHECK_EQ(file_size(d.dump), 40);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A config from a newer caller (larger struct_size): zero bytes we
 	 * do not know are its defaults; a non-zero one asks for a feature
 	 * we lack (test_abi has the rest). */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	{
 		struct {
 			struct jitring_config c;
@@ -801,10 +716,10 @@ static void test_open_ok(uint32_t engine)
 		T_CHECK_EQ(file_size(d.dump), 40);
 		T_CHECK_EQ(jitring_close(jr), 0);
 	}
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A chosen elf_mach goes into the header. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	jitring_config_init(&c);
 	c.engine = engine;
 	c.dir = d.path;
@@ -814,20 +729,20 @@ static void test_open_ok(uint32_t engine)
 	T_CHECK_EQ(du.res.header.elf_mach, 183);
 	free(du.buf);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
 /* jitring_open(NULL, ...): the default engine in $JITRING_DIR. */
 static void test_open_null_cfg(void)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_config c = JITRING_CONFIG_INIT;
 	struct dump du;
 	char perms[8];
 
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	T_REQUIRE(setenv("JITRING_DIR", d.path, 1) == 0);
 	T_REQUIRE(jitring_open(NULL, &jr) == 0);
 	unsetenv("JITRING_DIR");
@@ -838,16 +753,16 @@ static void test_open_null_cfg(void)
 	T_CHECK_EQ(maps_of(d.dump, perms), 1);
 	T_CHECK(strcmp(perms, "r-xp") == 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* JITRING_CONFIG_INIT is a usable config. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	c.dir = d.path;
 	T_REQUIRE(jitring_open(&c, &jr) == 0);
 	T_CHECK_EQ(t_stats(jr).engine, JITRING_ENGINE_RINGS);
 	T_CHECK_EQ(file_size(d.dump), 40);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -858,7 +773,7 @@ static void test_open_null_cfg(void)
 
 static void test_write_flush(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st;
 	struct went *w = calloc(NW, sizeof(*w)), *s = calloc(NW, sizeof(*s));
@@ -867,8 +782,8 @@ static void test_write_flush(uint32_t engine)
 	uint64_t records = 0, flushes = 0;
 
 	T_REQUIRE(w && s);
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 
 	/* Nothing written yet. */
 	T_CHECK_EQ(jitring_flush(jr), 0);
@@ -941,20 +856,20 @@ static void test_write_flush(uint32_t engine)
 	}
 	free(w);
 	free(s);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
 /* Close without a flush writes what is pending. */
 static void test_close_pending(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct went w[5], s[5];
 	struct exp x[5];
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	for (unsigned i = 0; i < 5; i++) {
 		char name[32];
 
@@ -969,7 +884,7 @@ static void test_close_pending(uint32_t engine)
 		went_free(&w[i]);
 		went_free(&s[i]);
 	}
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -978,7 +893,7 @@ static void test_close_pending(uint32_t engine)
 
 static void test_bad_input(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st0, st;
 	struct went w, s, m;
@@ -991,8 +906,8 @@ static void test_bad_input(uint32_t engine)
 	struct jitring_line *many;
 	int other;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	went_make(&w, "good", 64, true, true, false, 3);
 	went_make(&m, "model", 64, true, true, false, 4);
 	write_one(jr, &w, &s, &x);
@@ -1145,7 +1060,7 @@ static void test_bad_input(uint32_t engine)
 	went_free(&w);
 	went_free(&s);
 	went_free(&m);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1169,7 +1084,7 @@ static void *write_once_thread(void *arg)
 
 static void test_move_unissued(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct went w;
 	struct one_write o;
@@ -1177,8 +1092,8 @@ static void test_move_unissued(uint32_t engine)
 	int64_t mine;
 	int other;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	went_make(&w, "moved_fn", 16, false, false, false, 5);
 
 	/* Another thread wrote exactly one entry and left. */
@@ -1212,7 +1127,7 @@ static void test_move_unissued(uint32_t engine)
 	}
 	T_CHECK_EQ(jitring_close(jr), 0);
 	went_free(&w);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1222,7 +1137,7 @@ static void test_move_unissued(uint32_t engine)
 static void test_close(uint32_t engine)
 {
 	for (unsigned with_close = 0; with_close < 2; with_close++) {
-		struct tdir d;
+		struct t_dir d;
 		struct jitring *jr;
 		struct jitring_stats st;
 		struct went w[3], s[3];
@@ -1232,10 +1147,10 @@ static void test_close(uint32_t engine)
 		long long size;
 		int other;
 
-		tdir_make(&d);
-		T_REQUIRE(open_in(engine, d.path,
-				  with_close ? JITRING_F_WRITE_CLOSE : 0,
-				  &jr) == 0);
+		t_dir_make(&d, "api");
+		T_REQUIRE(t_open(engine, d.path,
+				 with_close ? JITRING_F_WRITE_CLOSE : 0,
+				 &jr) == 0);
 		T_CHECK_EQ(maps_of(d.dump, perms), 1);
 		for (unsigned i = 0; i < 3; i++) {
 			char name[32];
@@ -1286,7 +1201,7 @@ static void test_close(uint32_t engine)
 			went_free(&w[i]);
 			went_free(&s[i]);
 		}
-		tdir_remove(&d);
+		t_dir_remove(&d);
 		jitring_thread_detach(NULL);
 	}
 }
@@ -1294,12 +1209,12 @@ static void test_close(uint32_t engine)
 /* A writer that never wrote: the CLOSE record alone follows the header. */
 static void test_close_empty(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, JITRING_F_WRITE_CLOSE, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, JITRING_F_WRITE_CLOSE, &jr) == 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	check_file(d.dump, NULL, 0, true);
 	T_CHECK_EQ(file_size(d.dump), 40 + 16);
@@ -1307,7 +1222,7 @@ static void test_close_empty(uint32_t engine)
 	T_CHECK_EQ(st.entries_written, 0);
 	T_CHECK_EQ(st.records_written, 1);
 	T_CHECK_EQ(st.bytes_written, 40 + 16);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1342,7 +1257,7 @@ static void *detach_null_thread(void *arg)
 
 static void test_detach(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct detach_arg *a = calloc(1, sizeof(*a));
 	struct jitring_stats st;
 	pthread_t t;
@@ -1351,8 +1266,8 @@ static void test_detach(uint32_t engine)
 	int want = engine == JITRING_ENGINE_RINGS ? 1 : 0;
 
 	T_REQUIRE(a);
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &a->jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &a->jr) == 0);
 	for (unsigned i = 0; i < 6; i++) {
 		char name[32];
 
@@ -1389,7 +1304,7 @@ static void test_detach(uint32_t engine)
 		went_free(&a->s[i]);
 	}
 	free(a);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1457,7 +1372,7 @@ static void *mt_thread(void *arg)
 
 static void test_threads(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct mt *m = calloc(NTHREADS, sizeof(*m));
 	pthread_t th[NTHREADS];
@@ -1479,8 +1394,8 @@ static void test_threads(uint32_t engine)
 	T_REQUIRE(n > 0);
 	pool_eh_size = (uint32_t)n;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(pthread_barrier_init(&start, NULL, NTHREADS) == 0);
 	for (unsigned t = 0; t < NTHREADS; t++) {
 		m[t].jr = jr;
@@ -1552,7 +1467,7 @@ static void test_threads(uint32_t engine)
 		   0);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	free(m);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1589,7 +1504,7 @@ static void test_version_config(void)
 
 static void test_stats_size(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st, copy;
 	struct {
@@ -1603,8 +1518,8 @@ static void test_stats_size(uint32_t engine)
 	struct went w, s;
 	struct exp x;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	went_make(&w, "stats", 8, false, false, false, 1);
 	write_one(jr, &w, &s, &x);
 	T_CHECK_EQ(jitring_flush(jr), 0);
@@ -1632,7 +1547,7 @@ static void test_stats_size(uint32_t engine)
 	T_CHECK_EQ(jitring_close(jr), 0);
 	went_free(&w);
 	went_free(&s);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1672,8 +1587,8 @@ int main(void)
 	test_version_config();
 	test_eh_frame_build_errors();
 	test_open_null_cfg();
-	for (size_t i = 0; i < ARRAY_SIZE(engines); i++) {
-		uint32_t en = engines[i];
+	for (size_t i = 0; i < ARRAY_SIZE(t_engines); i++) {
+		uint32_t en = t_engines[i];
 
 		run("open_errors", en, test_open_errors);
 		run("open_paths", en, test_open_paths);

@@ -93,11 +93,6 @@
 
 #define MAX_LOADS 4096
 
-static const char *engine_name(uint32_t engine)
-{
-	return engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings";
-}
-
 static uint32_t my_tid(void)
 {
 	return (uint32_t)syscall(SYS_gettid);
@@ -114,25 +109,7 @@ static void sleep_ms(unsigned ms)
 /* ------------------------------------------------------------------ */
 /* Directories, writers and dumps.                                      */
 
-struct tdir {
-	char path[64];
-	char dump[128];
-};
-
-static void tdir_make(struct tdir *d)
-{
-	snprintf(d->path, sizeof(d->path), "/tmp/jitring-signal-XXXXXX");
-	T_REQUIRE(mkdtemp(d->path) != NULL);
-	snprintf(d->dump, sizeof(d->dump), "%s/jit-%d.dump", d->path,
-		 (int)getpid());
-}
-
-static void tdir_remove(struct tdir *d)
-{
-	t_rmtree(d->path);
-}
-
-static struct jitring *open_in(const struct tdir *d, uint32_t engine,
+static struct jitring *open_in(const struct t_dir *d, uint32_t engine,
 			       uint32_t ring_size)
 {
 	struct jitring_config c;
@@ -300,7 +277,7 @@ static void nested1_handler(int sig, siginfo_t *si, void *uc)
 
 static void test_nested_testpoint(void)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_entry pre = entry_of("pre", 0x1000),
 			     outer = entry_of("outer", 0x2000),
@@ -310,7 +287,7 @@ static void test_nested_testpoint(void)
 	int64_t i_pre, i_outer, i_post;
 	int mv;
 
-	tdir_make(&d);
+	t_dir_make(&d, "signal");
 	jr = open_in(&d, JITRING_ENGINE_RINGS, 0);
 	atomic_store(&h_jr, jr);
 	install(SIGUSR1, nested1_handler, 0);
@@ -359,7 +336,7 @@ static void test_nested_testpoint(void)
 		dump_find(&du, "outer")->code_index == (uint64_t)i_outer);
 	T_CHECK(dump_find(&du, "handler_entry") == NULL);
 	free(du.loads);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 	printf("nested (write_stamped testpoint), rings: write and move "
 	       "from the handler refused with -EDEADLK\n");
@@ -396,7 +373,7 @@ static void segv_handler(int sig, siginfo_t *si, void *uc)
 
 static void test_nested_fault(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_entry pre = entry_of("pre", 0x1000),
 			     outer = entry_of("outer", 0x2000);
@@ -415,7 +392,7 @@ static void test_nested_fault(uint32_t engine)
 	outer.code_bytes = page;
 	outer.code_size = 64;
 
-	tdir_make(&d);
+	t_dir_make(&d, "signal");
 	jr = open_in(&d, engine, 0);
 	atomic_store(&h_jr, jr);
 	atomic_store(&n2_faults, 0);
@@ -452,10 +429,10 @@ static void test_nested_fault(uint32_t engine)
 	T_CHECK(dump_find(&du, "fault_handler_entry") == NULL);
 	free(du.loads);
 	munmap(page, (size_t)page_size);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 	printf("nested (fault in the code copy), %s: -EDEADLK, outer entry "
-	       "intact\n", engine_name(engine));
+	       "intact\n", t_engine_name(engine));
 }
 
 /* ------------------------------------------------------------------ */
@@ -508,7 +485,7 @@ static void *spinner(void *arg)
 
 static void test_other_code(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st;
 	struct dump du;
@@ -516,7 +493,7 @@ static void test_other_code(uint32_t engine)
 	unsigned ok = 0, found = 0, resent = 0;
 	bool timeout = false;
 
-	tdir_make(&d);
+	t_dir_make(&d, "signal");
 	jr = open_in(&d, engine, 0);
 	atomic_store(&h_jr, jr);
 	for (unsigned k = 0; k < N3_SIGNALS; k++)
@@ -588,10 +565,10 @@ static void test_other_code(uint32_t engine)
 	}
 	T_CHECK_EQ(found, N3_SIGNALS);
 	free(du.loads);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	printf("handlers interrupting other code, %s: %u of %u writes "
 	       "returned a code_index, %u found with the thread's tid\n",
-	       engine_name(engine), ok, N3_SIGNALS, found);
+	       t_engine_name(engine), ok, N3_SIGNALS, found);
 }
 
 /* ------------------------------------------------------------------ */
@@ -649,7 +626,7 @@ static void *space_producer(void *arg)
 
 static int space_child(void)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st;
 	struct dump du;
@@ -660,7 +637,7 @@ static int space_child(void)
 
 	alarm(20);
 	jitring_io_hook = t_iogate_pwritev; /* before the flusher starts */
-	tdir_make(&d);
+	t_dir_make(&d, "signal");
 	jr = open_in(&d, JITRING_ENGINE_RINGS, 4096);
 	atomic_store(&h_jr, jr);
 	install(SIGUSR1, space_handler, 0);
@@ -719,7 +696,7 @@ static int space_child(void)
 		T_CHECK(dump_find(&du, "space_handler_entry") == NULL);
 	free(du.loads);
 	if (!t_failed)
-		tdir_remove(&d);
+		t_dir_remove(&d);
 	else
 		printf("space: dump kept in %s\n", d.path);
 	fflush(stdout);
@@ -846,7 +823,7 @@ static void test_mutex_window(void)
 		return;
 	}
 	for (int arm = 1; arm <= 2; arm++) {
-		struct tdir d;
+		struct t_dir d;
 		struct jitring *jr;
 		struct jitring_entry outer = entry_of("outer", 0x2000);
 		struct jitring_stats st;
@@ -854,7 +831,7 @@ static void test_mutex_window(void)
 		int64_t i_outer;
 		unsigned self;
 
-		tdir_make(&d);
+		t_dir_make(&d, "signal");
 		jr = open_in(&d, JITRING_ENGINE_MUTEX, 0);
 		window_arm(jr);
 
@@ -884,7 +861,7 @@ static void test_mutex_window(void)
 		T_CHECK(dump_find(&du, "outer") != NULL);
 		T_CHECK(dump_find(&du, "window_handler_entry") == NULL);
 		free(du.loads);
-		tdir_remove(&d);
+		t_dir_remove(&d);
 	}
 }
 
@@ -918,13 +895,13 @@ static void test_close_window(uint32_t engine)
 	if (!real_lock || !real_unlock)
 		return;
 	for (k = 1; k < 64; k++) {
-		struct tdir d;
+		struct t_dir d;
 		struct jitring *jr;
 		struct jitring_entry pre = entry_of("pre_close", 0x2000);
 		struct dump du;
 		int64_t nested;
 
-		tdir_make(&d);
+		t_dir_make(&d, "signal");
 		jr = open_in(&d, engine, 0);
 		T_CHECK(jitring_write(jr, &pre) > 0);
 		window_arm(jr);
@@ -941,7 +918,7 @@ static void test_close_window(uint32_t engine)
 		if (atomic_load(&n5_runs) == 0) {
 			/* close took fewer than k locks: every window seen */
 			free(du.loads);
-			tdir_remove(&d);
+			t_dir_remove(&d);
 			break;
 		}
 		if (nested > 0) {
@@ -953,7 +930,7 @@ static void test_close_window(uint32_t engine)
 			T_CHECK(dump_find(&du, "window_handler_entry") == NULL);
 		}
 		free(du.loads);
-		tdir_remove(&d);
+		t_dir_remove(&d);
 	}
 	T_CHECK(k > 1 && k < 64);
 	/* The mutex engine's flush lock comes after CLOSING; the rings
@@ -963,12 +940,12 @@ static void test_close_window(uint32_t engine)
 #ifdef JITRING_TESTPOINTS
 	{
 		/* Right after close published CLOSING: -ESHUTDOWN. */
-		struct tdir d;
+		struct t_dir d;
 		struct jitring *jr;
 		struct jitring_entry pre = entry_of("pre_close", 0x2000);
 		struct dump du;
 
-		tdir_make(&d);
+		t_dir_make(&d, "signal");
 		jr = open_in(&d, engine, 0);
 		T_CHECK(jitring_write(jr, &pre) > 0);
 		window_arm(jr);
@@ -987,12 +964,12 @@ static void test_close_window(uint32_t engine)
 		T_CHECK(dump_find(&du, "pre_close") != NULL);
 		T_CHECK(dump_find(&du, "window_handler_entry") == NULL);
 		free(du.loads);
-		tdir_remove(&d);
+		t_dir_remove(&d);
 	}
 #endif
 	printf("close windows, %s: a handler after each of the %u lock(s) "
 	       "close takes: %u write(s) landed before the close, %u got "
-	       "-ESHUTDOWN, none blocked\n", engine_name(engine), k - 1,
+	       "-ESHUTDOWN, none blocked\n", t_engine_name(engine), k - 1,
 	       landed, shut);
 }
 #endif

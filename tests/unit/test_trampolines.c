@@ -78,38 +78,8 @@ const char *__tsan_default_options(void)
 #define WORK_CALLS WORK_CALLS_PLAIN
 #endif
 
-static const uint32_t engines[] = { JITRING_ENGINE_RINGS,
-				    JITRING_ENGINE_MUTEX };
-
-static const char *engine_name(uint32_t engine)
-{
-	return engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings";
-}
-
 /* ------------------------------------------------------------------ */
 /* Directories, files, writers.                                        */
-
-struct tdir {
-	char path[64];
-	char dump[128];
-};
-
-static void tdir_make(struct tdir *d)
-{
-	snprintf(d->path, sizeof(d->path), "/tmp/jitring-tramp.XXXXXX");
-	T_REQUIRE(mkdtemp(d->path) != NULL);
-	snprintf(d->dump, sizeof(d->dump), "%s/jit-%d.dump", d->path,
-		 (int)getpid());
-}
-
-static void tdir_remove(const struct tdir *d)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->path);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", d->path);
-}
 
 static unsigned char *slurp(const char *path, size_t *len)
 {
@@ -131,17 +101,6 @@ static unsigned char *slurp(const char *path, size_t *len)
 	fclose(f);
 	*len = n;
 	return buf;
-}
-
-static struct jitring *open_writer(const struct tdir *d, uint32_t engine)
-{
-	struct jitring_config cfg = JITRING_CONFIG_INIT;
-	struct jitring *jr = NULL;
-
-	cfg.engine = engine;
-	cfg.dir = d->path;
-	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
-	return jr;
 }
 
 /* The dump must be valid and sorted; returns its bytes. */
@@ -543,13 +502,13 @@ static void test_bad_input(uint32_t engine)
 	struct jitring_trampolines *set = NULL, *out;
 	struct jitring_cfi bad_cfi;
 	struct jitring *jr;
-	struct tdir d;
+	struct t_dir d;
 	char longname[JITRING_NAME_MAX + 2];
 	void *addr = (void *)&good;
 	uint64_t refused;
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&good) == 0);
 	out = (struct jitring_trampolines *)&good;
 
@@ -621,7 +580,7 @@ static void test_bad_input(uint32_t engine)
 	T_CHECK_EQ(jitring_trampolines_new(jr, &good, &out), -ESHUTDOWN);
 	T_CHECK(out == (struct jitring_trampolines *)&good);
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -757,12 +716,12 @@ static void test_threads(uint32_t engine)
 	struct tmpl_info ti;
 	struct watcher w;
 	struct jitring *jr;
-	struct tdir d;
+	struct t_dir d;
 	uint64_t per_arena, total = 0, arenas;
 	char name[64];
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	ti = tmpl_info(&tmpl);
 	per_arena = slots_per_arena(&ti);
@@ -874,7 +833,7 @@ static void test_threads(uint32_t engine)
 	T_CHECK(call_copy((void *)(uintptr_t)all.v[0].addr, 1, 2, 3));
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
 	free(all.v);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -920,10 +879,10 @@ static void test_templates(uint32_t engine)
 	struct tmpl_info ti[3];
 	unsigned char *big;
 	struct jitring *jr;
-	struct tdir d;
+	struct t_dir d;
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&base) == 0);
 
 	/* No CFI, no salt: 16-byte slots, no UNWINDING_INFO, bytes as is. */
@@ -977,7 +936,7 @@ static void test_templates(uint32_t engine)
 		free(c[i].v);
 	}
 	free(big);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1031,11 +990,11 @@ static void test_close_race(uint32_t engine)
 	uint64_t got = 0, bad = 0, shut = 0;
 	unsigned char *buf;
 	struct jitring *jr;
-	struct tdir d;
+	struct t_dir d;
 	size_t len;
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
 	pthread_barrier_init(&barrier, NULL, RACE_THREADS + 1);
@@ -1068,7 +1027,7 @@ static void test_close_race(uint32_t engine)
 	free(buf);
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
 	pthread_barrier_destroy(&barrier);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1122,13 +1081,13 @@ static void test_fork(uint32_t engine)
 	struct copies before = { 0 }, after = { 0 };
 	struct tmpl_info ti;
 	struct jitring *jr;
-	struct tdir d;
+	struct t_dir d;
 	char child_dump[160];
 	int status = -1;
 	pid_t pid;
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	ti = tmpl_info(&tmpl);
 	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
@@ -1168,7 +1127,7 @@ static void test_fork(uint32_t engine)
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
 	free(before.v);
 	free(after.v);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1180,7 +1139,7 @@ static void run(const char *what, uint32_t engine, void (*fn)(uint32_t))
 	fn(engine);
 	if (t_failed != before)
 		fprintf(stderr, "  ^ in %s, engine %s\n", what,
-			engine_name(engine));
+			t_engine_name(engine));
 }
 
 int main(void)
@@ -1190,12 +1149,12 @@ int main(void)
 	if (jitring_trampoline_builtin(&t) == -EOPNOTSUPP)
 		t_skip("no built-in trampoline on this architecture");
 	test_builtin();
-	for (size_t i = 0; i < ARRAY_SIZE(engines); i++) {
-		run("bad input", engines[i], test_bad_input);
-		run("threads", engines[i], test_threads);
-		run("templates", engines[i], test_templates);
-		run("close race", engines[i], test_close_race);
-		run("fork", engines[i], test_fork);
+	for (size_t i = 0; i < ARRAY_SIZE(t_engines); i++) {
+		run("bad input", t_engines[i], test_bad_input);
+		run("threads", t_engines[i], test_threads);
+		run("templates", t_engines[i], test_templates);
+		run("close race", t_engines[i], test_close_race);
+		run("fork", t_engines[i], test_fork);
 	}
 	return t_report();
 }
