@@ -16,6 +16,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <stdatomic.h>
@@ -29,6 +30,7 @@
 #include <unistd.h>
 
 #include "jitring.h"
+#include "reader.h"
 
 #define T_EXIT_PASS 0
 #define T_EXIT_FAIL 1
@@ -231,6 +233,40 @@ static inline void t_dir_remove(const struct t_dir *d)
 	T_CHECK_EQ(t_rmtree(d->path), 0);
 }
 
+/*
+ * The bytes of the regular file @path and their number in *@len, with a
+ * NUL after them (not counted); NULL if it cannot be opened or is not a
+ * regular file.  O_NONBLOCK: a FIFO planted there cannot hang the test.
+ */
+static inline unsigned char *t_slurp(const char *path, size_t *len)
+{
+	struct stat st;
+	unsigned char *buf;
+	size_t got = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+
+	*len = 0;
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return NULL;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	T_REQUIRE(buf);
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
+
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	close(fd);
+	buf[got] = 0;
+	*len = got;
+	return buf;
+}
+
 /* ------------------------------------------------------------------ */
 /* Fields of dumps and .eh_frame data: host order, any alignment.      */
 
@@ -288,6 +324,156 @@ static inline int t_eh_frame(uint64_t code_size, unsigned char *buf,
 		entry_only.nr_ops = entry_only.nr_init;
 		n = jitring_eh_frame_build(&entry_only, code_size, buf, size);
 	}
+	return n;
+}
+
+/* ------------------------------------------------------------------ */
+/* Dumps, read back with the independent reader (src/reader.h).         */
+
+/**
+ * struct t_load - A CODE_LOAD as the reader saw it.
+ * @name: its name (cut at 63 bytes).
+ * @index: its code_index.
+ * @ts: its timestamp.
+ * @tid: its thread.
+ * @code_size: its code size.
+ * @code: its first 64 code bytes.
+ */
+struct t_load {
+	char name[64];
+	uint64_t index;
+	uint64_t ts;
+	uint32_t tid;
+	uint64_t code_size;
+	uint8_t code[64];
+};
+
+/**
+ * struct t_dump - A dump file read by t_dump_read().
+ * @buf: the file's bytes.
+ * @len: their number.
+ * @check: jitring_check(JITRING_CHECK_SORTED) of them.
+ * @res: what it found.
+ * @loads: the CODE_LOADs, in file order.
+ * @nloads: their number.
+ * @moves: the CODE_MOVEs.
+ */
+struct t_dump {
+	unsigned char *buf;
+	size_t len;
+	int check;
+	struct jitring_check_result res;
+	struct t_load *loads;
+	size_t nloads;
+	size_t moves;
+};
+
+/*
+ * Read the dump at @path (it must be there), check it (a failed check is
+ * printed; it is @d->check the caller checks) and list its CODE_LOADs.
+ * t_dump_free() lets go of it.
+ */
+static inline void t_dump_read(struct t_dump *d, const char *path)
+{
+	struct jitring_reader rd;
+	struct jitring_rd_record rec;
+	size_t cap = 0;
+
+	memset(d, 0, sizeof(*d));
+	d->buf = t_slurp(path, &d->len);
+	T_REQUIRE(d->buf != NULL);
+	d->check = jitring_check(d->buf, d->len, JITRING_CHECK_SORTED,
+				 &d->res);
+	if (d->check)
+		fprintf(stderr, "%s: jitring_check: %s at %llu: %s\n", path,
+			d->res.rule ? d->res.rule : "?",
+			(unsigned long long)d->res.off, d->res.detail);
+	if (jitring_reader_init(&rd, d->buf, d->len, 0, NULL))
+		return;
+	while (jitring_reader_next(&rd, &rec) == 1) {
+		struct t_load *l;
+
+		if (rec.id == JITRING_RD_CODE_MOVE)
+			d->moves++;
+		if (rec.id != JITRING_RD_CODE_LOAD)
+			continue;
+		if (d->nloads == cap) {
+			cap = cap ? 2 * cap : 256;
+			d->loads = realloc(d->loads, cap * sizeof(*d->loads));
+			T_REQUIRE(d->loads != NULL);
+		}
+		l = &d->loads[d->nloads++];
+		memset(l, 0, sizeof(*l));
+		snprintf(l->name, sizeof(l->name), "%s", rec.name);
+		l->index = rec.code_index;
+		l->ts = rec.ts;
+		l->tid = rec.tid;
+		l->code_size = rec.code_size;
+		memcpy(l->code, rec.code,
+		       rec.code_size < sizeof(l->code) ? rec.code_size :
+							 sizeof(l->code));
+	}
+}
+
+static inline void t_dump_free(struct t_dump *d)
+{
+	free(d->buf);
+	free(d->loads);
+	memset(d, 0, sizeof(*d));
+}
+
+/* The first CODE_LOAD named @name, or NULL. */
+static inline const struct t_load *t_dump_find(const struct t_dump *d,
+					       const char *name)
+{
+	for (size_t i = 0; i < d->nloads; i++)
+		if (!strcmp(d->loads[i].name, name))
+			return &d->loads[i];
+	return NULL;
+}
+
+/* CODE_LOADs whose name starts with @prefix. */
+static inline size_t t_dump_count(const struct t_dump *d, const char *prefix)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i < d->nloads; i++)
+		n += !strncmp(d->loads[i].name, prefix, strlen(prefix));
+	return n;
+}
+
+/*
+ * CODE_LOADs named "<@prefix>..." in the dump at @path, which must pass
+ * jitring_check(JITRING_CHECK_SORTED) (a failure is printed); -1 if it is
+ * missing or does not.  *@closes, if set, gets its CLOSE records.
+ */
+static inline long t_dump_loads(const char *path, const char *prefix,
+				uint64_t *closes)
+{
+	struct jitring_check_result res;
+	struct jitring_rd_record rec;
+	struct jitring_reader rd;
+	size_t len;
+	unsigned char *buf = t_slurp(path, &len);
+	long n = 0;
+
+	if (!buf)
+		return -1;
+	if (jitring_check(buf, len, JITRING_CHECK_SORTED, &res)) {
+		fprintf(stderr, "%s: jitring_check: %s at %llu: %s\n", path,
+			res.rule ? res.rule : "?", (unsigned long long)res.off,
+			res.detail);
+		free(buf);
+		return -1;
+	}
+	if (closes)
+		*closes = res.count[JITRING_RD_CODE_CLOSE];
+	T_REQUIRE(jitring_reader_init(&rd, buf, len, 0, NULL) == 0);
+	while (jitring_reader_next(&rd, &rec) == 1)
+		if (rec.id == JITRING_RD_CODE_LOAD &&
+		    !strncmp(rec.name, prefix, strlen(prefix)))
+			n++;
+	free(buf);
 	return n;
 }
 

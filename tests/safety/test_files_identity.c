@@ -67,7 +67,7 @@ static void spellings(uint32_t engine)
 			   sp[0], 0, &b), -EEXIST);
 	sf_write(a, "a_second_", 10, NULL);
 	T_CHECK_EQ(jitring_close(a), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "a_", NULL), 20);
+	T_CHECK_EQ(t_dump_loads(dump, "a_", NULL), 20);
 
 	/* 2: after close each spelling continues the same dump. */
 	for (i = 0; i < nsp; i++) {
@@ -81,11 +81,11 @@ static void spellings(uint32_t engine)
 		sf_write(b, prefix, 3, NULL);
 		T_CHECK_EQ(jitring_close(b), 0);
 		T_CHECK(sf_ino(dump, &ino) == 0 && ino == ino0);
-		T_CHECK_EQ(sf_dump_count(dump, prefix, NULL), 3);
+		T_CHECK_EQ(t_dump_loads(dump, prefix, NULL), 3);
 	}
 	/* Nothing lost, every code_index unique (jitring_check). */
-	T_CHECK_EQ(sf_dump_count(dump, "a_", NULL), 20);
-	T_CHECK_EQ(sf_dump_count(dump, "s", NULL), 3 * nsp);
+	T_CHECK_EQ(t_dump_loads(dump, "a_", NULL), 20);
+	T_CHECK_EQ(t_dump_loads(dump, "s", NULL), 3 * nsp);
 
 	T_REQUIRE(chdir(cwd) == 0);
 	unlink(link);
@@ -113,8 +113,8 @@ static void dir_symlink(uint32_t engine)
 	T_CHECK_EQ(jitring_flush(a), 0);
 	T_CHECK_EQ(t_open(engine, target, 0, &b), -EEXIST);
 	T_CHECK_EQ(jitring_close(a), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "via_link_", NULL), 5);
-	T_CHECK_EQ(sf_dump_count(ldump, "via_link_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(dump, "via_link_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(ldump, "via_link_", NULL), 5);
 	unlink(link);
 	t_rmtree(target);
 	jitring_thread_detach(NULL);

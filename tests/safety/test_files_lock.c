@@ -136,11 +136,11 @@ static void scenario(uint32_t engine)
 	T_CHECK_EQ(sf_locked(c_d2), 0);
 	T_CHECK_EQ(sf_locked(c_map), 0);
 
-	T_CHECK_EQ(sf_dump_count(p_d1, "p_closed_", NULL), 5);
-	T_CHECK_EQ(sf_dump_count(p_d2, "p_live_", NULL), 5);
-	T_CHECK_EQ(sf_dump_count(p_d2, "c_", NULL), 0);
-	T_CHECK_EQ(sf_dump_count(c_d2, "c_", NULL), 2);
-	T_CHECK_EQ(sf_dump_count(c_d2, "p_", NULL), 0);
+	T_CHECK_EQ(t_dump_loads(p_d1, "p_closed_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(p_d2, "p_live_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(p_d2, "c_", NULL), 0);
+	T_CHECK_EQ(t_dump_loads(c_d2, "c_", NULL), 2);
+	T_CHECK_EQ(t_dump_loads(c_d2, "p_", NULL), 0);
 
 	close(up[0]);
 	close(go_p[1]);

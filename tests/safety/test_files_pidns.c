@@ -38,7 +38,7 @@ static uint32_t engine;
 static long map_lines(const char *path)
 {
 	size_t len;
-	unsigned char *buf = sf_slurp(path, &len);
+	unsigned char *buf = t_slurp(path, &len);
 	long n = 0;
 
 	if (!buf)
@@ -65,7 +65,7 @@ static int owner(void)
 	sf_write(jr, "owner_b_", 10, NULL);
 	if (jitring_close(jr))
 		return 13;
-	if (sf_dump_count("/tmp/d/jit-1.dump", "owner_", NULL) != 20)
+	if (t_dump_loads("/tmp/d/jit-1.dump", "owner_", NULL) != 20)
 		return 14;
 	if (map_lines("/tmp/perf-1.map") != 20)
 		return 15;
@@ -102,7 +102,7 @@ static int replacer(void)
 	sf_write(jr, "replacer_", 1, NULL);
 	if (jitring_close(jr))
 		return 33;
-	return sf_dump_count("/tmp/d/jit-1.dump", "", NULL) == 1 ? 0 : 34;
+	return t_dump_loads("/tmp/d/jit-1.dump", "", NULL) == 1 ? 0 : 34;
 }
 
 /* Run @fn as pid 1 of a new pid namespace that sees @shared as /tmp. */
@@ -181,11 +181,11 @@ static void scenario(void)
 	/* 4. */
 	T_REQUIRE(write(down[1], "x", 1) == 1);
 	T_CHECK_EQ(reap(own), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "owner_", NULL), 20);
+	T_CHECK_EQ(t_dump_loads(dump, "owner_", NULL), 20);
 	/* 5. */
 	T_CHECK_EQ(reap(spawn(replacer)), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "replacer_", NULL), 1);
-	T_CHECK_EQ(sf_dump_count(dump, "owner_", NULL), 0);
+	T_CHECK_EQ(t_dump_loads(dump, "replacer_", NULL), 1);
+	T_CHECK_EQ(t_dump_loads(dump, "owner_", NULL), 0);
 
 	close(up[0]);
 	close(down[1]);

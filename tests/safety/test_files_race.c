@@ -71,7 +71,7 @@ int main(void)
 	T_CHECK(atomic_load(&sessions) > 0);
 	T_CHECK_EQ(atomic_load(&sessions) + atomic_load(&refused),
 		   THREADS * ROUNDS);
-	T_CHECK_EQ(sf_dump_count(dump, "t", NULL),
+	T_CHECK_EQ(t_dump_loads(dump, "t", NULL),
 		   (long)atomic_load(&sessions) * PER);
 	t_rmtree(dir);
 	return t_report();

@@ -84,28 +84,6 @@ static void run(const char *what, uint32_t engine,
 /* ------------------------------------------------------------------ */
 /* Directories and files.                                              */
 
-static unsigned char *read_all(const char *path, size_t *len)
-{
-	struct stat st;
-	unsigned char *buf;
-	size_t got = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	T_REQUIRE(fd >= 0);
-	T_REQUIRE(fstat(fd, &st) == 0);
-	buf = malloc((size_t)st.st_size + 1);
-	T_REQUIRE(buf);
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-
-		T_REQUIRE(n > 0);
-		got += (size_t)n;
-	}
-	close(fd);
-	*len = got;
-	return buf;
-}
-
 static long long file_size(const char *path)
 {
 	struct stat st;
@@ -282,25 +260,13 @@ static void went_free(struct went *w)
 /* ------------------------------------------------------------------ */
 /* Reading dumps back.                                                 */
 
-struct dump {
-	unsigned char *buf;
-	size_t len;
-	struct jitring_check_result res;
-	int check;
-};
-
-static void dump_read(struct dump *d, const char *path)
+/* The dump at @path must check out (t_dump_free() it). */
+static void dump_read(struct t_dump *d, const char *path)
 {
-	d->buf = read_all(path, &d->len);
-	d->check = jitring_check(d->buf, d->len, JITRING_CHECK_SORTED,
-				 &d->res);
+	t_dump_read(d, path);
 	T_CHECK_EQ(d->check, 0);
 	/* Both engines close every line table at the end of its code. */
 	T_CHECK_EQ(d->res.lines_uncovered, 0);
-	if (d->check)
-		fprintf(stderr, "  jitring_check %s: %s at %llu: %s\n", path,
-			d->res.rule ? d->res.rule : "?",
-			(unsigned long long)d->res.off, d->res.detail);
 }
 
 static void check_header(const struct jitring_rd_header *h, uint32_t mach)
@@ -446,7 +412,7 @@ static void check_group(struct jitring_reader *r, const struct exp *x)
 static size_t check_file(const char *path, const struct exp *x, size_t n,
 			 bool want_close)
 {
-	struct dump d;
+	struct t_dump d;
 	struct jitring_reader r;
 	struct jitring_rd_record rec;
 	struct jitring_rd_header h;
@@ -467,7 +433,7 @@ static size_t check_file(const char *path, const struct exp *x, size_t n,
 	}
 	T_CHECK_EQ(jitring_reader_next(&r, &rec), 0);
 	len = d.len;
-	free(d.buf);
+	t_dump_free(&d);
 	return len;
 }
 
@@ -589,7 +555,8 @@ static void test_open_paths(uint32_t engine)
 	T_REQUIRE(symlink(p, d.dump) == 0);
 	T_CHECK_EQ(t_open(engine, d.path, 0, &jr), -EEXIST);
 	T_CHECK(jr == sentinel);
-	buf = read_all(p, &len);
+	buf = t_slurp(p, &len);
+	T_REQUIRE(buf != NULL);
 	T_CHECK(len == 14 && memcmp(buf, "precious data\n", 14) == 0);
 	free(buf);
 	T_CHECK(lstat(d.dump, &st) == 0 && S_ISLNK(st.st_mode));
@@ -664,7 +631,7 @@ static void test_open_ok(uint32_t engine)
 	struct jitring *jr;
 	struct jitring_config c;
 	struct jitring_stats st;
-	struct dump du;
+	struct t_dump du;
 	char perms[8];
 	uint64_t t0, t1;
 
@@ -680,7 +647,7 @@ static void test_open_ok(uint32_t engine)
 	check_header(&du.res.header, host_mach());
 	T_CHECK(du.res.header.timestamp >= t0 && du.res.header.timestamp <= t1);
 	T_CHECK_EQ(du.res.records, 0);
-	free(du.buf);
+	t_dump_free(&du);
 	/* perf finds the dump through an executable mapping of it. */
 	T_CHECK_EQ(maps_of(d.dump, perms), 1);
 	T_CHECK(strcmp(perms, "r-xp") == 0);
@@ -727,7 +694,7 @@ static void test_open_ok(uint32_t engine)
 	T_REQUIRE(jitring_open(&c, &jr) == 0);
 	dump_read(&du, d.dump);
 	T_CHECK_EQ(du.res.header.elf_mach, 183);
-	free(du.buf);
+	t_dump_free(&du);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
@@ -739,7 +706,7 @@ static void test_open_null_cfg(void)
 	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_config c = JITRING_CONFIG_INIT;
-	struct dump du;
+	struct t_dump du;
 	char perms[8];
 
 	t_dir_make(&d, "api");
@@ -749,7 +716,7 @@ static void test_open_null_cfg(void)
 	T_CHECK_EQ(t_stats(jr).engine, JITRING_ENGINE_RINGS);
 	dump_read(&du, d.dump);
 	check_header(&du.res.header, host_mach());
-	free(du.buf);
+	t_dump_free(&du);
 	T_CHECK_EQ(maps_of(d.dump, perms), 1);
 	T_CHECK(strcmp(perms, "r-xp") == 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
@@ -1021,7 +988,7 @@ static void test_bad_input(uint32_t engine)
 	/* A real move: CODE_MOVE after its LOAD. */
 	{
 		uint64_t t0 = now_ns(), t1;
-		struct dump du;
+		struct t_dump du;
 		struct jitring_reader r;
 		struct jitring_rd_record rec;
 
@@ -1046,7 +1013,7 @@ static void test_bad_input(uint32_t engine)
 		T_CHECK_EQ(rec.tid, my_tid());
 		T_CHECK(rec.ts >= t0 && rec.ts <= t1);
 		T_CHECK_EQ(jitring_reader_next(&r, &rec), 0);
-		free(du.buf);
+		t_dump_free(&du);
 		st = t_stats(jr);
 		T_CHECK_EQ(st.entries_written, 2);
 		T_CHECK_EQ(st.bytes_written, (uint64_t)size0 + 64);
@@ -1116,14 +1083,14 @@ static void test_move_unissued(uint32_t engine)
 	T_CHECK_EQ(jitring_move(jr, (uint64_t)o.index, &other, NULL, 16), 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	{
-		struct dump du;
+		struct t_dump du;
 
 		dump_read(&du, d.dump);
 		if (du.check == 0) {
 			T_CHECK_EQ(du.res.count[JITRING_RD_CODE_LOAD], 2);
 			T_CHECK_EQ(du.res.count[JITRING_RD_CODE_MOVE], 1);
 		}
-		free(du.buf);
+		t_dump_free(&du);
 	}
 	T_CHECK_EQ(jitring_close(jr), 0);
 	went_free(&w);
@@ -1142,7 +1109,7 @@ static void test_close(uint32_t engine)
 		struct jitring_stats st;
 		struct went w[3], s[3];
 		struct exp x[3];
-		struct dump du;
+		struct t_dump du;
 		char perms[8];
 		long long size;
 		int other;
@@ -1168,7 +1135,7 @@ static void test_close(uint32_t engine)
 		check_file(d.dump, x, 3, with_close);
 		dump_read(&du, d.dump);
 		T_CHECK_EQ(du.res.count[JITRING_RD_CODE_CLOSE], with_close);
-		free(du.buf);
+		t_dump_free(&du);
 		T_CHECK_EQ(maps_of(d.dump, perms), 0);
 
 		/* Everything after close is refused and counted. */
@@ -1377,7 +1344,7 @@ static void test_threads(uint32_t engine)
 	struct mt *m = calloc(NTHREADS, sizeof(*m));
 	pthread_t th[NTHREADS];
 	pthread_barrier_t start;
-	struct dump du;
+	struct t_dump du;
 	struct jitring_reader r;
 	struct jitring_rd_record rec, unw;
 	struct jitring_stats st;
@@ -1458,7 +1425,7 @@ static void test_threads(uint32_t engine)
 	T_CHECK_EQ(loads, NTHREADS * NPER);
 	for (unsigned t = 0; t < NTHREADS; t++)
 		T_CHECK_EQ(next[t], NPER);
-	free(du.buf);
+	t_dump_free(&du);
 
 	st = t_stats(jr);
 	T_CHECK_EQ(st.entries_written, NTHREADS * NPER);

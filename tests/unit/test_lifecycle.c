@@ -270,29 +270,14 @@ static struct jitring *open_in(const char *sub, uint32_t ring_size,
 	return jr;
 }
 
-/* Loads in the dump of @jr's directory (for the calling process), or -1
- * if the file does not check out. */
-static long count_loads(const char *sub, pid_t pid)
+/* Loads in this process's dump in @sub, or -1 if it does not check out. */
+static long count_loads(const char *sub)
 {
-	struct jitring_check_result res;
 	char path[4300];
-	struct stat st;
-	uint8_t *buf;
-	long n = -1;
-	int fd;
 
-	snprintf(path, sizeof(path), "%s/%s/jit-%d.dump", base, sub, (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st))
-		return -1;
-	buf = malloc((size_t)st.st_size + 1);
-	if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size &&
-	    jitring_check(buf, (size_t)st.st_size, JITRING_CHECK_SORTED,
-			  &res) == 0)
-		n = (long)res.count[JITRING_RD_CODE_LOAD];
-	free(buf);
-	close(fd);
-	return n;
+	snprintf(path, sizeof(path), "%s/%s/jit-%d.dump", base, sub,
+		 (int)getpid());
+	return t_dump_loads(path, "", NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -339,7 +324,7 @@ static void case_close_vs_release(bool by_exit)
 	/* Close unmapped the buffer. */
 	if (buf && !tp.victim)
 		T_CHECK(!page_mapped(buf));
-	T_CHECK_EQ(count_loads(sub, getpid()), 1);
+	T_CHECK_EQ(count_loads(sub), 1);
 	printf("close vs %s: buffer %s\n", by_exit ? "thread exit" : "detach",
 	       tp.victim ? "unmapped by the thread (bug)" :
 			   "left to close, unmapped once");
@@ -430,7 +415,7 @@ static void case_fork(int which)
 			WTERMSIG(status) == SIGALRM ? "hung" : "crash");
 	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(count_loads(which == 2 ? "c2" : "c3", getpid()), 1);
+	T_CHECK_EQ(count_loads(which == 2 ? "c2" : "c3"), 1);
 	printf("fork child: %s: %s\n",
 	       which == 2 ? "close vs first write" : "failed restarts",
 	       WIFEXITED(status) ? "returned" : "hung or crashed");
@@ -518,7 +503,7 @@ static void case_flusher_sleeps(void)
 	T_CHECK(r2 <= 20);
 	/* P committed before close finished, or backed out: never lost. */
 	T_CHECK((intptr_t)pr > 0 || (intptr_t)pr == -ESHUTDOWN);
-	T_CHECK(count_loads("c4", getpid()) >= 1);
+	T_CHECK(count_loads("c4") >= 1);
 	printf("flusher rounds while a flush waited 300 ms: %" PRIu64
 	       "; while a close waited 200 ms: %" PRIu64 "\n",
 	       r1, r2);
@@ -584,7 +569,7 @@ static void case_flush_unregistered(void)
 	atomic_store(&fail_attach, 0);
 	atomic_store(&pool_empty, 0);
 	pthread_join(f, NULL);
-	T_CHECK_EQ(count_loads("c6", getpid()), 1);
+	T_CHECK_EQ(count_loads("c6"), 1);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	printf("flush with an unregistered ring: %s\n",
 	       early ? "completed early (bug)" : "waited for it");
@@ -622,7 +607,7 @@ static void case_fork_jumbo(void)
 	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	TP_SET(tp.hold_flusher = false);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(count_loads("c7", getpid()), 1);
+	T_CHECK_EQ(count_loads("c7"), 1);
 	printf("fork with an unwritten jumbo entry: child exit %d\n",
 	       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }

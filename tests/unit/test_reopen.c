@@ -153,9 +153,9 @@ static void sessions(uint32_t e1, uint32_t e2, uint32_t f1, uint32_t f2)
 		   -ENOENT);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(t_stats(jr).bytes_written, fsize(dump));
-	T_CHECK_EQ(sf_dump_count(dump, "s1_", &closes), 100);
+	T_CHECK_EQ(t_dump_loads(dump, "s1_", &closes), 100);
 	T_CHECK_EQ(closes, (f2 & JITRING_F_WRITE_CLOSE) ? 1 : 0);
-	T_CHECK_EQ(sf_dump_count(dump, "s2_", NULL), 100);
+	T_CHECK_EQ(t_dump_loads(dump, "s2_", NULL), 100);
 	/* The engines agree on indices: none of one session in the other. */
 	for (int i = 0; i < 100; i++)
 		for (int j = 0; j < 100; j++)
@@ -165,9 +165,9 @@ static void sessions(uint32_t e1, uint32_t e2, uint32_t f1, uint32_t f2)
 	T_REQUIRE(t_open(JITRING_ENGINE_RINGS, dir, 0, &jr) == 0);
 	sf_write(jr, "s3_", 10, NULL);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "s1_", &closes), 100);
-	T_CHECK_EQ(sf_dump_count(dump, "s2_", NULL), 100);
-	T_CHECK_EQ(sf_dump_count(dump, "s3_", NULL), 10);
+	T_CHECK_EQ(t_dump_loads(dump, "s1_", &closes), 100);
+	T_CHECK_EQ(t_dump_loads(dump, "s2_", NULL), 100);
+	T_CHECK_EQ(t_dump_loads(dump, "s3_", NULL), 10);
 	T_CHECK_EQ(closes, 0);
 	t_rmtree(dir);
 	jitring_thread_detach(NULL);
@@ -192,8 +192,8 @@ static void concurrent(void)
 	qsort(idx, 4 * 400, sizeof(idx[0]), cmp64);
 	for (int i = 1; i < 4 * 400; i++)
 		T_CHECK(idx[i] != idx[i - 1]);
-	T_CHECK_EQ(sf_dump_count(p1, "c_", NULL), 800);
-	T_CHECK_EQ(sf_dump_count(p2, "c_", NULL), 800);
+	T_CHECK_EQ(t_dump_loads(p1, "c_", NULL), 800);
+	T_CHECK_EQ(t_dump_loads(p2, "c_", NULL), 800);
 	t_rmtree(d1);
 	t_rmtree(d2);
 	jitring_thread_detach(NULL);
@@ -218,15 +218,15 @@ static void give_back(uint32_t engine)
 	T_REQUIRE(symlink(dir, map) == 0);
 	T_CHECK_EQ(t_open(engine, dir, JITRING_F_PERF_MAP, &jr), -EEXIST);
 	T_CHECK_EQ(fsize(dump), size);
-	T_CHECK_EQ(sf_dump_count(dump, "kept_", &closes), 5);
+	T_CHECK_EQ(t_dump_loads(dump, "kept_", &closes), 5);
 	T_CHECK_EQ(closes, 1);
 	T_CHECK_EQ(markers(dump), 0);
 	unlink(map);
 	T_REQUIRE(t_open(engine, dir, 0, &jr) == 0);
 	sf_write(jr, "more_", 5, NULL);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "kept_", &closes), 5);
-	T_CHECK_EQ(sf_dump_count(dump, "more_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(dump, "kept_", &closes), 5);
+	T_CHECK_EQ(t_dump_loads(dump, "more_", NULL), 5);
 	T_CHECK_EQ(closes, 0);
 	t_rmtree(dir);
 	jitring_thread_detach(NULL);
@@ -249,7 +249,7 @@ static void bounded(uint32_t engine)
 			fds1 = nfds();
 	}
 	T_CHECK_EQ(nfds(), fds1);
-	T_CHECK_EQ(sf_dump_count(dump, "cycle_", NULL), 30);
+	T_CHECK_EQ(t_dump_loads(dump, "cycle_", NULL), 30);
 	for (int i = 0; i < 30; i++) {
 		T_REQUIRE(unlink(dump) == 0);
 		T_REQUIRE(t_open(engine, dir, 0, &jr) == 0);
@@ -258,7 +258,7 @@ static void bounded(uint32_t engine)
 		T_CHECK_EQ(jitring_close(jr), 0);
 	}
 	T_CHECK_EQ(nfds(), fds1);
-	T_CHECK_EQ(sf_dump_count(dump, "fresh_", NULL), 1);
+	T_CHECK_EQ(t_dump_loads(dump, "fresh_", NULL), 1);
 
 	/* Writers in ever new directories, each removed after close. */
 	for (int i = 0; i < 30; i++) {

@@ -81,42 +81,6 @@ const char *__tsan_default_options(void)
 /* ------------------------------------------------------------------ */
 /* Directories, files, writers.                                        */
 
-static unsigned char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	unsigned char *buf = NULL;
-	size_t cap = 0, n = 0, r;
-
-	if (!f)
-		return NULL;
-	do {
-		if (n == cap) {
-			cap = cap ? cap * 2 : 1 << 20;
-			buf = realloc(buf, cap);
-			T_REQUIRE(buf != NULL);
-		}
-		r = fread(buf + n, 1, cap - n, f);
-		n += r;
-	} while (r > 0);
-	fclose(f);
-	*len = n;
-	return buf;
-}
-
-/* The dump must be valid and sorted; returns its bytes. */
-static unsigned char *dump_checked(const char *path, size_t *len,
-				   struct jitring_check_result *res)
-{
-	unsigned char *buf = slurp(path, len);
-
-	T_REQUIRE(buf != NULL);
-	T_CHECK_EQ(jitring_check(buf, *len, JITRING_CHECK_SORTED, res), 0);
-	if (res->rule)
-		fprintf(stderr, "%s: %s at %llu: %s\n", path, res->rule,
-			(unsigned long long)res->off, res->detail);
-	return buf;
-}
-
 /* ------------------------------------------------------------------ */
 /* Calling copies.                                                      */
 
@@ -381,21 +345,21 @@ static void check_dump(const char *path, const struct copies *c,
 {
 	const struct jitring_trampoline_template *t = ti->t;
 	const unsigned char *code = t->code;
-	struct jitring_check_result res;
+	struct t_dump du;
 	struct jitring_reader rd;
 	struct jitring_rd_record rec, prev = { 0 };
 	unsigned long missing = 0, dup = 0, name = 0, index = 0, group = 0;
 	unsigned long bytes = 0, salts_dup = 0;
 	uint64_t *salts = calloc(c->n + 1, sizeof(*salts));
 	unsigned char *seen = calloc(c->n + 1, 1);
-	unsigned char *buf;
-	size_t len, nsalt = 0;
+	size_t nsalt = 0;
 	bool have_prev = false, unw;
 	char want[64];
 
 	T_REQUIRE(salts && seen);
-	buf = dump_checked(path, &len, &res);
-	T_REQUIRE(jitring_reader_init(&rd, buf, len, 0, NULL) == 0);
+	t_dump_read(&du, path);
+	T_CHECK_EQ(du.check, 0);
+	T_REQUIRE(jitring_reader_init(&rd, du.buf, du.len, 0, NULL) == 0);
 	while (jitring_reader_next(&rd, &rec) == 1) {
 		struct copy key = { .addr = rec.code_addr };
 		const struct copy *x;
@@ -460,7 +424,7 @@ next:
 	T_CHECK_EQ(salts_dup, 0);
 	if (t->salt_offset != JITRING_TRAMPOLINE_NO_SALT)
 		T_CHECK_EQ(nsalt, c->n);
-	free(buf);
+	t_dump_free(&du);
 	free(salts);
 	free(seen);
 }
@@ -983,15 +947,13 @@ static void test_close_race(uint32_t engine)
 {
 	struct jitring_trampoline_template tmpl;
 	struct jitring_trampolines *set = NULL;
-	struct jitring_check_result res;
 	struct racer rs[RACE_THREADS];
 	pthread_barrier_t barrier;
 	_Atomic uint64_t handed = 0;
 	uint64_t got = 0, bad = 0, shut = 0;
-	unsigned char *buf;
 	struct jitring *jr;
+	struct t_dump du;
 	struct t_dir d;
-	size_t len;
 
 	t_dir_make(&d, "tramp");
 	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
@@ -1021,10 +983,11 @@ static void test_close_race(uint32_t engine)
 	T_CHECK_EQ(bad, 0);
 	T_CHECK_EQ(shut, RACE_THREADS);
 	T_CHECK_EQ(t_stats(jr).trampoline_copies, got);
-	buf = dump_checked(d.dump, &len, &res);
-	T_CHECK_EQ(res.count[JITRING_RD_CODE_LOAD], got);
-	T_CHECK_EQ(res.count[JITRING_RD_CODE_UNWINDING_INFO], got);
-	free(buf);
+	t_dump_read(&du, d.dump);
+	T_CHECK_EQ(du.check, 0);
+	T_CHECK_EQ(du.res.count[JITRING_RD_CODE_LOAD], got);
+	T_CHECK_EQ(du.res.count[JITRING_RD_CODE_UNWINDING_INFO], got);
+	t_dump_free(&du);
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
 	pthread_barrier_destroy(&barrier);
 	t_dir_remove(&d);
@@ -1044,7 +1007,7 @@ static uint64_t salt_in(const char *path, uint64_t addr, uint32_t so)
 	uint64_t s = 0;
 	size_t len;
 
-	buf = slurp(path, &len);
+	buf = t_slurp(path, &len);
 	if (!buf)
 		return 0;
 	if (jitring_reader_init(&rd, buf, len, 0, NULL) == 0)
