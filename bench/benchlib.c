@@ -315,16 +315,3 @@ double bench_hist_quantile(const struct bench_hist *h, double q)
 	}
 	return (double)h->max;
 }
-
-uint64_t bench_rss_bytes(void)
-{
-	unsigned long size = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-
-	if (!f)
-		return 0;
-	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
-		resident = 0;
-	fclose(f);
-	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}

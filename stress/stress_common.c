@@ -45,19 +45,6 @@ uint64_t st_mix(uint64_t x)
 	return x ^ (x >> 31);
 }
 
-uint64_t st_rss_bytes(void)
-{
-	unsigned long size = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-
-	if (!f)
-		return 0;
-	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
-		resident = 0;
-	fclose(f);
-	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
-}
-
 int st_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
 {
 	pthread_attr_t attr;

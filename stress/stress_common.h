@@ -98,8 +98,6 @@ void st_dump_path(const char *dir, pid_t pid, char *out, size_t len);
 uint64_t st_now_ns(void);
 /* splitmix64: the hash and the PRNG step of every choice. */
 uint64_t st_mix(uint64_t x);
-/* Resident set size of the process in bytes (/proc/self/statm). */
-uint64_t st_rss_bytes(void);
 /* pthread_create with a small explicit stack; returns 0 or an errno. */
 int st_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 

@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -27,6 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "jitring.h"
@@ -123,6 +125,38 @@ static inline struct jitring_stats t_stats(const struct jitring *jr)
 	st.struct_size = sizeof(st);
 	jitring_stats(jr, &st);
 	return st;
+}
+
+/*
+ * jitring_write() of a 16-byte entry (a ret, then zeros) named @name at
+ * @addr, its bytes passed as code_bytes (nothing is read at @addr).
+ */
+static inline int64_t t_write_at(struct jitring *jr, const char *name,
+				 uint64_t addr)
+{
+	static const uint8_t code[16] = { 0xc3 };
+	struct jitring_entry e = {
+		.name = name,
+		.code_addr = (const void *)(uintptr_t)addr,
+		.code_size = sizeof(code),
+		.code_bytes = code,
+	};
+
+	return jitring_write(jr, &e);
+}
+
+/* Resident set size of this process in bytes (/proc/self/statm). */
+static inline uint64_t t_rss_bytes(void)
+{
+	unsigned long size = 0, resident = 0;
+	FILE *f = fopen("/proc/self/statm", "r");
+
+	if (!f)
+		return 0;
+	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
+		resident = 0;
+	fclose(f);
+	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
 /* ------------------------------------------------------------------ */
@@ -266,6 +300,29 @@ static inline unsigned char *t_slurp(const char *path, size_t *len)
 	*len = got;
 	return buf;
 }
+
+/* ------------------------------------------------------------------ */
+/* Waiting for another thread.                                          */
+
+/*
+ * Wait on @cond under @lock (pointers to a pthread mutex and condition)
+ * until @expr holds or @sec seconds passed; the value of @expr then.  A
+ * statement expression: @expr is evaluated under @lock.
+ */
+#define T_COND_WAIT(lock, cond, expr, sec)                                  \
+	({                                                                  \
+		struct timespec t_ts_;                                      \
+		bool t_ok_ = true;                                          \
+		clock_gettime(CLOCK_REALTIME, &t_ts_);                      \
+		t_ts_.tv_sec += (sec);                                      \
+		pthread_mutex_lock(lock);                                   \
+		while (!(expr) && t_ok_)                                    \
+			t_ok_ = pthread_cond_timedwait(cond, lock,          \
+						       &t_ts_) == 0;        \
+		t_ok_ = (expr);                                             \
+		pthread_mutex_unlock(lock);                                 \
+		t_ok_;                                                      \
+	})
 
 /* ------------------------------------------------------------------ */
 /* Fields of dumps and .eh_frame data: host order, any alignment.      */

@@ -44,7 +44,6 @@
 
 static struct jitring *jr;
 static char base[4096];
-static const uint8_t code[16] = { 0xc3 };
 
 /* ------------------------------------------------------------------ */
 /* Hooks.                                                               */
@@ -87,20 +86,8 @@ static void hook(const char *name, void *arg)
 }
 
 /* Wait for a condition on tp (under tp.lock); false after @sec seconds. */
-#define TP_WAIT(cond_expr, sec)                                             \
-	({                                                                  \
-		struct timespec ts_;                                        \
-		bool ok_ = true;                                            \
-		clock_gettime(CLOCK_REALTIME, &ts_);                        \
-		ts_.tv_sec += (sec);                                        \
-		pthread_mutex_lock(&tp.lock);                               \
-		while (!(cond_expr) && ok_)                                 \
-			ok_ = pthread_cond_timedwait(&tp.cond, &tp.lock,    \
-						     &ts_) == 0;            \
-		ok_ = (cond_expr);                                          \
-		pthread_mutex_unlock(&tp.lock);                             \
-		ok_;                                                        \
-	})
+#define TP_WAIT(cond_expr, sec) \
+	T_COND_WAIT(&tp.lock, &tp.cond, cond_expr, sec)
 
 static void tp_reset(void)
 {
@@ -123,14 +110,7 @@ static void tp_release(void)
 
 static int64_t write_one(const char *name, uint64_t addr)
 {
-	struct jitring_entry e = {
-		.name = name,
-		.code_addr = (const void *)(uintptr_t)addr,
-		.code_size = sizeof(code),
-		.code_bytes = code,
-	};
-
-	return jitring_write(jr, &e);
+	return t_write_at(jr, name, addr);
 }
 
 struct pwriter {

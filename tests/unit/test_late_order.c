@@ -47,7 +47,6 @@
 #ifdef JITRING_TESTPOINTS
 
 static struct jitring *jr;
-static const uint8_t code[16] = { 0xc3 };
 
 static struct {
 	pthread_mutex_t lock;
@@ -102,17 +101,7 @@ static void hook(const char *name, void *arg)
 
 static bool wait_where(int want, int sec)
 {
-	struct timespec ts;
-	bool ok = true;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += sec;
-	pthread_mutex_lock(&s.lock);
-	while (s.where != want && ok)
-		ok = pthread_cond_timedwait(&s.cond, &s.lock, &ts) == 0;
-	ok = s.where == want;
-	pthread_mutex_unlock(&s.lock);
-	return ok;
+	return T_COND_WAIT(&s.lock, &s.cond, s.where == want, sec);
 }
 
 static void release(bool *flag)
@@ -145,14 +134,7 @@ static bool wait_written(uint64_t want)
 
 static int64_t write_one(const char *name, uint64_t addr)
 {
-	struct jitring_entry e = {
-		.name = name,
-		.code_addr = (const void *)(uintptr_t)addr,
-		.code_size = sizeof(code),
-		.code_bytes = code,
-	};
-
-	return jitring_write(jr, &e);
+	return t_write_at(jr, name, addr);
 }
 
 static void *producer_p(void *arg)

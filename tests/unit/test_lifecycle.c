@@ -59,7 +59,6 @@
 #ifdef JITRING_TESTPOINTS
 
 static char base[4096];
-static const uint8_t code[16] = { 0xc3 };
 
 /* ------------------------------------------------------------------ */
 /* Shared hook state: one lock, one condition, named flags.             */
@@ -100,20 +99,8 @@ static __thread bool tl_park;
 static _Atomic int fail_attach, pool_empty, fail_restart;
 
 /* Wait under tp.lock for @cond_expr; false after @sec seconds. */
-#define TP_WAIT(cond_expr, sec)                                             \
-	({                                                                  \
-		struct timespec ts_;                                        \
-		bool ok_ = true;                                            \
-		clock_gettime(CLOCK_REALTIME, &ts_);                        \
-		ts_.tv_sec += (sec);                                        \
-		pthread_mutex_lock(&tp.lock);                               \
-		while (!(cond_expr) && ok_)                                 \
-			ok_ = pthread_cond_timedwait(&tp.cond, &tp.lock,    \
-						     &ts_) == 0;            \
-		ok_ = (cond_expr);                                          \
-		pthread_mutex_unlock(&tp.lock);                             \
-		ok_;                                                        \
-	})
+#define TP_WAIT(cond_expr, sec) \
+	T_COND_WAIT(&tp.lock, &tp.cond, cond_expr, sec)
 
 #define TP_SET(stmt)                                                        \
 	do {                                                                \
@@ -240,18 +227,6 @@ static void tp_reset(struct jitring *jr, int which)
 /* ------------------------------------------------------------------ */
 /* Helpers.                                                             */
 
-static int64_t write_one(struct jitring *jr, const char *name, uint64_t addr)
-{
-	struct jitring_entry e = {
-		.name = name,
-		.code_addr = (const void *)(uintptr_t)addr,
-		.code_size = sizeof(code),
-		.code_bytes = code,
-	};
-
-	return jitring_write(jr, &e);
-}
-
 static struct jitring *open_in(const char *sub, uint32_t ring_size,
 			       uint32_t holdback_ms)
 {
@@ -286,7 +261,7 @@ static long count_loads(const char *sub)
 static void *holder_main(void *arg)
 {
 	struct jitring *jr = arg;
-	int64_t id = write_one(jr, "held", 0x400000);
+	int64_t id = t_write_at(jr, "held", 0x400000);
 
 	T_CHECK(id > 0);
 	TP_SET(tp.restart_go = true); /* attached */
@@ -338,7 +313,7 @@ static void *first_write_main(void *arg)
 	struct jitring *jr = arg;
 	int64_t *ret = malloc(sizeof(*ret));
 
-	*ret = write_one(jr, "child", 0x410000);
+	*ret = t_write_at(jr, "child", 0x410000);
 	return ret;
 }
 
@@ -399,7 +374,7 @@ static void case_fork(int which)
 	int status = 0;
 	pid_t pid;
 
-	T_CHECK(write_one(jr, "parent", 0x420000) > 0);
+	T_CHECK(t_write_at(jr, "parent", 0x420000) > 0);
 	tp_reset(jr, 0);
 	fflush(stdout);
 	pid = fork();
@@ -427,7 +402,7 @@ static void case_fork(int which)
 static void *parked_main(void *arg)
 {
 	tl_park = true;
-	return (void *)(intptr_t)write_one(arg, "P", 0x500000);
+	return (void *)(intptr_t)t_write_at(arg, "P", 0x500000);
 }
 
 static void *flush_main(void *arg)
@@ -466,7 +441,7 @@ static void case_flusher_sleeps(void)
 	T_REQUIRE(pthread_create(&p, NULL, parked_main, jr) == 0);
 	T_REQUIRE(TP_WAIT(tp.parked, 30));
 	/* An entry stamped after P's: held back until P is marked LATE. */
-	T_CHECK(write_one(jr, "Q", 0x510000) > 0);
+	T_CHECK(t_write_at(jr, "Q", 0x510000) > 0);
 	r0 = rounds_now();
 	T_REQUIRE(pthread_create(&f, NULL, flush_main, jr) == 0);
 	T_REQUIRE(TP_WAIT(tp.flush_done, 30));
@@ -541,7 +516,7 @@ static void case_no_trim_at_birth(void)
 
 static void *writer_main(void *arg)
 {
-	return (void *)(intptr_t)write_one(arg, "W", 0x600000);
+	return (void *)(intptr_t)t_write_at(arg, "W", 0x600000);
 }
 
 static void case_flush_unregistered(void)
@@ -634,7 +609,7 @@ static void case_drop_move(void)
 	tp_reset(jr, 8);
 	TP_SET(tp.hold_flusher = true);
 	T_REQUIRE(TP_WAIT(tp.flusher_held, 30));
-	while ((id = write_one(jr, "fill", 0x800000 + (uint64_t)n * 64)) > 0 &&
+	while ((id = t_write_at(jr, "fill", 0x800000 + (uint64_t)n * 64)) > 0 &&
 	       n < 10000) {
 		last = id;
 		n++;

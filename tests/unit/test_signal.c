@@ -837,11 +837,13 @@ static void test_close_window(uint32_t engine)
 		}
 		if (nested > 0) {
 			landed++;
-			T_CHECK(t_dump_find(&du, "window_handler_entry") != NULL);
+			T_CHECK(t_dump_find(&du, "window_handler_entry") !=
+				NULL);
 		} else {
 			shut += nested == -ESHUTDOWN;
 			T_CHECK_EQ(nested, -ESHUTDOWN);
-			T_CHECK(t_dump_find(&du, "window_handler_entry") == NULL);
+			T_CHECK(t_dump_find(&du, "window_handler_entry") ==
+				NULL);
 		}
 		t_dump_free(&du);
 		t_dir_remove(&d);
