@@ -103,6 +103,18 @@ static inline const char *t_engine_name(uint32_t engine)
 	return engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings";
 }
 
+/* @fn(@engine); if a check failed in it, say in what and with which. */
+static inline void t_run(const char *what, uint32_t engine,
+			 void (*fn)(uint32_t engine))
+{
+	unsigned long before = t_failed;
+
+	fn(engine);
+	if (t_failed != before)
+		fprintf(stderr, "  ^ in %s, engine %s\n", what,
+			t_engine_name(engine));
+}
+
 /* jitring_open() with @engine, @dir and @flags, the rest the defaults. */
 static inline int t_open(uint32_t engine, const char *dir, uint32_t flags,
 			 struct jitring **out)

@@ -96,13 +96,7 @@ static void after_close(uint32_t engine)
 
 int main(void)
 {
-	for (size_t i = 0; i < 2; i++) {
-		unsigned long before = t_failed;
-
-		after_close(t_engines[i]);
-		if (t_failed != before)
-			fprintf(stderr, "  ^ engine %s\n",
-				t_engine_name(t_engines[i]));
-	}
+	for (size_t i = 0; i < 2; i++)
+		t_run("after_close", t_engines[i], after_close);
 	return t_report();
 }

@@ -123,13 +123,8 @@ static void dir_symlink(uint32_t engine)
 int main(void)
 {
 	for (size_t i = 0; i < 2; i++) {
-		unsigned long before = t_failed;
-
-		spellings(t_engines[i]);
-		dir_symlink(t_engines[i]);
-		if (t_failed != before)
-			fprintf(stderr, "  ^ engine %s\n",
-				t_engine_name(t_engines[i]));
+		t_run("spellings", t_engines[i], spellings);
+		t_run("dir_symlink", t_engines[i], dir_symlink);
 	}
 	return t_report();
 }

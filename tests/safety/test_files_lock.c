@@ -155,13 +155,7 @@ int main(void)
 {
 	/* C is orphaned when P exits: have it reparented to us. */
 	T_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
-	for (size_t i = 0; i < 2; i++) {
-		unsigned long before = t_failed;
-
-		scenario(t_engines[i]);
-		if (t_failed != before)
-			fprintf(stderr, "  ^ engine %s\n",
-				t_engine_name(t_engines[i]));
-	}
+	for (size_t i = 0; i < 2; i++)
+		t_run("scenario", t_engines[i], scenario);
 	return t_report();
 }

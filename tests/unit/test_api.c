@@ -69,18 +69,6 @@ static uint32_t host_mach(void)
 #endif
 }
 
-/* Say which test and engine a failure belongs to. */
-static void run(const char *what, uint32_t engine,
-		void (*fn)(uint32_t engine))
-{
-	unsigned long before = t_failed;
-
-	fn(engine);
-	if (t_failed != before)
-		fprintf(stderr, "  ^ in %s, engine %s\n", what,
-			t_engine_name(engine));
-}
-
 /* ------------------------------------------------------------------ */
 /* Directories and files.                                              */
 
@@ -1557,18 +1545,18 @@ int main(void)
 	for (size_t i = 0; i < ARRAY_SIZE(t_engines); i++) {
 		uint32_t en = t_engines[i];
 
-		run("open_errors", en, test_open_errors);
-		run("open_paths", en, test_open_paths);
-		run("open_ok", en, test_open_ok);
-		run("write_flush", en, test_write_flush);
-		run("close_pending", en, test_close_pending);
-		run("bad_input", en, test_bad_input);
-		run("move_unissued", en, test_move_unissued);
-		run("close", en, test_close);
-		run("close_empty", en, test_close_empty);
-		run("detach", en, test_detach);
-		run("threads", en, test_threads);
-		run("stats_size", en, test_stats_size);
+		t_run("open_errors", en, test_open_errors);
+		t_run("open_paths", en, test_open_paths);
+		t_run("open_ok", en, test_open_ok);
+		t_run("write_flush", en, test_write_flush);
+		t_run("close_pending", en, test_close_pending);
+		t_run("bad_input", en, test_bad_input);
+		t_run("move_unissued", en, test_move_unissued);
+		t_run("close", en, test_close);
+		t_run("close_empty", en, test_close_empty);
+		t_run("detach", en, test_detach);
+		t_run("threads", en, test_threads);
+		t_run("stats_size", en, test_stats_size);
 	}
 	return t_report();
 }

@@ -1095,16 +1095,6 @@ static void test_fork(uint32_t engine)
 
 /* ------------------------------------------------------------------ */
 
-static void run(const char *what, uint32_t engine, void (*fn)(uint32_t))
-{
-	unsigned long before = t_failed;
-
-	fn(engine);
-	if (t_failed != before)
-		fprintf(stderr, "  ^ in %s, engine %s\n", what,
-			t_engine_name(engine));
-}
-
 int main(void)
 {
 	struct jitring_trampoline_template t;
@@ -1113,11 +1103,11 @@ int main(void)
 		t_skip("no built-in trampoline on this architecture");
 	test_builtin();
 	for (size_t i = 0; i < ARRAY_SIZE(t_engines); i++) {
-		run("bad input", t_engines[i], test_bad_input);
-		run("threads", t_engines[i], test_threads);
-		run("templates", t_engines[i], test_templates);
-		run("close race", t_engines[i], test_close_race);
-		run("fork", t_engines[i], test_fork);
+		t_run("bad input", t_engines[i], test_bad_input);
+		t_run("threads", t_engines[i], test_threads);
+		t_run("templates", t_engines[i], test_templates);
+		t_run("close race", t_engines[i], test_close_race);
+		t_run("fork", t_engines[i], test_fork);
 	}
 	return t_report();
 }
