@@ -5,10 +5,10 @@
  * "N passed, N failed" last and exits 0 (pass), 1 (fail) or 77 (skip),
  * the automake codes meson understands.
  *
- * Below the checks, the helpers several tests had each written for
- * themselves: engines, unaligned little reads, scratch directories, whole
- * files, an .eh_frame for test entries, dumps read back with the
- * independent reader (src/reader.h) and waiting on a condition.
+ * Below the checks, what several tests had each written for themselves:
+ * engines and writers, scratch directories, whole files, waiting on a
+ * condition, fields at any alignment, an .eh_frame for test entries, and
+ * dumps read back with the independent reader (src/reader.h).
  * Header-only (static inline), so every binary keeps its own counters.
  */
 #ifndef JITRING_TESTS_HARNESS_H
@@ -278,6 +278,9 @@ static inline void t_dir_remove(const struct t_dir *d)
 			t_live_dirs[i].path[0] = '\0';
 	T_CHECK_EQ(t_rmtree(d->path), 0);
 }
+
+/* ------------------------------------------------------------------ */
+/* Whole files.                                                         */
 
 /*
  * The bytes of the regular file @path and their number in *@len, with a
