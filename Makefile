@@ -142,10 +142,17 @@ check-release: build-release-check/build.ninja
 ci:
 	@bash scripts/ci.sh
 
-# The long stress runs, fault injection and a short fuzz run
-# (docs/reliability.md); minutes, not part of `make test`.
+# Long stress: the one entry point for the long stress, fault and crash
+# runs and a short fuzz run of each harness (docs/reliability.md); minutes,
+# not part of `make test`.  Every timed run lasts STRESS_SECONDS, each
+# fuzzer FUZZ_SECONDS.  The meson suite stress-long and
+# stress/run-long.sh are its internals.
+STRESS_SECONDS ?= 30
+FUZZ_SECONDS ?= 60
+
 stress: build deps-clang
-	bash stress/run-long.sh build
+	STRESS_SECONDS=$(STRESS_SECONDS) FUZZ_SECONDS=$(FUZZ_SECONDS) \
+		bash stress/run-long.sh build
 
 # Benchmarks against the mutex design (bench/README.md).  A release build
 # without test hooks; results go to bench/results/.

@@ -13,6 +13,7 @@
 
 #include "benchlib.h"
 #include "clock.h"
+#include "harness.h"
 #include "record.h"
 
 static const char *const engine_names[BENCH_NR_ENGINES] = {
@@ -74,9 +75,7 @@ static struct {
 
 static int build_eh(uint64_t code_size, uint8_t *buf, size_t size)
 {
-	const struct jitring_cfi *cfi =
-		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE);
-	int n = jitring_eh_frame_build(cfi, code_size, buf, size);
+	int n = t_eh_frame(code_size, buf, size);
 
 	if (n <= 0) {
 		fprintf(stderr, "bench: jitring_eh_frame_build: %d\n", n);
@@ -315,17 +314,4 @@ double bench_hist_quantile(const struct bench_hist *h, double q)
 		}
 	}
 	return (double)h->max;
-}
-
-uint64_t bench_rss_bytes(void)
-{
-	unsigned long size = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-
-	if (!f)
-		return 0;
-	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
-		resident = 0;
-	fclose(f);
-	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
 }

@@ -145,9 +145,6 @@ void bench_hist_merge(struct bench_hist *dst, const struct bench_hist *src);
  * clamped to the maximum; 0 for an empty histogram. */
 double bench_hist_quantile(const struct bench_hist *h, double q);
 
-/* Resident set size of this process in bytes (/proc/self/statm). */
-uint64_t bench_rss_bytes(void);
-
 #ifdef __cplusplus
 }
 #endif

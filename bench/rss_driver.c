@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "benchlib.h"
+#include "harness.h"
 
 static int engine;
 static struct jitring *jr;
@@ -224,7 +225,7 @@ int main(int argc, char **argv)
 		if (per_thread < 1)
 			per_thread = 1;
 		nwaves = storm ? 0 : (unsigned)((n + WAVE - 1) / WAVE);
-		rss_threads = bench_rss_bytes();
+		rss_threads = t_rss_bytes();
 		clock_gettime(CLOCK_MONOTONIC, &t0);
 		for (unsigned w = 0; w < nwaves; w++) {
 			unsigned long lo = (unsigned long)w * WAVE;
@@ -273,12 +274,12 @@ int main(int argc, char **argv)
 		struct jitring_stats st = { .struct_size = sizeof(st) };
 
 		wait_arrived((unsigned)n);
-		r0 = bench_rss_bytes();
+		r0 = t_rss_bytes();
 		set_phase(1);
 		wait_arrived((unsigned)n);
 		if (jr && jitring_flush(jr))
 			atomic_fetch_add(&errors, 1);
-		r1 = bench_rss_bytes();
+		r1 = t_rss_bytes();
 		if (jr)
 			jitring_stats(jr, &st);
 		d.tv_sec = (time_t)idle_s;
@@ -290,7 +291,7 @@ int main(int argc, char **argv)
 		idle_cpu_ms = tv_ms(&ru.ru_utime) - tv_ms(&ru0.ru_utime) +
 			      tv_ms(&ru.ru_stime) - tv_ms(&ru0.ru_stime);
 		idle_switches = ru.ru_nvcsw - ru0.ru_nvcsw;
-		r2 = bench_rss_bytes();
+		r2 = t_rss_bytes();
 		set_phase(2);
 		for (unsigned long i = 0; i < n; i++)
 			pthread_join(tids[i], NULL);

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# `make stress`: the long stress runs, the fault and crash programs with
-# their long settings, and a short libFuzzer run of each harness; then one
-# summary table.  Exits non-zero if anything failed (or a fuzzer found a
-# crash).  docs/reliability.md is filled from the table this prints.
+# The body of `make stress` (run that; this script is its internals): the
+# long stress runs (meson suite stress-long: the scenario, fault and crash
+# programs with their long settings), a short libFuzzer run of each
+# harness, then one summary table.  Exits non-zero if anything failed (or
+# a fuzzer found a crash).  docs/reliability.md is filled from the table
+# this prints.
 #
 # Usage: bash stress/run-long.sh BUILDDIR
-# Environment:
-#   STRESS_SETUP   meson test setup for the long runs (default: stresslong,
-#                  which sets JITRING_STRESS_SECONDS from -Dstress_seconds)
+# Environment (make stress passes its variables of the same names):
+#   STRESS_SECONDS duration of every timed long run (default: 30); exported
+#                  to the programs as JITRING_STRESS_SECONDS, which
+#                  overrides their --seconds
 #   FUZZ_SECONDS   seconds per fuzzer (default: 60)
 #   FUZZ_BUILD     clang build directory for the fuzzers (default: build-fuzz)
 #   SKIP_FUZZ=1    skip the fuzzers; SKIP_LONG=1 skip the long stress runs
@@ -16,7 +19,7 @@ set -uo pipefail
 
 build=${1:-build}
 src=$(cd "$(dirname "$0")/.." && pwd)
-setup=${STRESS_SETUP-stresslong}
+stress_seconds=${STRESS_SECONDS:-30}
 fuzz_seconds=${FUZZ_SECONDS:-60}
 fuzz_build=${FUZZ_BUILD:-$src/build-fuzz}
 summary=$build/stress-summary.md
@@ -37,14 +40,13 @@ ninja -C "$build" || exit 2
 # 1. Long stress runs (suite stress-long: the scenario programs and the
 #    fault/crash programs with long settings).
 if [ "${SKIP_LONG:-0}" != 1 ]; then
-	say "long stress runs (meson suite stress-long${setup:+, setup $setup})"
-	rm -f "$build/meson-logs/testlog${setup:+-$setup}.json"
-	rm -f "$build/stress-long.json"
-	meson test -C "$build" --no-rebuild ${setup:+--setup "$setup"} \
-		--suite stress-long --print-errorlogs --num-processes 1 ||
+	say "long stress runs (meson suite stress-long, $stress_seconds s each)"
+	log="$build/meson-logs/testlog.json"
+	rm -f "$log" "$build/stress-long.json"
+	JITRING_STRESS_SECONDS=$stress_seconds \
+		meson test -C "$build" --no-rebuild --suite stress-long \
+		--timeout-multiplier 20 --print-errorlogs --num-processes 1 ||
 		failed=1
-	log="$build/meson-logs/testlog${setup:+-$setup}.json"
-	[ -f "$log" ] || log="$build/meson-logs/testlog.json"
 	if ! cp "$log" "$build/stress-long.json"; then
 		echo "FAILED: no meson test log for the long runs" >&2
 		failed=1

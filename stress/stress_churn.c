@@ -162,7 +162,7 @@ int main(int argc, char **argv)
 		pthread_join(threads[i], NULL);
 		alive--;
 		if (++joined == tenth)
-			rss10 = st_rss_bytes();
+			rss10 = t_rss_bytes();
 	}
 	st_progress_stop();
 	if (created < opts.count && deadline && st_now_ns() >= deadline)
@@ -172,7 +172,7 @@ int main(int argc, char **argv)
 		T_CHECK_EQ(created, opts.count);
 
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	rss_end = st_rss_bytes();
+	rss_end = t_rss_bytes();
 	jitring_stats(jr, &st);
 	st_totals(lp, (unsigned)created, &tot);
 	for (uint64_t i = 0; i < created; i++) {

@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
@@ -44,19 +43,6 @@ uint64_t st_mix(uint64_t x)
 	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
 	x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
 	return x ^ (x >> 31);
-}
-
-uint64_t st_rss_bytes(void)
-{
-	unsigned long size = 0, resident = 0;
-	FILE *f = fopen("/proc/self/statm", "r");
-
-	if (!f)
-		return 0;
-	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
-		resident = 0;
-	fclose(f);
-	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
 int st_thread_create(pthread_t *t, void *(*fn)(void *), void *arg)
@@ -113,7 +99,7 @@ static void usage(const char *prog)
 		"[--count N] [--alive N] [--mode NAME] [--seed X] "
 		"[--engine rings|mutex] [--dir D]\n",
 		prog);
-	exit(ST_EXIT_FAIL);
+	exit(T_EXIT_FAIL);
 }
 
 static uint64_t parse_u64(const char *prog, const char *s)
@@ -186,13 +172,13 @@ void st_setup(int argc, char **argv, struct st_opts *o, const char *prog)
 		o->engine = JITRING_ENGINE_RINGS;
 	if (!st_spec_init()) {
 		printf("skipped: no call frame preset for this architecture\n");
-		exit(ST_EXIT_SKIP);
+		exit(T_EXIT_SKIP);
 	}
 	if (o->dir[0]) {
 		if (mkdir(o->dir, 0700) && errno != EEXIST) {
 			fprintf(stderr, "mkdir %s: %s\n", o->dir,
 				strerror(errno));
-			exit(ST_EXIT_FAIL);
+			exit(T_EXIT_FAIL);
 		}
 		o->own_dir = false;
 	} else {
@@ -203,7 +189,7 @@ void st_setup(int argc, char **argv, struct st_opts *o, const char *prog)
 		if (!mkdtemp(o->dir)) {
 			fprintf(stderr, "mkdtemp %s: %s\n", o->dir,
 				strerror(errno));
-			exit(ST_EXIT_FAIL);
+			exit(T_EXIT_FAIL);
 		}
 		o->own_dir = true;
 	}
@@ -217,16 +203,6 @@ void st_setup(int argc, char **argv, struct st_opts *o, const char *prog)
 	fflush(stdout);
 }
 
-static int rm_one(const char *path, const struct stat *sb, int flag,
-		  struct FTW *ftw)
-{
-	(void)sb;
-	(void)flag;
-	(void)ftw;
-	remove(path);
-	return 0;
-}
-
 void st_cleanup(const struct st_opts *o, bool passed)
 {
 	if (!o->own_dir)
@@ -235,7 +211,7 @@ void st_cleanup(const struct st_opts *o, bool passed)
 		printf("dumps kept in %s\n", o->dir);
 		return;
 	}
-	nftw(o->dir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	t_rmtree(o->dir);
 }
 
 /* ------------------------------------------------------------------ */
@@ -256,22 +232,15 @@ static bool eh_ok;
 
 bool st_spec_init(void)
 {
-	const struct jitring_cfi *cfi =
-		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE);
-
-	if (!cfi)
-		return false;
 	for (unsigned i = 0; i < NSIZES; i++) {
-		int n = jitring_eh_frame_build(cfi, sizes[i], eh[i].buf,
-					       sizeof(eh[i].buf));
-		uint32_t cie_len;
+		int n = t_eh_frame(sizes[i], eh[i].buf, sizeof(eh[i].buf));
 
+		/* No preset for this architecture: -EINVAL. */
 		if (n <= 0 || n > (int)sizeof(eh[i].buf))
 			return false;
 		eh[i].len = (uint32_t)n;
-		memcpy(&cie_len, eh[i].buf, 4);
 		/* FDE: length, CIE pointer, then pc_begin. */
-		eh[i].pc_begin_off = 4 + cie_len + 8;
+		eh[i].pc_begin_off = 4 + t_rd32(eh[i].buf) + 8;
 	}
 	eh_ok = true;
 	return true;

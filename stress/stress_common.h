@@ -22,10 +22,10 @@
  *    right before their own CODE_LOAD and describe exactly that code;
  *    timestamps never decrease; nothing refused is present; nothing foreign
  *    is present; and the writer's counters equal what the producers saw;
- *  - exits 0 (pass), 1 (fail) or 77 (skip).
+ *  - exits 0 (pass), 1 (fail) or 77 (skip): T_EXIT_* of tests/harness.h.
  *
- * The environment variable JITRING_STRESS_SECONDS (set by the `stresslong`
- * meson test setup) overrides --seconds.
+ * The environment variable JITRING_STRESS_SECONDS (set by `make stress`,
+ * stress/run-long.sh, from STRESS_SECONDS) overrides --seconds.
  */
 #ifndef JITRING_STRESS_STRESS_COMMON_H
 #define JITRING_STRESS_STRESS_COMMON_H
@@ -36,11 +36,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+#include "harness.h"
 #include "jitring.h"
-
-#define ST_EXIT_PASS 0
-#define ST_EXIT_FAIL 1
-#define ST_EXIT_SKIP 77
 
 /* Runs longer than this print a progress line each second. */
 #define ST_LONG_SECONDS 10.0
@@ -101,8 +98,6 @@ void st_dump_path(const char *dir, pid_t pid, char *out, size_t len);
 uint64_t st_now_ns(void);
 /* splitmix64: the hash and the PRNG step of every choice. */
 uint64_t st_mix(uint64_t x);
-/* Resident set size of the process in bytes (/proc/self/statm). */
-uint64_t st_rss_bytes(void);
 /* pthread_create with a small explicit stack; returns 0 or an errno. */
 int st_thread_create(pthread_t *t, void *(*fn)(void *), void *arg);
 

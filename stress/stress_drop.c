@@ -401,7 +401,7 @@ int main(int argc, char **argv)
 		phase_lossless();
 	} else {
 		fprintf(stderr, "unknown --mode %s\n", opts.mode);
-		return ST_EXIT_FAIL;
+		return T_EXIT_FAIL;
 	}
 	jitring_io_hook = NULL;
 	/* The summary line comes last. */
@@ -419,7 +419,7 @@ int main(int argc, char **argv)
 	(void)jr;
 	(void)spec;
 	t_skip("needs -Dtestpoints=true (jitring_io_hook)");
-	return ST_EXIT_SKIP;
+	return T_EXIT_SKIP;
 }
 
 #endif

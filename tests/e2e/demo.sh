@@ -33,6 +33,8 @@ ENGINE=${DEMO_ENGINE:-rings}
 PREFIX='py::func_'	# testjit --mode runtime's function names
 TOP=10
 
+. "$(dirname "$0")/perf_common.sh" # e2e_hot_js
+
 if [ $# -ne 1 ]; then
 	echo "usage: $0 BUILD_DIR" >&2
 	exit 2
@@ -206,15 +208,7 @@ if [ "$(uname -m)" != x86_64 ]; then
 	echo "(testjit --mode asm generates x86_64 code only; skipped on $(uname -m))"
 else
 	mkdir -p "$work/lines/src"
-	for i in $(seq 1 40); do
-		case $i in
-		10) echo "function hot(n) {" ;;
-		20) echo "  for (let i = n; i; i--) {}   // loop 1" ;;
-		30) echo "  for (let j = n; j; j--) {}   // loop 2" ;;
-		40) echo "}" ;;
-		*) echo "//" ;;
-		esac
-	done > "$work/lines/src/hot.js"
+	e2e_hot_js "$work/lines/src/hot.js"
 	cd "$work/lines" || die "cd $work/lines"
 	echo "\$ perf record -k 1 -e cpu-clock -- testjit --mode asm --lines $work/lines/src/hot.js ..."
 	echo "  (rows: line 10 at +0x0, line 20 at +0xc, line 30 at +0x11; jitring closes"

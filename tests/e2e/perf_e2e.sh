@@ -39,63 +39,15 @@ MIN_CHAIN_SHARE=80	# percent of jit_func_* chains reaching jit_caller_hot
 MIN_CHAINS=20		# fewer samples than this prove nothing
 RT_PREFIX='py::func_'	# testjit --mode runtime's default names
 
-if [ $# -ne 2 ]; then
-	echo "usage: $0 BUILD_DIR rings|mutex" >&2
-	exit 2
-fi
-build=$(cd "$1" && pwd) || exit 2
-engine=$2
-case $engine in
-rings | mutex) ;;
-*) echo "$0: unknown engine '$engine'" >&2; exit 2 ;;
-esac
+. "$(dirname "$0")/perf_common.sh"
+e2e_args "$@"
 testjit=$build/tests/e2e/testjit
 dumptool=$build/tools/jitring-dump
-
-passed=0
-failed=0
-scratch=
-
-skip() {
-	echo "SKIP: $*"
-	echo "0 passed, 0 failed"
-	[ -n "$scratch" ] && rm -rf "$scratch"
-	exit 77
-}
-
-fail() {
-	failed=$((failed + 1))
-	echo "FAIL: $*"
-	echo "scratch directory kept: $scratch"
-	echo "$passed passed, $failed failed"
-	exit 1
-}
-
-pass() {
-	passed=$((passed + 1))
-	echo "ok: $*"
-}
 
 [ "$(uname -m)" = x86_64 ] || skip "testjit --mode asm generates x86_64 code only"
 [ -x "$testjit" ] || fail "$testjit not built"
 [ -x "$dumptool" ] || fail "$dumptool not built"
-
-# --- can perf be used here? ------------------------------------------------
-command -v perf > /dev/null 2>&1 || skip "perf is not installed"
-paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2> /dev/null || echo 2)
-if [ "$(id -u)" != 0 ] && [ "$paranoid" -gt 2 ]; then
-	skip "kernel.perf_event_paranoid=$paranoid forbids perf for non-root"
-fi
-
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/jitring-e2e.XXXXXX") || exit 2
-cd "$scratch" || exit 2
-# perf inject copies every ELF into ~/.debug.
-export HOME=$scratch
-
-if ! probe=$(timeout 30 perf record -e cpu-clock -o probe.data true 2>&1); then
-	skip "'perf record -e cpu-clock true' fails here: $(echo "$probe" | tail -n 3)"
-fi
-rm -f probe.data
+e2e_perf e2e
 
 echo "engine $engine, $THREADS threads x $FUNCTIONS functions, ${SECONDS_RUN} s; scratch $scratch"
 start=$(date +%s)

@@ -33,74 +33,19 @@ SECONDS_RUN=2
 MIN_LINE_SHARE=25	# percent of the samples for each loop's line
 MAX_UNKNOWN=10		# percent of the samples without a line
 
-if [ $# -ne 2 ]; then
-	echo "usage: $0 BUILD_DIR rings|mutex" >&2
-	exit 2
-fi
-build=$(cd "$1" && pwd) || exit 2
-engine=$2
-case $engine in
-rings | mutex) ;;
-*) echo "$0: unknown engine '$engine'" >&2; exit 2 ;;
-esac
+. "$(dirname "$0")/perf_common.sh"
+e2e_args "$@"
 testjit=$build/tests/e2e/testjit
 dumptool=$build/tools/jitring-dump
-
-passed=0
-failed=0
-scratch=
-
-skip() {
-	echo "SKIP: $*"
-	echo "0 passed, 0 failed"
-	[ -n "$scratch" ] && rm -rf "$scratch"
-	exit 77
-}
-
-fail() {
-	failed=$((failed + 1))
-	echo "FAIL: $*"
-	echo "scratch directory kept: $scratch"
-	echo "$passed passed, $failed failed"
-	exit 1
-}
-
-pass() {
-	passed=$((passed + 1))
-	echo "ok: $*"
-}
 
 [ "$(uname -m)" = x86_64 ] || skip "testjit --mode asm generates x86_64 code only"
 [ -x "$testjit" ] || fail "$testjit not built"
 [ -x "$dumptool" ] || fail "$dumptool not built"
-command -v perf > /dev/null 2>&1 || skip "perf is not installed"
-for tool in addr2line nm; do
-	command -v $tool > /dev/null 2>&1 || skip "$tool (binutils) is not installed"
-done
-paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2> /dev/null || echo 2)
-if [ "$(id -u)" != 0 ] && [ "$paranoid" -gt 2 ]; then
-	skip "kernel.perf_event_paranoid=$paranoid forbids perf for non-root"
-fi
-
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/jitring-lines.XXXXXX") || exit 2
-cd "$scratch" || exit 2
-export HOME=$scratch	# perf inject copies every ELF into ~/.debug
-if ! probe=$(timeout 30 perf record -e cpu-clock -o probe.data true 2>&1); then
-	skip "'perf record -e cpu-clock true' fails here: $(echo "$probe" | tail -n 3)"
-fi
-rm -f probe.data
+e2e_perf lines addr2line nm
 
 # The "source" the table names: a line 20 and a line 30 to show.
 mkdir -p src
-for i in $(seq 1 40); do
-	case $i in
-	10) echo "function hot(n) {" ;;
-	20) echo "  for (let i = n; i; i--) {}   // loop 1" ;;
-	30) echo "  for (let j = n; j; j--) {}   // loop 2" ;;
-	40) echo "}" ;;
-	*) echo "//" ;;
-	esac
-done > src/hot.js
+e2e_hot_js src/hot.js
 echo "engine $engine, $THREADS threads x $FUNCTIONS functions, ${SECONDS_RUN} s; scratch $scratch"
 start=$(date +%s)
 

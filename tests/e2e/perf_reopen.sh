@@ -24,56 +24,15 @@ export LC_ALL=C
 
 MIN_JIT_SHARE=50
 
-if [ $# -ne 2 ]; then
-	echo "usage: $0 BUILD_DIR rings|mutex" >&2
-	exit 2
-fi
-build=$(cd "$1" && pwd) || exit 2
-engine=$2
+. "$(dirname "$0")/perf_common.sh"
+e2e_args "$@"
 prog=$build/tests/e2e/reopenjit
 dumptool=$build/tools/jitring-dump
-
-passed=0
-failed=0
-scratch=
-
-skip() {
-	echo "SKIP: $*"
-	echo "0 passed, 0 failed"
-	[ -n "$scratch" ] && rm -rf "$scratch"
-	exit 77
-}
-
-fail() {
-	failed=$((failed + 1))
-	echo "FAIL: $*"
-	echo "scratch directory kept: $scratch"
-	echo "$passed passed, $failed failed"
-	exit 1
-}
-
-pass() {
-	passed=$((passed + 1))
-	echo "ok: $*"
-}
 
 [ "$(uname -m)" = x86_64 ] || skip "reopenjit generates x86_64 code only"
 [ -x "$prog" ] || fail "$prog not built"
 [ -x "$dumptool" ] || fail "$dumptool not built"
-command -v perf > /dev/null 2>&1 || skip "perf is not installed"
-paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2> /dev/null || echo 2)
-if [ "$(id -u)" != 0 ] && [ "$paranoid" -gt 2 ]; then
-	skip "kernel.perf_event_paranoid=$paranoid forbids perf for non-root"
-fi
-
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/jitring-reopen.XXXXXX") || exit 2
-cd "$scratch" || exit 2
-export HOME=$scratch # perf inject copies every ELF into ~/.debug
-
-if ! probe=$(timeout 30 perf record -e cpu-clock -o probe.data true 2>&1); then
-	skip "'perf record -e cpu-clock true' fails here: $(echo "$probe" | tail -n 3)"
-fi
-rm -f probe.data
+e2e_perf reopen
 
 # --- 1 ----------------------------------------------------------------------
 timeout 60 perf record -k 1 -e cpu-clock -o perf.data -- \

@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "harness.h"
 #include "jitring.h"
 #include "reader.h"
 #include "record.h"
@@ -378,14 +379,6 @@ static void fx_free(struct fx *f)
 /* ------------------------------------------------------------------ */
 /* Encode, validate, decode back.                                       */
 
-static uint32_t rd32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, 4);
-	return v;
-}
-
 static void check_image(const struct fx *f, const struct jitring_group *g,
 			const uint8_t *img, size_t len, uint64_t ts,
 			bool with_move, uint64_t mv_addr, uint64_t mv_size)
@@ -420,7 +413,7 @@ static void check_image(const struct fx *f, const struct jitring_group *g,
 		    rec.mapped_size < rec.unwinding_size)
 			FAIL("UNWINDING_INFO sizes");
 		/* One CIE, then the FDE: length, CIE pointer, pc_begin. */
-		off = 4 + rd32(f->eh) + 8;
+		off = 4 + t_rd32(f->eh) + 8;
 		if (off != g->eh.pc_begin_off || off + 4 > e->eh_frame_size)
 			FAIL("pc_begin offset %u, plan says %u", off,
 			     g->eh.pc_begin_off);

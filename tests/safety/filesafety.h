@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Helpers of the file-safety tests (tests/safety/test_files_*.c): scratch
- * directories, writing named entries, reading a dump back with the
- * independent reader, and asking whether anyone holds a file's lock.
+ * Helpers of the file-safety tests (tests/safety/test_files_*.c) on top of
+ * tests/harness.h: scratch directories under a given parent, writing named
+ * entries, asking whether anyone holds a file's lock, and inode numbers.
  */
 #ifndef JITRING_TESTS_SAFETY_FILESAFETY_H
 #define JITRING_TESTS_SAFETY_FILESAFETY_H
@@ -21,14 +21,6 @@
 #include "jitring.h"
 #include "reader.h"
 
-static const uint32_t sf_engines[] = { JITRING_ENGINE_RINGS,
-				       JITRING_ENGINE_MUTEX };
-
-static inline const char *sf_engine_name(uint32_t engine)
-{
-	return engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings";
-}
-
 /* mkdtemp() under @parent ("/tmp" if NULL) into @buf (>= 128 bytes). */
 static inline void sf_mkdtemp(char *buf, const char *parent)
 {
@@ -37,18 +29,6 @@ static inline void sf_mkdtemp(char *buf, const char *parent)
 
 	T_REQUIRE(n > 0 && n < 128);
 	T_REQUIRE(mkdtemp(buf) != NULL);
-}
-
-static inline int sf_open(uint32_t engine, const char *dir, uint32_t flags,
-			  struct jitring **jr)
-{
-	struct jitring_config c;
-
-	jitring_config_init(&c);
-	c.engine = engine;
-	c.dir = dir;
-	c.flags = flags;
-	return jitring_open(&c, jr);
 }
 
 /* @n entries named "<prefix><i>"; code_index of each into @idx if set. */
@@ -72,70 +52,6 @@ static inline void sf_write(struct jitring *jr, const char *prefix,
 		if (idx)
 			idx[i] = id;
 	}
-}
-
-static inline unsigned char *sf_slurp(const char *path, size_t *len)
-{
-	struct stat st;
-	unsigned char *buf;
-	size_t got = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-
-	*len = 0;
-	if (fd < 0)
-		return NULL;
-	if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return NULL;
-	}
-	buf = malloc((size_t)st.st_size + 1);
-	T_REQUIRE(buf);
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-	}
-	close(fd);
-	buf[got] = 0;
-	*len = got;
-	return buf;
-}
-
-/*
- * The dump at @path must pass jitring_check(SORTED); return how many of
- * its CODE_LOADs are named "<prefix><something>" (-1 if the file is
- * missing or invalid).  *@closes, if set, gets the CLOSE record count.
- */
-static inline long sf_dump_count(const char *path, const char *prefix,
-				 uint64_t *closes)
-{
-	struct jitring_check_result res;
-	struct jitring_rd_header h;
-	struct jitring_rd_record rec;
-	struct jitring_reader rd;
-	size_t len;
-	unsigned char *buf = sf_slurp(path, &len);
-	long n = 0;
-
-	if (!buf)
-		return -1;
-	if (jitring_check(buf, len, JITRING_CHECK_SORTED, &res)) {
-		fprintf(stderr, "%s: %s at %llu: %s\n", path, res.rule,
-			(unsigned long long)res.off, res.detail);
-		free(buf);
-		return -1;
-	}
-	if (closes)
-		*closes = res.count[JITRING_RD_CODE_CLOSE];
-	T_REQUIRE(jitring_reader_init(&rd, buf, len, 0, &h) == 0);
-	while (jitring_reader_next(&rd, &rec) == 1)
-		if (rec.id == JITRING_RD_CODE_LOAD &&
-		    !strncmp(rec.name, prefix, strlen(prefix)))
-			n++;
-	free(buf);
-	return n;
 }
 
 /* Does anyone hold a lock on @path?  1 yes, 0 no, -1 cannot tell. */

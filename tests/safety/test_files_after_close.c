@@ -51,7 +51,7 @@ static void after_close(uint32_t engine)
 					      .eh_frame_size = 6 };
 
 	sf_mkdtemp(dir, NULL);
-	T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+	T_REQUIRE(t_open(engine, dir, 0, &jr) == 0);
 	/* Open: each is refused as invalid. */
 	for (unsigned int i = 0; i < nbad; i++) {
 		int64_t ret = jitring_write(jr, &bad[i]);
@@ -96,13 +96,7 @@ static void after_close(uint32_t engine)
 
 int main(void)
 {
-	for (size_t i = 0; i < 2; i++) {
-		unsigned long before = t_failed;
-
-		after_close(sf_engines[i]);
-		if (t_failed != before)
-			fprintf(stderr, "  ^ engine %s\n",
-				sf_engine_name(sf_engines[i]));
-	}
+	for (size_t i = 0; i < 2; i++)
+		t_run("after_close", t_engines[i], after_close);
 	return t_report();
 }

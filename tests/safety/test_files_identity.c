@@ -48,13 +48,13 @@ static void spellings(uint32_t engine)
 	T_REQUIRE(chdir("/tmp") == 0);
 
 	/* 1: A open; every other spelling is refused. */
-	T_REQUIRE(sf_open(engine, base, 0, &a) == 0);
+	T_REQUIRE(t_open(engine, base, 0, &a) == 0);
 	sf_write(a, "a_first_", 10, NULL);
 	T_CHECK_EQ(jitring_flush(a), 0);
 	T_REQUIRE(sf_ino(dump, &ino0) == 0);
 	for (i = 0; i < nsp; i++) {
 		b = sentinel;
-		T_CHECK_EQ(sf_open(engine, sp[i], 0, &b), -EEXIST);
+		T_CHECK_EQ(t_open(engine, sp[i], 0, &b), -EEXIST);
 		T_CHECK(b == sentinel);
 		if (b != sentinel)
 			fprintf(stderr, "  spelling %s was not refused\n",
@@ -62,12 +62,12 @@ static void spellings(uint32_t engine)
 		T_CHECK(sf_ino(dump, &ino) == 0 && ino == ino0);
 	}
 	/* The other engine too. */
-	T_CHECK_EQ(sf_open(engine == JITRING_ENGINE_MUTEX ?
+	T_CHECK_EQ(t_open(engine == JITRING_ENGINE_MUTEX ?
 				   JITRING_ENGINE_RINGS : JITRING_ENGINE_MUTEX,
 			   sp[0], 0, &b), -EEXIST);
 	sf_write(a, "a_second_", 10, NULL);
 	T_CHECK_EQ(jitring_close(a), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "a_", NULL), 20);
+	T_CHECK_EQ(t_dump_loads(dump, "a_", NULL), 20);
 
 	/* 2: after close each spelling continues the same dump. */
 	for (i = 0; i < nsp; i++) {
@@ -75,17 +75,17 @@ static void spellings(uint32_t engine)
 
 		snprintf(prefix, sizeof(prefix), "s%u_", i);
 		b = sentinel;
-		T_CHECK_EQ(sf_open(engine, sp[i], 0, &b), 0);
+		T_CHECK_EQ(t_open(engine, sp[i], 0, &b), 0);
 		if (b == sentinel)
 			continue;
 		sf_write(b, prefix, 3, NULL);
 		T_CHECK_EQ(jitring_close(b), 0);
 		T_CHECK(sf_ino(dump, &ino) == 0 && ino == ino0);
-		T_CHECK_EQ(sf_dump_count(dump, prefix, NULL), 3);
+		T_CHECK_EQ(t_dump_loads(dump, prefix, NULL), 3);
 	}
 	/* Nothing lost, every code_index unique (jitring_check). */
-	T_CHECK_EQ(sf_dump_count(dump, "a_", NULL), 20);
-	T_CHECK_EQ(sf_dump_count(dump, "s", NULL), 3 * nsp);
+	T_CHECK_EQ(t_dump_loads(dump, "a_", NULL), 20);
+	T_CHECK_EQ(t_dump_loads(dump, "s", NULL), 3 * nsp);
 
 	T_REQUIRE(chdir(cwd) == 0);
 	unlink(link);
@@ -105,16 +105,16 @@ static void dir_symlink(uint32_t engine)
 	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", target, (int)getpid());
 	snprintf(ldump, sizeof(ldump), "%s/jit-%d.dump", link, (int)getpid());
 
-	T_REQUIRE(sf_open(engine, link, 0, &a) == 0);
+	T_REQUIRE(t_open(engine, link, 0, &a) == 0);
 	/* Followed: the dump is a regular file in the target directory. */
 	T_CHECK(lstat(dump, &st) == 0 && S_ISREG(st.st_mode));
 	T_CHECK(lstat(link, &st) == 0 && S_ISLNK(st.st_mode));
 	sf_write(a, "via_link_", 5, NULL);
 	T_CHECK_EQ(jitring_flush(a), 0);
-	T_CHECK_EQ(sf_open(engine, target, 0, &b), -EEXIST);
+	T_CHECK_EQ(t_open(engine, target, 0, &b), -EEXIST);
 	T_CHECK_EQ(jitring_close(a), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "via_link_", NULL), 5);
-	T_CHECK_EQ(sf_dump_count(ldump, "via_link_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(dump, "via_link_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(ldump, "via_link_", NULL), 5);
 	unlink(link);
 	t_rmtree(target);
 	jitring_thread_detach(NULL);
@@ -123,13 +123,8 @@ static void dir_symlink(uint32_t engine)
 int main(void)
 {
 	for (size_t i = 0; i < 2; i++) {
-		unsigned long before = t_failed;
-
-		spellings(sf_engines[i]);
-		dir_symlink(sf_engines[i]);
-		if (t_failed != before)
-			fprintf(stderr, "  ^ engine %s\n",
-				sf_engine_name(sf_engines[i]));
+		t_run("spellings", t_engines[i], spellings);
+		t_run("dir_symlink", t_engines[i], dir_symlink);
 	}
 	return t_report();
 }

@@ -52,12 +52,12 @@ static int run_p(uint32_t engine, const char *d1, const char *d2,
 	struct jitring *w1, *w2;
 	pid_t c;
 
-	if (sf_open(engine, d1, 0, &w1))
+	if (t_open(engine, d1, 0, &w1))
 		return 1;
 	sf_write(w1, "p_closed_", 5, NULL);
 	if (jitring_close(w1))
 		return 1;
-	if (sf_open(engine, d2, JITRING_F_PERF_MAP, &w2))
+	if (t_open(engine, d2, JITRING_F_PERF_MAP, &w2))
 		return 1;
 	sf_write(w2, "p_live_", 5, NULL);
 	if (jitring_flush(w2))
@@ -136,11 +136,11 @@ static void scenario(uint32_t engine)
 	T_CHECK_EQ(sf_locked(c_d2), 0);
 	T_CHECK_EQ(sf_locked(c_map), 0);
 
-	T_CHECK_EQ(sf_dump_count(p_d1, "p_closed_", NULL), 5);
-	T_CHECK_EQ(sf_dump_count(p_d2, "p_live_", NULL), 5);
-	T_CHECK_EQ(sf_dump_count(p_d2, "c_", NULL), 0);
-	T_CHECK_EQ(sf_dump_count(c_d2, "c_", NULL), 2);
-	T_CHECK_EQ(sf_dump_count(c_d2, "p_", NULL), 0);
+	T_CHECK_EQ(t_dump_loads(p_d1, "p_closed_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(p_d2, "p_live_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(p_d2, "c_", NULL), 0);
+	T_CHECK_EQ(t_dump_loads(c_d2, "c_", NULL), 2);
+	T_CHECK_EQ(t_dump_loads(c_d2, "p_", NULL), 0);
 
 	close(up[0]);
 	close(go_p[1]);
@@ -155,13 +155,7 @@ int main(void)
 {
 	/* C is orphaned when P exits: have it reparented to us. */
 	T_REQUIRE(prctl(PR_SET_CHILD_SUBREAPER, 1) == 0);
-	for (size_t i = 0; i < 2; i++) {
-		unsigned long before = t_failed;
-
-		scenario(sf_engines[i]);
-		if (t_failed != before)
-			fprintf(stderr, "  ^ engine %s\n",
-				sf_engine_name(sf_engines[i]));
-	}
+	for (size_t i = 0; i < 2; i++)
+		t_run("scenario", t_engines[i], scenario);
 	return t_report();
 }

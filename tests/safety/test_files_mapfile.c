@@ -240,7 +240,7 @@ static void planted(uint32_t engine)
 		 * question. */
 		sf_mkdtemp(d, dir);
 		sf_mkdtemp(d2, dir);
-		T_REQUIRE(sf_open(engine, d, JITRING_F_PERF_MAP, &jr) == 0);
+		T_REQUIRE(t_open(engine, d, JITRING_F_PERF_MAP, &jr) == 0);
 		sf_write(jr, "first_", 2, NULL);
 		T_CHECK_EQ(jitring_close(jr), 0);
 		T_REQUIRE(unlink(map) == 0);
@@ -253,7 +253,7 @@ static void planted(uint32_t engine)
 		}
 		jr = sentinel;
 		wd_arm(plant_names[p]);
-		ret = sf_open(engine, d2, JITRING_F_PERF_MAP, &jr);
+		ret = t_open(engine, d2, JITRING_F_PERF_MAP, &jr);
 		wd_disarm();
 		if (p == P_STALE) {
 			T_CHECK_EQ(ret, 0);
@@ -303,7 +303,7 @@ static void planted(uint32_t engine)
 		t_rmtree(d2);
 		if (t_failed != before)
 			fprintf(stderr, "  ^ planted: %s, engine %s\n",
-				plant_names[p], sf_engine_name(engine));
+				plant_names[p], t_engine_name(engine));
 	}
 	jitring_thread_detach(NULL);
 }
@@ -348,7 +348,7 @@ static void fork_during_claim(void)
 
 	sf_mkdtemp(d, NULL);
 	atomic_store(&jitring_testpoint_hook, claim_hook);
-	T_CHECK_EQ(sf_open(JITRING_ENGINE_MUTEX, d, 0, &jr), 0);
+	T_CHECK_EQ(t_open(JITRING_ENGINE_MUTEX, d, 0, &jr), 0);
 	atomic_store(&jitring_testpoint_hook, NULL);
 	T_CHECK(atomic_load(&hook_calls) >= 1);
 	T_CHECK_EQ(atomic_load(&forks_done), 1);
@@ -369,7 +369,7 @@ int main(void)
 	pthread_detach(wd);
 
 	for (size_t i = 0; i < 2; i++)
-		planted(sf_engines[i]);
+		planted(t_engines[i]);
 #ifdef JITRING_TESTPOINTS
 	fork_during_claim();
 #else

@@ -38,7 +38,7 @@ static uint32_t engine;
 static long map_lines(const char *path)
 {
 	size_t len;
-	unsigned char *buf = sf_slurp(path, &len);
+	unsigned char *buf = t_slurp(path, &len);
 	long n = 0;
 
 	if (!buf)
@@ -55,7 +55,7 @@ static int owner(void)
 	struct jitring *jr;
 	char c;
 
-	if (sf_open(engine, "/tmp/d", JITRING_F_PERF_MAP, &jr))
+	if (t_open(engine, "/tmp/d", JITRING_F_PERF_MAP, &jr))
 		return 10;
 	sf_write(jr, "owner_a_", 10, NULL);
 	if (jitring_flush(jr))
@@ -65,7 +65,7 @@ static int owner(void)
 	sf_write(jr, "owner_b_", 10, NULL);
 	if (jitring_close(jr))
 		return 13;
-	if (sf_dump_count("/tmp/d/jit-1.dump", "owner_", NULL) != 20)
+	if (t_dump_loads("/tmp/d/jit-1.dump", "owner_", NULL) != 20)
 		return 14;
 	if (map_lines("/tmp/perf-1.map") != 20)
 		return 15;
@@ -79,9 +79,9 @@ static int intruder(void)
 	struct jitring *jr;
 	int ret = 0;
 
-	if (sf_open(engine, "/tmp/d", 0, &jr) != -EEXIST)
+	if (t_open(engine, "/tmp/d", 0, &jr) != -EEXIST)
 		ret = 20;
-	else if (sf_open(engine, "/tmp/e", JITRING_F_PERF_MAP, &jr) != -EEXIST)
+	else if (t_open(engine, "/tmp/e", JITRING_F_PERF_MAP, &jr) != -EEXIST)
 		ret = 21;
 	else if (!access("/tmp/e/jit-1.dump", F_OK))
 		ret = 22; /* the failed open must not leave its dump */
@@ -93,7 +93,7 @@ static int replacer(void)
 	struct jitring *jr;
 	struct stat st;
 
-	if (sf_open(engine, "/tmp/d", JITRING_F_PERF_MAP, &jr))
+	if (t_open(engine, "/tmp/d", JITRING_F_PERF_MAP, &jr))
 		return 30;
 	if (stat("/tmp/d/jit-1.dump", &st) || st.st_size != 40)
 		return 31;
@@ -102,7 +102,7 @@ static int replacer(void)
 	sf_write(jr, "replacer_", 1, NULL);
 	if (jitring_close(jr))
 		return 33;
-	return sf_dump_count("/tmp/d/jit-1.dump", "", NULL) == 1 ? 0 : 34;
+	return t_dump_loads("/tmp/d/jit-1.dump", "", NULL) == 1 ? 0 : 34;
 }
 
 /* Run @fn as pid 1 of a new pid namespace that sees @shared as /tmp. */
@@ -181,11 +181,11 @@ static void scenario(void)
 	/* 4. */
 	T_REQUIRE(write(down[1], "x", 1) == 1);
 	T_CHECK_EQ(reap(own), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "owner_", NULL), 20);
+	T_CHECK_EQ(t_dump_loads(dump, "owner_", NULL), 20);
 	/* 5. */
 	T_CHECK_EQ(reap(spawn(replacer)), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "replacer_", NULL), 1);
-	T_CHECK_EQ(sf_dump_count(dump, "owner_", NULL), 0);
+	T_CHECK_EQ(t_dump_loads(dump, "replacer_", NULL), 1);
+	T_CHECK_EQ(t_dump_loads(dump, "owner_", NULL), 0);
 
 	close(up[0]);
 	close(down[1]);
@@ -200,11 +200,11 @@ int main(void)
 	for (size_t i = 0; i < 2; i++) {
 		unsigned long before = t_failed;
 
-		engine = sf_engines[i];
+		engine = t_engines[i];
 		scenario();
 		if (t_failed != before)
 			fprintf(stderr, "  ^ engine %s\n",
-				sf_engine_name(engine));
+				t_engine_name(engine));
 	}
 	return t_report();
 }

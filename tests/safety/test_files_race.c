@@ -26,8 +26,8 @@ static void *racer(void *arg)
 	for (int i = 0; i < ROUNDS; i++) {
 		struct jitring *jr;
 		char prefix[32];
-		int ret = sf_open(sf_engines[(t + i) & 1],
-				  (t & 1) ? dir_slash : dir, 0, &jr);
+		int ret = t_open(t_engines[(t + i) & 1],
+				 (t & 1) ? dir_slash : dir, 0, &jr);
 		int now;
 
 		if (ret == -EEXIST) {
@@ -71,7 +71,7 @@ int main(void)
 	T_CHECK(atomic_load(&sessions) > 0);
 	T_CHECK_EQ(atomic_load(&sessions) + atomic_load(&refused),
 		   THREADS * ROUNDS);
-	T_CHECK_EQ(sf_dump_count(dump, "t", NULL),
+	T_CHECK_EQ(t_dump_loads(dump, "t", NULL),
 		   (long)atomic_load(&sessions) * PER);
 	t_rmtree(dir);
 	return t_report();

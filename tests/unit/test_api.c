@@ -45,9 +45,6 @@
 #define ALIGN_UP(x, a) (((uint64_t)(x) + ((a) - 1)) / (a) * (a))
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
-static const uint32_t engines[] = { JITRING_ENGINE_RINGS,
-				    JITRING_ENGINE_MUTEX };
-
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
@@ -61,22 +58,6 @@ static uint32_t my_tid(void)
 	return (uint32_t)syscall(SYS_gettid);
 }
 
-static uint32_t rd32(const void *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static int32_t rds32(const void *p)
-{
-	int32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
 static uint32_t host_mach(void)
 {
 #if defined(__x86_64__)
@@ -88,112 +69,8 @@ static uint32_t host_mach(void)
 #endif
 }
 
-/* Say which test and engine a failure belongs to. */
-static void run(const char *what, uint32_t engine,
-		void (*fn)(uint32_t engine))
-{
-	unsigned long before = t_failed;
-
-	fn(engine);
-	if (t_failed != before)
-		fprintf(stderr, "  ^ in %s, engine %s\n", what,
-			engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings");
-}
-
 /* ------------------------------------------------------------------ */
 /* Directories and files.                                              */
-
-struct tdir {
-	char path[64];
-	char dump[128];
-};
-
-/* Live directories, removed at exit if a T_REQUIRE ends the run early. */
-static struct tdir *live[4];
-
-static void tdir_remove(struct tdir *d);
-
-static void tdir_cleanup(void)
-{
-	for (size_t i = 0; i < ARRAY_SIZE(live); i++)
-		if (live[i])
-			tdir_remove(live[i]);
-}
-
-static void tdir_make(struct tdir *d)
-{
-	static bool registered;
-	size_t i;
-
-	if (!registered)
-		registered = atexit(tdir_cleanup) == 0;
-	snprintf(d->path, sizeof(d->path), "/tmp/jitring-api-XXXXXX");
-	T_REQUIRE(mkdtemp(d->path) != NULL);
-	snprintf(d->dump, sizeof(d->dump), "%s/jit-%d.dump", d->path,
-		 (int)getpid());
-	for (i = 0; i < ARRAY_SIZE(live) && live[i]; i++)
-		;
-	T_REQUIRE(i < ARRAY_SIZE(live));
-	live[i] = d;
-}
-
-static unsigned tdir_count(const struct tdir *d)
-{
-	DIR *dir = opendir(d->path);
-	struct dirent *de;
-	unsigned n = 0;
-
-	T_REQUIRE(dir != NULL);
-	while ((de = readdir(dir)))
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
-			n++;
-	closedir(dir);
-	return n;
-}
-
-/* Remove the directory and the files in it (the tests make no subdirs). */
-static void tdir_remove(struct tdir *d)
-{
-	DIR *dir = opendir(d->path);
-	struct dirent *de;
-	char p[sizeof(d->path) + sizeof(de->d_name) + 2];
-
-	for (size_t i = 0; i < ARRAY_SIZE(live); i++)
-		if (live[i] == d)
-			live[i] = NULL;
-	if (!dir)
-		return;
-	while ((de = readdir(dir))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		snprintf(p, sizeof(p), "%s/%s", d->path, de->d_name);
-		T_CHECK_EQ(unlink(p), 0);
-	}
-	closedir(dir);
-	T_CHECK_EQ(rmdir(d->path), 0);
-}
-
-static unsigned char *read_all(const char *path, size_t *len)
-{
-	struct stat st;
-	unsigned char *buf;
-	size_t got = 0;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	T_REQUIRE(fd >= 0);
-	T_REQUIRE(fstat(fd, &st) == 0);
-	buf = malloc((size_t)st.st_size + 1);
-	T_REQUIRE(buf);
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, buf + got, (size_t)st.st_size - got);
-
-		T_REQUIRE(n > 0);
-		got += (size_t)n;
-	}
-	close(fd);
-	*len = got;
-	return buf;
-}
 
 static long long file_size(const char *path)
 {
@@ -244,38 +121,6 @@ static int maps_of(const char *path, char perms[8])
 /* ------------------------------------------------------------------ */
 /* Writers and entries.                                                */
 
-static int open_in(uint32_t engine, const char *dir, uint32_t flags,
-		   struct jitring **out)
-{
-	struct jitring_config c;
-
-	jitring_config_init(&c);
-	c.engine = engine;
-	c.flags = flags;
-	c.dir = dir;
-	return jitring_open(&c, out);
-}
-
-/* The host preset, or only its entry rules for very short code. */
-static uint32_t build_eh(unsigned char *buf, uint64_t code_size)
-{
-	const struct jitring_cfi *host =
-		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE);
-	struct jitring_cfi entry_only;
-	int n;
-
-	T_REQUIRE(host != NULL);
-	n = jitring_eh_frame_build(host, code_size, buf, JITRING_EH_FRAME_MAX);
-	if (n == -EINVAL) {
-		entry_only = *host;
-		entry_only.nr_ops = entry_only.nr_init;
-		n = jitring_eh_frame_build(&entry_only, code_size, buf,
-					   JITRING_EH_FRAME_MAX);
-	}
-	T_REQUIRE(n > 0);
-	return (uint32_t)n;
-}
-
 #define NLINES 3
 
 /* An entry whose every buffer is its own heap allocation. */
@@ -309,10 +154,14 @@ static void went_make(struct went *w, const char *name, uint64_t code_size,
 		w->e.code_bytes = w->bytes;
 	}
 	if (unw) {
+		int n;
+
 		w->eh = malloc(JITRING_EH_FRAME_MAX);
 		T_REQUIRE(w->eh);
+		n = t_eh_frame(code_size, w->eh, JITRING_EH_FRAME_MAX);
+		T_REQUIRE(n > 0);
 		w->e.eh_frame = w->eh;
-		w->e.eh_frame_size = build_eh(w->eh, code_size);
+		w->e.eh_frame_size = (uint32_t)n;
 	}
 	if (dbg) {
 		w->lines = calloc(NLINES, sizeof(*w->lines));
@@ -399,25 +248,13 @@ static void went_free(struct went *w)
 /* ------------------------------------------------------------------ */
 /* Reading dumps back.                                                 */
 
-struct dump {
-	unsigned char *buf;
-	size_t len;
-	struct jitring_check_result res;
-	int check;
-};
-
-static void dump_read(struct dump *d, const char *path)
+/* The dump at @path must check out (t_dump_free() it). */
+static void dump_read(struct t_dump *d, const char *path)
 {
-	d->buf = read_all(path, &d->len);
-	d->check = jitring_check(d->buf, d->len, JITRING_CHECK_SORTED,
-				 &d->res);
+	t_dump_read(d, path);
 	T_CHECK_EQ(d->check, 0);
 	/* Both engines close every line table at the end of its code. */
 	T_CHECK_EQ(d->res.lines_uncovered, 0);
-	if (d->check)
-		fprintf(stderr, "  jitring_check %s: %s at %llu: %s\n", path,
-			d->res.rule ? d->res.rule : "?",
-			(unsigned long long)d->res.off, d->res.detail);
 }
 
 static void check_header(const struct jitring_rd_header *h, uint32_t mach)
@@ -446,7 +283,7 @@ static void check_unwind(const struct jitring_rd_record *rec,
 {
 	const unsigned char *pay = rec->unwind, *hdr;
 	uint32_t eh = e->eh_frame_size;
-	uint32_t fde_off = 4 + rd32(e->eh_frame); /* after the CIE */
+	uint32_t fde_off = 4 + t_rd32(e->eh_frame); /* after the CIE */
 	uint32_t pcb = fde_off + 8;
 	uint64_t code = (uint64_t)(uintptr_t)e->code_addr;
 	uint64_t eh_rt = code + ALIGN_UP(e->code_size, 8);
@@ -459,16 +296,16 @@ static void check_unwind(const struct jitring_rd_record *rec,
 	T_CHECK(memcmp(pay, e->eh_frame, pcb) == 0);
 	T_CHECK(memcmp(pay + pcb + 4, (const unsigned char *)e->eh_frame +
 			       pcb + 4, eh - pcb - 4) == 0);
-	T_CHECK_EQ(eh_rt + pcb + (uint64_t)(int64_t)rds32(pay + pcb), code);
+	T_CHECK_EQ(eh_rt + pcb + (uint64_t)(int64_t)t_rds32(pay + pcb), code);
 	hdr = pay + eh;
 	T_CHECK_EQ(hdr[0], 1);
 	T_CHECK_EQ(hdr[1], 0x1b);
 	T_CHECK_EQ(hdr[2], 0x03);
 	T_CHECK_EQ(hdr[3], 0x3b);
-	T_CHECK_EQ(hdr_rt + 4 + (uint64_t)(int64_t)rds32(hdr + 4), eh_rt);
-	T_CHECK_EQ(rd32(hdr + 8), 1);
-	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)rds32(hdr + 12), code);
-	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)rds32(hdr + 16),
+	T_CHECK_EQ(hdr_rt + 4 + (uint64_t)(int64_t)t_rds32(hdr + 4), eh_rt);
+	T_CHECK_EQ(t_rd32(hdr + 8), 1);
+	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)t_rds32(hdr + 12), code);
+	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)t_rds32(hdr + 16),
 		   eh_rt + fde_off);
 	for (uint32_t i = 40 + eh + 20; i < rec->size; i++)
 		T_CHECK_EQ(rec->raw[i], 0);
@@ -563,7 +400,7 @@ static void check_group(struct jitring_reader *r, const struct exp *x)
 static size_t check_file(const char *path, const struct exp *x, size_t n,
 			 bool want_close)
 {
-	struct dump d;
+	struct t_dump d;
 	struct jitring_reader r;
 	struct jitring_rd_record rec;
 	struct jitring_rd_header h;
@@ -584,7 +421,7 @@ static size_t check_file(const char *path, const struct exp *x, size_t n,
 	}
 	T_CHECK_EQ(jitring_reader_next(&r, &rec), 0);
 	len = d.len;
-	free(d.buf);
+	t_dump_free(&d);
 	return len;
 }
 
@@ -607,14 +444,14 @@ static void write_one(struct jitring *jr, struct went *w, struct went *snap,
 
 static void test_open_errors(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring_config c;
 	struct jitring *jr, *const sentinel = (struct jitring *)&d;
 	static const uint32_t bad_rings[] = {
 		1, 2048, 4095, 4097, 6000, 3u << 12, 128u << 20, 1u << 31,
 	};
 
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	jitring_config_init(&c);
 	c.engine = engine;
 	c.dir = d.path;
@@ -642,26 +479,26 @@ static void test_open_errors(uint32_t engine)
 		OPEN_EINVAL(b_.ring_size = bad_rings[i]);
 #undef OPEN_EINVAL
 	/* None of that created anything. */
-	T_CHECK_EQ(tdir_count(&d), 0);
+	T_CHECK_EQ(t_dir_count(&d), 0);
 
 	/* Smallest and largest ring sizes are accepted. */
 	c.ring_size = 4096;
 	T_CHECK_EQ(jitring_open(&c, &jr), 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
-	tdir_make(&d);
+	t_dir_remove(&d);
+	t_dir_make(&d, "api");
 	c.dir = d.path;
 	c.ring_size = 64u << 20;
 	c.mem_budget = 64u << 20;
 	T_CHECK_EQ(jitring_open(&c, &jr), 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
 static void test_open_paths(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr, *jr2;
 	struct jitring *const sentinel = (struct jitring *)&d;
 	char p[256];
@@ -670,10 +507,10 @@ static void test_open_paths(uint32_t engine)
 	struct stat st;
 
 	/* Missing directory. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	snprintf(p, sizeof(p), "%s/missing", d.path);
 	jr = sentinel;
-	T_CHECK_EQ(open_in(engine, p, 0, &jr), -ENOENT);
+	T_CHECK_EQ(t_open(engine, p, 0, &jr), -ENOENT);
 	T_CHECK(jr == sentinel);
 
 	/* A path that does not fit PATH_MAX. */
@@ -684,9 +521,9 @@ static void test_open_paths(uint32_t engine)
 		memset(longdir, 'a', PATH_MAX + 15);
 		longdir[0] = '/';
 		longdir[PATH_MAX + 15] = '\0';
-		T_CHECK_EQ(open_in(engine, longdir, 0, &jr), -ENAMETOOLONG);
+		T_CHECK_EQ(t_open(engine, longdir, 0, &jr), -ENAMETOOLONG);
 		longdir[PATH_MAX - 8] = '\0'; /* fits, but not with the name */
-		T_CHECK_EQ(open_in(engine, longdir, 0, &jr), -ENAMETOOLONG);
+		T_CHECK_EQ(t_open(engine, longdir, 0, &jr), -ENAMETOOLONG);
 		T_CHECK(jr == sentinel);
 		free(longdir);
 	}
@@ -694,39 +531,40 @@ static void test_open_paths(uint32_t engine)
 	/* A regular file where the directory should be. */
 	snprintf(p, sizeof(p), "%s/file", d.path);
 	write_file(p, "not a directory\n");
-	T_CHECK_EQ(open_in(engine, p, 0, &jr), -ENOTDIR);
+	T_CHECK_EQ(t_open(engine, p, 0, &jr), -ENOTDIR);
 	T_CHECK(jr == sentinel);
-	T_CHECK_EQ(tdir_count(&d), 1);
-	tdir_remove(&d);
+	T_CHECK_EQ(t_dir_count(&d), 1);
+	t_dir_remove(&d);
 
 	/* A planted symlink to a victim: refused, victim untouched. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	snprintf(p, sizeof(p), "%s/victim", d.path);
 	write_file(p, "precious data\n");
 	T_REQUIRE(symlink(p, d.dump) == 0);
-	T_CHECK_EQ(open_in(engine, d.path, 0, &jr), -EEXIST);
+	T_CHECK_EQ(t_open(engine, d.path, 0, &jr), -EEXIST);
 	T_CHECK(jr == sentinel);
-	buf = read_all(p, &len);
+	buf = t_slurp(p, &len);
+	T_REQUIRE(buf != NULL);
 	T_CHECK(len == 14 && memcmp(buf, "precious data\n", 14) == 0);
 	free(buf);
 	T_CHECK(lstat(d.dump, &st) == 0 && S_ISLNK(st.st_mode));
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A dangling symlink: nothing is created at its target. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	snprintf(p, sizeof(p), "%s/target", d.path);
 	T_REQUIRE(symlink(p, d.dump) == 0);
-	T_CHECK_EQ(open_in(engine, d.path, 0, &jr), -EEXIST);
+	T_CHECK_EQ(t_open(engine, d.path, 0, &jr), -EEXIST);
 	T_CHECK_EQ(file_size(p), -1);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A second writer in the same directory while the first is open. */
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	jr2 = sentinel;
-	T_CHECK_EQ(open_in(engine, d.path, 0, &jr2), -EEXIST);
+	T_CHECK_EQ(t_open(engine, d.path, 0, &jr2), -EEXIST);
 	T_CHECK(jr2 == sentinel);
-	T_CHECK_EQ(open_in(engine == JITRING_ENGINE_RINGS ?
+	T_CHECK_EQ(t_open(engine == JITRING_ENGINE_RINGS ?
 				   JITRING_ENGINE_MUTEX : JITRING_ENGINE_RINGS,
 			   d.path, 0, &jr2), -EEXIST);
 	{
@@ -742,20 +580,20 @@ static void test_open_paths(uint32_t engine)
 		/* The dump stays after close; a new writer of this process
 		 * continues it (tests/unit/test_reopen.c has the rest). */
 		len = (size_t)file_size(d.dump);
-		T_CHECK_EQ(open_in(engine, d.path, 0, &jr2), 0);
+		T_CHECK_EQ(t_open(engine, d.path, 0, &jr2), 0);
 		T_CHECK_EQ(file_size(d.dump), (long long)len);
 		T_CHECK_EQ(jitring_close(jr2), 0);
 		check_file(d.dump, &x, 1, false);
 		went_free(&w);
 		went_free(&s);
 	}
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A stale dump of ours (pid reuse) is replaced by a fresh one. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	write_file(d.dump, "stale junk from a process that had our pid, "
 			   "long enough to be longer than a header\n");
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_CHECK_EQ(file_size(d.dump), 40);
 	check_file(d.dump, NULL, 0, false);
 	{
@@ -770,26 +608,26 @@ static void test_open_paths(uint32_t engine)
 		went_free(&s);
 	}
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
 /* The header, the mapping, $JITRING_DIR and elf_mach. */
 static void test_open_ok(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_config c;
 	struct jitring_stats st;
-	struct dump du;
+	struct t_dump du;
 	char perms[8];
 	uint64_t t0, t1;
 
 	/* cfg.dir NULL: $JITRING_DIR. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	T_REQUIRE(setenv("JITRING_DIR", d.path, 1) == 0);
 	t0 = now_ns();
-	T_REQUIRE(open_in(engine, NULL, 0, &jr) == 0);
+	T_REQUIRE(t_open(engine, NULL, 0, &jr) == 0);
 	t1 = now_ns();
 	unsetenv("JITRING_DIR");
 	T_CHECK_EQ(file_size(d.dump), 40);
@@ -797,7 +635,7 @@ static void test_open_ok(uint32_t engine)
 	check_header(&du.res.header, host_mach());
 	T_CHECK(du.res.header.timestamp >= t0 && du.res.header.timestamp <= t1);
 	T_CHECK_EQ(du.res.records, 0);
-	free(du.buf);
+	t_dump_free(&du);
 	/* perf finds the dump through an executable mapping of it. */
 	T_CHECK_EQ(maps_of(d.dump, perms), 1);
 	T_CHECK(strcmp(perms, "r-xp") == 0);
@@ -808,12 +646,12 @@ static void test_open_ok(uint32_t engine)
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(maps_of(d.dump, perms), 0);
 	T_CHECK_EQ(file_size(d.dump), 40);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A config from a newer caller (larger struct_size): zero bytes we
 	 * do not know are its defaults; a non-zero one asks for a feature
 	 * we lack (test_abi has the rest). */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	{
 		struct {
 			struct jitring_config c;
@@ -833,10 +671,10 @@ static void test_open_ok(uint32_t engine)
 		T_CHECK_EQ(file_size(d.dump), 40);
 		T_CHECK_EQ(jitring_close(jr), 0);
 	}
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* A chosen elf_mach goes into the header. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	jitring_config_init(&c);
 	c.engine = engine;
 	c.dir = d.path;
@@ -844,42 +682,42 @@ static void test_open_ok(uint32_t engine)
 	T_REQUIRE(jitring_open(&c, &jr) == 0);
 	dump_read(&du, d.dump);
 	T_CHECK_EQ(du.res.header.elf_mach, 183);
-	free(du.buf);
+	t_dump_free(&du);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
 /* jitring_open(NULL, ...): the default engine in $JITRING_DIR. */
 static void test_open_null_cfg(void)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_config c = JITRING_CONFIG_INIT;
-	struct dump du;
+	struct t_dump du;
 	char perms[8];
 
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	T_REQUIRE(setenv("JITRING_DIR", d.path, 1) == 0);
 	T_REQUIRE(jitring_open(NULL, &jr) == 0);
 	unsetenv("JITRING_DIR");
 	T_CHECK_EQ(t_stats(jr).engine, JITRING_ENGINE_RINGS);
 	dump_read(&du, d.dump);
 	check_header(&du.res.header, host_mach());
-	free(du.buf);
+	t_dump_free(&du);
 	T_CHECK_EQ(maps_of(d.dump, perms), 1);
 	T_CHECK(strcmp(perms, "r-xp") == 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 
 	/* JITRING_CONFIG_INIT is a usable config. */
-	tdir_make(&d);
+	t_dir_make(&d, "api");
 	c.dir = d.path;
 	T_REQUIRE(jitring_open(&c, &jr) == 0);
 	T_CHECK_EQ(t_stats(jr).engine, JITRING_ENGINE_RINGS);
 	T_CHECK_EQ(file_size(d.dump), 40);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -890,7 +728,7 @@ static void test_open_null_cfg(void)
 
 static void test_write_flush(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st;
 	struct went *w = calloc(NW, sizeof(*w)), *s = calloc(NW, sizeof(*s));
@@ -899,8 +737,8 @@ static void test_write_flush(uint32_t engine)
 	uint64_t records = 0, flushes = 0;
 
 	T_REQUIRE(w && s);
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 
 	/* Nothing written yet. */
 	T_CHECK_EQ(jitring_flush(jr), 0);
@@ -973,20 +811,20 @@ static void test_write_flush(uint32_t engine)
 	}
 	free(w);
 	free(s);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
 /* Close without a flush writes what is pending. */
 static void test_close_pending(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct went w[5], s[5];
 	struct exp x[5];
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	for (unsigned i = 0; i < 5; i++) {
 		char name[32];
 
@@ -1001,7 +839,7 @@ static void test_close_pending(uint32_t engine)
 		went_free(&w[i]);
 		went_free(&s[i]);
 	}
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1010,7 +848,7 @@ static void test_close_pending(uint32_t engine)
 
 static void test_bad_input(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st0, st;
 	struct went w, s, m;
@@ -1023,8 +861,8 @@ static void test_bad_input(uint32_t engine)
 	struct jitring_line *many;
 	int other;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	went_make(&w, "good", 64, true, true, false, 3);
 	went_make(&m, "model", 64, true, true, false, 4);
 	write_one(jr, &w, &s, &x);
@@ -1138,7 +976,7 @@ static void test_bad_input(uint32_t engine)
 	/* A real move: CODE_MOVE after its LOAD. */
 	{
 		uint64_t t0 = now_ns(), t1;
-		struct dump du;
+		struct t_dump du;
 		struct jitring_reader r;
 		struct jitring_rd_record rec;
 
@@ -1163,7 +1001,7 @@ static void test_bad_input(uint32_t engine)
 		T_CHECK_EQ(rec.tid, my_tid());
 		T_CHECK(rec.ts >= t0 && rec.ts <= t1);
 		T_CHECK_EQ(jitring_reader_next(&r, &rec), 0);
-		free(du.buf);
+		t_dump_free(&du);
 		st = t_stats(jr);
 		T_CHECK_EQ(st.entries_written, 2);
 		T_CHECK_EQ(st.bytes_written, (uint64_t)size0 + 64);
@@ -1177,7 +1015,7 @@ static void test_bad_input(uint32_t engine)
 	went_free(&w);
 	went_free(&s);
 	went_free(&m);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1201,7 +1039,7 @@ static void *write_once_thread(void *arg)
 
 static void test_move_unissued(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct went w;
 	struct one_write o;
@@ -1209,8 +1047,8 @@ static void test_move_unissued(uint32_t engine)
 	int64_t mine;
 	int other;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	went_make(&w, "moved_fn", 16, false, false, false, 5);
 
 	/* Another thread wrote exactly one entry and left. */
@@ -1233,18 +1071,18 @@ static void test_move_unissued(uint32_t engine)
 	T_CHECK_EQ(jitring_move(jr, (uint64_t)o.index, &other, NULL, 16), 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	{
-		struct dump du;
+		struct t_dump du;
 
 		dump_read(&du, d.dump);
 		if (du.check == 0) {
 			T_CHECK_EQ(du.res.count[JITRING_RD_CODE_LOAD], 2);
 			T_CHECK_EQ(du.res.count[JITRING_RD_CODE_MOVE], 1);
 		}
-		free(du.buf);
+		t_dump_free(&du);
 	}
 	T_CHECK_EQ(jitring_close(jr), 0);
 	went_free(&w);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1254,20 +1092,20 @@ static void test_move_unissued(uint32_t engine)
 static void test_close(uint32_t engine)
 {
 	for (unsigned with_close = 0; with_close < 2; with_close++) {
-		struct tdir d;
+		struct t_dir d;
 		struct jitring *jr;
 		struct jitring_stats st;
 		struct went w[3], s[3];
 		struct exp x[3];
-		struct dump du;
+		struct t_dump du;
 		char perms[8];
 		long long size;
 		int other;
 
-		tdir_make(&d);
-		T_REQUIRE(open_in(engine, d.path,
-				  with_close ? JITRING_F_WRITE_CLOSE : 0,
-				  &jr) == 0);
+		t_dir_make(&d, "api");
+		T_REQUIRE(t_open(engine, d.path,
+				 with_close ? JITRING_F_WRITE_CLOSE : 0,
+				 &jr) == 0);
 		T_CHECK_EQ(maps_of(d.dump, perms), 1);
 		for (unsigned i = 0; i < 3; i++) {
 			char name[32];
@@ -1285,7 +1123,7 @@ static void test_close(uint32_t engine)
 		check_file(d.dump, x, 3, with_close);
 		dump_read(&du, d.dump);
 		T_CHECK_EQ(du.res.count[JITRING_RD_CODE_CLOSE], with_close);
-		free(du.buf);
+		t_dump_free(&du);
 		T_CHECK_EQ(maps_of(d.dump, perms), 0);
 
 		/* Everything after close is refused and counted. */
@@ -1318,7 +1156,7 @@ static void test_close(uint32_t engine)
 			went_free(&w[i]);
 			went_free(&s[i]);
 		}
-		tdir_remove(&d);
+		t_dir_remove(&d);
 		jitring_thread_detach(NULL);
 	}
 }
@@ -1326,12 +1164,12 @@ static void test_close(uint32_t engine)
 /* A writer that never wrote: the CLOSE record alone follows the header. */
 static void test_close_empty(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, JITRING_F_WRITE_CLOSE, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, JITRING_F_WRITE_CLOSE, &jr) == 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	check_file(d.dump, NULL, 0, true);
 	T_CHECK_EQ(file_size(d.dump), 40 + 16);
@@ -1339,7 +1177,7 @@ static void test_close_empty(uint32_t engine)
 	T_CHECK_EQ(st.entries_written, 0);
 	T_CHECK_EQ(st.records_written, 1);
 	T_CHECK_EQ(st.bytes_written, 40 + 16);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1374,7 +1212,7 @@ static void *detach_null_thread(void *arg)
 
 static void test_detach(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct detach_arg *a = calloc(1, sizeof(*a));
 	struct jitring_stats st;
 	pthread_t t;
@@ -1383,8 +1221,8 @@ static void test_detach(uint32_t engine)
 	int want = engine == JITRING_ENGINE_RINGS ? 1 : 0;
 
 	T_REQUIRE(a);
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &a->jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &a->jr) == 0);
 	for (unsigned i = 0; i < 6; i++) {
 		char name[32];
 
@@ -1421,7 +1259,7 @@ static void test_detach(uint32_t engine)
 		went_free(&a->s[i]);
 	}
 	free(a);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1489,27 +1327,30 @@ static void *mt_thread(void *arg)
 
 static void test_threads(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct mt *m = calloc(NTHREADS, sizeof(*m));
 	pthread_t th[NTHREADS];
 	pthread_barrier_t start;
-	struct dump du;
+	struct t_dump du;
 	struct jitring_reader r;
 	struct jitring_rd_record rec, unw;
 	struct jitring_stats st;
 	int next[NTHREADS] = { 0 };
 	unsigned loads = 0, pending = 0;
 	bool have_unw = false;
+	int n;
 
 	T_REQUIRE(m);
 	for (size_t i = 0; i < CODE_POOL; i++)
 		code_pool[i] = (unsigned char)(i * 7 + i / 251);
 	/* Built for 16 bytes; the library re-places it for each size. */
-	pool_eh_size = build_eh(pool_eh, 16);
+	n = t_eh_frame(16, pool_eh, sizeof(pool_eh));
+	T_REQUIRE(n > 0);
+	pool_eh_size = (uint32_t)n;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(pthread_barrier_init(&start, NULL, NTHREADS) == 0);
 	for (unsigned t = 0; t < NTHREADS; t++) {
 		m[t].jr = jr;
@@ -1572,7 +1413,7 @@ static void test_threads(uint32_t engine)
 	T_CHECK_EQ(loads, NTHREADS * NPER);
 	for (unsigned t = 0; t < NTHREADS; t++)
 		T_CHECK_EQ(next[t], NPER);
-	free(du.buf);
+	t_dump_free(&du);
 
 	st = t_stats(jr);
 	T_CHECK_EQ(st.entries_written, NTHREADS * NPER);
@@ -1581,7 +1422,7 @@ static void test_threads(uint32_t engine)
 		   0);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	free(m);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1618,7 +1459,7 @@ static void test_version_config(void)
 
 static void test_stats_size(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st, copy;
 	struct {
@@ -1632,8 +1473,8 @@ static void test_stats_size(uint32_t engine)
 	struct went w, s;
 	struct exp x;
 
-	tdir_make(&d);
-	T_REQUIRE(open_in(engine, d.path, 0, &jr) == 0);
+	t_dir_make(&d, "api");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	went_make(&w, "stats", 8, false, false, false, 1);
 	write_one(jr, &w, &s, &x);
 	T_CHECK_EQ(jitring_flush(jr), 0);
@@ -1661,7 +1502,7 @@ static void test_stats_size(uint32_t engine)
 	T_CHECK_EQ(jitring_close(jr), 0);
 	went_free(&w);
 	went_free(&s);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 }
 
@@ -1701,21 +1542,21 @@ int main(void)
 	test_version_config();
 	test_eh_frame_build_errors();
 	test_open_null_cfg();
-	for (size_t i = 0; i < ARRAY_SIZE(engines); i++) {
-		uint32_t en = engines[i];
+	for (size_t i = 0; i < ARRAY_SIZE(t_engines); i++) {
+		uint32_t en = t_engines[i];
 
-		run("open_errors", en, test_open_errors);
-		run("open_paths", en, test_open_paths);
-		run("open_ok", en, test_open_ok);
-		run("write_flush", en, test_write_flush);
-		run("close_pending", en, test_close_pending);
-		run("bad_input", en, test_bad_input);
-		run("move_unissued", en, test_move_unissued);
-		run("close", en, test_close);
-		run("close_empty", en, test_close_empty);
-		run("detach", en, test_detach);
-		run("threads", en, test_threads);
-		run("stats_size", en, test_stats_size);
+		t_run("open_errors", en, test_open_errors);
+		t_run("open_paths", en, test_open_paths);
+		t_run("open_ok", en, test_open_ok);
+		t_run("write_flush", en, test_write_flush);
+		t_run("close_pending", en, test_close_pending);
+		t_run("bad_input", en, test_bad_input);
+		t_run("move_unissued", en, test_move_unissued);
+		t_run("close", en, test_close);
+		t_run("close_empty", en, test_close_empty);
+		t_run("detach", en, test_detach);
+		t_run("threads", en, test_threads);
+		t_run("stats_size", en, test_stats_size);
 	}
 	return t_report();
 }

@@ -25,19 +25,6 @@
 
 #define ALIGN8(x) (((x) + 7) & ~(uint64_t)7)
 
-static uint32_t rd32(const uint8_t *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static void wr32(uint8_t *p, uint32_t v)
-{
-	memcpy(p, &v, sizeof(v));
-}
-
 static const struct jitring_cfi *x86(void)
 {
 	return jitring_cfi_preset(JITRING_CFI_X86_64_FP_TRAMPOLINE);
@@ -95,12 +82,12 @@ static void check_built(const struct jitring_cfi *cfi, uint64_t code_size,
 	T_CHECK_EQ(info.cie_size, 24);
 	T_CHECK_EQ(info.fde_off, 24);
 	T_CHECK_EQ(info.pc_begin_off, 32);
-	T_CHECK_EQ((int32_t)rd32(buf + info.pc_begin_off),
+	T_CHECK_EQ((int32_t)t_rd32(buf + info.pc_begin_off),
 		   -(int64_t)(ALIGN8(code_size) + info.pc_begin_off));
-	T_CHECK_EQ(rd32(buf + info.pc_begin_off + 4), code_size);
-	T_CHECK_EQ(rd32(buf + info.fde_off + 4), info.fde_off + 4);
-	T_CHECK_EQ(rd32(buf) + 4, info.cie_size);
-	T_CHECK_EQ(info.fde_off + 4 + rd32(buf + info.fde_off), n);
+	T_CHECK_EQ(t_rd32(buf + info.pc_begin_off + 4), code_size);
+	T_CHECK_EQ(t_rd32(buf + info.fde_off + 4), info.fde_off + 4);
+	T_CHECK_EQ(t_rd32(buf) + 4, info.cie_size);
+	T_CHECK_EQ(info.fde_off + 4 + t_rd32(buf + info.fde_off), n);
 
 	/* One byte short: -ENOSPC and nothing written. */
 	memset(buf, 0x55, sizeof(buf));
@@ -143,7 +130,7 @@ static void test_presets(void)
 	T_CHECK_EQ(jitring_trampoline_x86_64[0], 0x55);
 	T_CHECK_EQ(jitring_trampoline_x86_64[7], 0xc3);
 	/* ret, little-endian 0xd65f03c0 */
-	T_CHECK_EQ(rd32(jitring_trampoline_aarch64 + 16), 0xd65f03c0);
+	T_CHECK_EQ(t_rd32(jitring_trampoline_aarch64 + 16), 0xd65f03c0);
 
 	for (i = 0; i < sizeof(sizes) / sizeof(sizes[0]); i++) {
 		check_built(x86(), sizes[i], 56);
@@ -347,15 +334,15 @@ static void test_check_malformed(void)
 	len = sz;
 
 	/* CIE. */
-	BAD(wr32(b, 0), -EINVAL);			/* zero length */
-	BAD(wr32(b, 0xffffffff), -EINVAL);		/* 64-bit DWARF */
-	BAD(wr32(b, 0x15), -EINVAL);			/* unaligned */
-	BAD(wr32(b, 0x18), -EINVAL);			/* lands mid-FDE */
-	BAD(wr32(b, 0x10), -EINVAL);
-	BAD(wr32(b, 52), -EINVAL);			/* swallows FDE */
-	BAD(wr32(b, 56), -EINVAL);			/* overruns */
-	BAD(wr32(b + 4, 1), -EINVAL);			/* CIE id */
-	BAD(wr32(b + 4, 0xffffffff), -EINVAL);
+	BAD(t_wr32(b, 0), -EINVAL);			/* zero length */
+	BAD(t_wr32(b, 0xffffffff), -EINVAL);		/* 64-bit DWARF */
+	BAD(t_wr32(b, 0x15), -EINVAL);			/* unaligned */
+	BAD(t_wr32(b, 0x18), -EINVAL);			/* lands mid-FDE */
+	BAD(t_wr32(b, 0x10), -EINVAL);
+	BAD(t_wr32(b, 52), -EINVAL);			/* swallows FDE */
+	BAD(t_wr32(b, 56), -EINVAL);			/* overruns */
+	BAD(t_wr32(b + 4, 1), -EINVAL);			/* CIE id */
+	BAD(t_wr32(b + 4, 0xffffffff), -EINVAL);
 	BAD(b[8] = 0, -EINVAL);				/* version */
 	BAD(b[8] = 2, -EINVAL);
 	BAD(b[8] = 4, -EINVAL);
@@ -375,17 +362,17 @@ static void test_check_malformed(void)
 	BAD(b[12] = 0x81, -EINVAL);	/* LEBs shift onto the aug data */
 
 	/* FDE. */
-	BAD(wr32(b + 24, 0), -EINVAL);		/* terminator, no FDE */
-	BAD(wr32(b + 24, 0xffffffff), -EINVAL);	/* 64-bit DWARF */
-	BAD(wr32(b + 24, 0x20), -EINVAL);		/* overruns */
-	BAD(wr32(b + 24, 0x7ffffff0), -EINVAL);
-	BAD(wr32(b + 24, 0x18), -EINVAL);	/* garbage after it */
-	BAD(wr32(b + 24, 0x1d), -EINVAL);		/* unaligned */
-	BAD(wr32(b + 24, 0x0c), -EINVAL);		/* too short */
-	BAD(wr32(b + 28, 0x18), -EINVAL);		/* CIE pointer */
-	BAD(wr32(b + 28, 0x20), -EINVAL);
-	BAD(wr32(b + 28, 0), -EINVAL);	/* "0" makes it a second CIE */
-	BAD(wr32(b + 28, 0xffffffe4), -EINVAL);
+	BAD(t_wr32(b + 24, 0), -EINVAL);		/* terminator, no FDE */
+	BAD(t_wr32(b + 24, 0xffffffff), -EINVAL);	/* 64-bit DWARF */
+	BAD(t_wr32(b + 24, 0x20), -EINVAL);		/* overruns */
+	BAD(t_wr32(b + 24, 0x7ffffff0), -EINVAL);
+	BAD(t_wr32(b + 24, 0x18), -EINVAL);	/* garbage after it */
+	BAD(t_wr32(b + 24, 0x1d), -EINVAL);		/* unaligned */
+	BAD(t_wr32(b + 24, 0x0c), -EINVAL);		/* too short */
+	BAD(t_wr32(b + 28, 0x18), -EINVAL);		/* CIE pointer */
+	BAD(t_wr32(b + 28, 0x20), -EINVAL);
+	BAD(t_wr32(b + 28, 0), -EINVAL);	/* "0" makes it a second CIE */
+	BAD(t_wr32(b + 28, 0xffffffe4), -EINVAL);
 	BAD(b[40] = 0x10, -EINVAL);	/* augmentation data overruns */
 	BAD(b[40] = 0x80, -EINVAL);
 	BAD(b[40] = 15, 0);		/* exactly to the end */
@@ -396,23 +383,23 @@ static void test_check_malformed(void)
 	memcpy(b, good, 23);
 	memcpy(b + 23, good + 24, 32);
 	b[55] = 0;
-	wr32(b, 0x13);
-	wr32(b + 23, 0x1d);
-	wr32(b + 27, 27);
+	t_wr32(b, 0x13);
+	t_wr32(b + 23, 0x1d);
+	t_wr32(b + 27, 27);
 	T_CHECK_EQ(check_copy(b, 56, &info), -EINVAL);
 
 	/* Missing FDE, trailing data. */
 	len = 24;
 	BAD((void)0, -EINVAL);
 	len = 28;
-	BAD(wr32(b + 24, 0), -EINVAL);
+	BAD(t_wr32(b + 24, 0), -EINVAL);
 	len = 60;
-	BAD(wr32(b + 56, 0), 0);			/* one terminator */
-	BAD(wr32(b + 56, 1), -EINVAL);
-	BAD(wr32(b + 56, 0xffffffff), -EINVAL);
+	BAD(t_wr32(b + 56, 0), 0);			/* one terminator */
+	BAD(t_wr32(b + 56, 1), -EINVAL);
+	BAD(t_wr32(b + 56, 0xffffffff), -EINVAL);
 	len = 64;
 	BAD(memset(b + 56, 0, 8), -EINVAL);		/* two terminators */
-	BAD((memset(b + 56, 0, 4), wr32(b + 60, 0x55)), -EINVAL);
+	BAD((memset(b + 56, 0, 4), t_wr32(b + 60, 0x55)), -EINVAL);
 	len = 112;
 	BAD(memcpy(b + 56, good + 24, 32), -EINVAL);	/* second FDE */
 	BAD(memcpy(b + 56, good, 56), -EINVAL);		/* second CIE+FDE */
@@ -420,7 +407,7 @@ static void test_check_malformed(void)
 
 	/* The accepted terminator variant reports the same layout. */
 	memcpy(b, good, sz);
-	wr32(b + 56, 0);
+	t_wr32(b + 56, 0);
 	T_CHECK_EQ(jitring_eh_frame_check(b, 60, &info), 0);
 	T_CHECK_EQ(info.cie_size, 24);
 	T_CHECK_EQ(info.fde_off, 24);
@@ -493,7 +480,7 @@ static void test_check_fuzz(void)
 	na = jitring_eh_frame_build(a64(), 20, a, sizeof(a));
 	T_REQUIRE(nx == 56 && na == 64);
 	memcpy(t, x, 56);
-	wr32(t + 56, 0);
+	t_wr32(t + 56, 0);
 	fuzz_one(x, 56, &accepted);
 	fuzz_one(t, 60, &accepted);
 	fuzz_one(a, 64, &accepted);

@@ -100,36 +100,23 @@ static void watchdog(int sig)
 static void verify(const char *path, int threads, const unsigned *count)
 {
 	unsigned next[32] = { 0 };
-	struct jitring_check_result res;
-	struct jitring_rd_header h;
-	struct jitring_rd_record rec;
-	struct jitring_reader rd;
-	struct stat sb;
-	void *map;
-	int fd = open(path, O_RDONLY);
+	struct t_dump du;
 
-	T_REQUIRE(fd >= 0 && fstat(fd, &sb) == 0);
-	map = mmap(NULL, (size_t)sb.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-	T_REQUIRE(map != MAP_FAILED);
-	T_CHECK_EQ(jitring_check(map, (size_t)sb.st_size, JITRING_CHECK_SORTED,
-				 &res), 0);
-	T_REQUIRE(jitring_reader_init(&rd, map, (size_t)sb.st_size, 0, &h) ==
-		  0);
-	while (jitring_reader_next(&rd, &rec) == 1) {
+	t_dump_read(&du, path);
+	T_CHECK_EQ(du.check, 0);
+	for (size_t i = 0; i < du.nloads; i++) {
 		int t;
 		unsigned s;
 
-		if (rec.id != 0)
-			continue;
-		T_REQUIRE(sscanf(rec.name, "py::grow_t%d_s%u", &t, &s) == 2);
+		T_REQUIRE(sscanf(du.loads[i].name, "py::grow_t%d_s%u", &t,
+				 &s) == 2);
 		T_REQUIRE(t >= 0 && t < threads);
 		T_CHECK_EQ(s, next[t]);
 		next[t] = s + 1;
 	}
 	for (int t = 0; t < threads; t++)
 		T_CHECK_EQ(next[t], count[t]);
-	munmap(map, (size_t)sb.st_size);
-	close(fd);
+	t_dump_free(&du);
 }
 
 struct worker {
@@ -180,9 +167,7 @@ int main(void)
 	unsigned seq = 0;
 
 	T_REQUIRE(mkdtemp(dir));
-	ehlen = jitring_eh_frame_build(
-		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE), sizeof(code),
-		eh, sizeof(eh));
+	ehlen = t_eh_frame(sizeof(code), eh, sizeof(eh));
 	T_REQUIRE(ehlen > 0);
 	t_iogate_set(true);
 	jitring_io_hook = t_iogate_pwritev;

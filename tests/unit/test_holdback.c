@@ -44,7 +44,6 @@
 
 static struct jitring *jr;
 static char base[4096];
-static const uint8_t code[16] = { 0xc3 };
 
 /* ------------------------------------------------------------------ */
 /* Hooks.                                                               */
@@ -87,20 +86,8 @@ static void hook(const char *name, void *arg)
 }
 
 /* Wait for a condition on tp (under tp.lock); false after @sec seconds. */
-#define TP_WAIT(cond_expr, sec)                                             \
-	({                                                                  \
-		struct timespec ts_;                                        \
-		bool ok_ = true;                                            \
-		clock_gettime(CLOCK_REALTIME, &ts_);                        \
-		ts_.tv_sec += (sec);                                        \
-		pthread_mutex_lock(&tp.lock);                               \
-		while (!(cond_expr) && ok_)                                 \
-			ok_ = pthread_cond_timedwait(&tp.cond, &tp.lock,    \
-						     &ts_) == 0;            \
-		ok_ = (cond_expr);                                          \
-		pthread_mutex_unlock(&tp.lock);                             \
-		ok_;                                                        \
-	})
+#define TP_WAIT(cond_expr, sec) \
+	T_COND_WAIT(&tp.lock, &tp.cond, cond_expr, sec)
 
 static void tp_reset(void)
 {
@@ -123,14 +110,7 @@ static void tp_release(void)
 
 static int64_t write_one(const char *name, uint64_t addr)
 {
-	struct jitring_entry e = {
-		.name = name,
-		.code_addr = (const void *)(uintptr_t)addr,
-		.code_size = sizeof(code),
-		.code_bytes = code,
-	};
-
-	return jitring_write(jr, &e);
+	return t_write_at(jr, name, addr);
 }
 
 struct pwriter {
@@ -198,74 +178,15 @@ static void others_free(struct owriter *o)
 /* ------------------------------------------------------------------ */
 /* The file, read from disk.                                            */
 
-struct load {
-	char name[32];
-	uint64_t idx;
-	uint64_t ts;
-};
-
-struct dump {
-	struct load *loads;
-	size_t n;
-	int check;        /* jitring_check(SORTED) result */
-	char rule[64];
-};
-
-static void dump_read(const char *path, struct dump *d)
+/* Position of the load named @name, if it has index @idx; else -1. */
+static long dump_find(const struct t_dump *d, const char *name, int64_t idx)
 {
-	struct jitring_check_result res;
-	struct jitring_reader rd;
-	struct jitring_rd_record rec;
-	struct stat st;
-	uint8_t *buf;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	size_t got = 0;
+	const struct t_load *l = t_dump_find(d, name);
 
-	memset(d, 0, sizeof(*d));
-	T_REQUIRE(fd >= 0 && fstat(fd, &st) == 0);
-	buf = malloc((size_t)st.st_size + 1);
-	T_REQUIRE(buf != NULL);
-	while (got < (size_t)st.st_size) {
-		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
-
-		T_REQUIRE(r > 0);
-		got += (size_t)r;
-	}
-	close(fd);
-	d->check = jitring_check(buf, got, JITRING_CHECK_SORTED, &res);
-	snprintf(d->rule, sizeof(d->rule), "%s", res.rule ? res.rule : "");
-	if (d->check)
-		fprintf(stderr, "%s: %s at %" PRIu64 ": %s\n", path,
-			res.rule, res.off, res.detail);
-	d->loads = calloc(res.count[JITRING_RD_CODE_LOAD] + 1,
-			  sizeof(*d->loads));
-	T_REQUIRE(d->loads != NULL);
-	T_REQUIRE(jitring_reader_init(&rd, buf, got, 0, NULL) == 0);
-	while (jitring_reader_next(&rd, &rec) == 1) {
-		struct load *l;
-
-		if (rec.id != JITRING_RD_CODE_LOAD ||
-		    d->n >= res.count[JITRING_RD_CODE_LOAD])
-			continue;
-		l = &d->loads[d->n++];
-		snprintf(l->name, sizeof(l->name), "%s", rec.name);
-		l->idx = rec.code_index;
-		l->ts = rec.ts;
-	}
-	free(buf);
+	return l && (int64_t)l->index == idx ? l - d->loads : -1;
 }
 
-/* Position of the load named @name (and with @idx), or -1. */
-static long dump_find(const struct dump *d, const char *name, int64_t idx)
-{
-	for (size_t i = 0; i < d->n; i++)
-		if (!strcmp(d->loads[i].name, name) &&
-		    (int64_t)d->loads[i].idx == idx)
-			return (long)i;
-	return -1;
-}
-
-static unsigned others_found(const struct dump *d, const struct owriter *o)
+static unsigned others_found(const struct t_dump *d, const struct owriter *o)
 {
 	unsigned found = 0;
 	char name[32];
@@ -324,7 +245,7 @@ static void test_held_back(void)
 	struct pwriter p = { 0 };
 	int64_t pre[5];
 	char path[4300], name[32];
-	struct dump d;
+	struct t_dump d;
 	uint64_t r0;
 	long pos_p;
 
@@ -348,9 +269,9 @@ static void test_held_back(void)
 	r0 = rounds_now();
 	T_CHECK(TP_WAIT(tp.rounds >= r0 + 2, 30));
 	jitring_stats(jr, &st);
-	dump_read(path, &d);
+	t_dump_read(&d, path);
 	T_CHECK_EQ(d.check, 0);
-	T_CHECK_EQ(d.n, 5);
+	T_CHECK_EQ(d.nloads, 5);
 	for (unsigned i = 0; i < 5; i++) {
 		snprintf(name, sizeof(name), "pre%u", i);
 		T_CHECK(dump_find(&d, name, pre[i]) == (long)i);
@@ -358,23 +279,23 @@ static void test_held_back(void)
 	T_CHECK_EQ(others_found(&d, o), 0);
 	T_CHECK_EQ(st.entries_written, 5);
 	T_CHECK_EQ(st.late_entries, 0);
-	free(d.loads);
+	t_dump_free(&d);
 
 	tp_release();
 	pthread_join(p.th, NULL);
 	T_CHECK(p.ret > 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	jitring_stats(jr, &st);
-	dump_read(path, &d);
+	t_dump_read(&d, path);
 	T_CHECK_EQ(d.check, 0);
-	T_CHECK_EQ(d.n, 5 + 1 + OTHERS * 8);
+	T_CHECK_EQ(d.nloads, 5 + 1 + OTHERS * 8);
 	T_CHECK_EQ(others_found(&d, o), OTHERS * 8);
 	/* P's own stamp is older than every held entry: it comes first. */
 	pos_p = dump_find(&d, "P", p.ret);
 	T_CHECK_EQ(pos_p, 5);
 	T_CHECK_EQ(st.entries_written, 5 + 1 + OTHERS * 8);
 	T_CHECK_EQ(st.late_entries, 0);
-	free(d.loads);
+	t_dump_free(&d);
 	others_free(o);
 	T_CHECK_EQ(jitring_close(jr), 0);
 }
@@ -400,7 +321,7 @@ static void test_marked_late(void)
 	pthread_t fl;
 	int flush_ret = -1;
 	bool flushed;
-	struct dump d;
+	struct t_dump d;
 	long pos_p;
 	uint64_t max_other = 0;
 
@@ -421,33 +342,33 @@ static void test_marked_late(void)
 	T_CHECK_EQ(flush_ret, 0);
 	T_CHECK(TP_WAIT(tp.parked, 0)); /* P still inside its write */
 	jitring_stats(jr, &st);
-	dump_read(path, &d);
+	t_dump_read(&d, path);
 	T_CHECK_EQ(d.check, 0);
 	T_CHECK_EQ(others_found(&d, o), OTHERS * 8);
-	T_CHECK_EQ(d.n, OTHERS * 8);
+	T_CHECK_EQ(d.nloads, OTHERS * 8);
 	T_CHECK_EQ(st.entries_written, OTHERS * 8);
-	for (size_t i = 0; i < d.n; i++)
+	for (size_t i = 0; i < d.nloads; i++)
 		if (d.loads[i].ts > max_other)
 			max_other = d.loads[i].ts;
-	free(d.loads);
+	t_dump_free(&d);
 
 	tp_release();
 	pthread_join(p.th, NULL);
 	T_CHECK(p.ret > 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	jitring_stats(jr, &st);
-	dump_read(path, &d);
+	t_dump_read(&d, path);
 	T_CHECK_EQ(d.check, 0);
-	T_CHECK_EQ(d.n, OTHERS * 8 + 1);
+	T_CHECK_EQ(d.nloads, OTHERS * 8 + 1);
 	pos_p = dump_find(&d, "P", p.ret);
 	/* Re-stamped at its commit: after everything else, file sorted. */
-	T_CHECK_EQ(pos_p, (long)d.n - 1);
+	T_CHECK_EQ(pos_p, (long)d.nloads - 1);
 	if (pos_p >= 0)
 		T_CHECK(d.loads[pos_p].ts > max_other);
 	T_CHECK_EQ(st.late_entries, 1);
 	T_CHECK(st.holdback_max_ns >= 20ull * 1000000u);
 	T_CHECK_EQ(st.entries_written, OTHERS * 8 + 1);
-	free(d.loads);
+	t_dump_free(&d);
 	others_free(o);
 	T_CHECK_EQ(jitring_close(jr), 0);
 }
@@ -460,7 +381,7 @@ static void test_not_stalled(void)
 	const unsigned per = 500; /* ~25 times what a 4 KiB ring holds */
 	char path[4300];
 	bool all_done;
-	struct dump d;
+	struct t_dump d;
 
 	open_in("c", 20, 4096, path, sizeof(path));
 	T_REQUIRE(pthread_create(&p.th, NULL, parked_main, &p) == 0);
@@ -484,13 +405,13 @@ static void test_not_stalled(void)
 	T_CHECK(p.ret > 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	jitring_stats(jr, &st);
-	dump_read(path, &d);
+	t_dump_read(&d, path);
 	T_CHECK_EQ(d.check, 0);
-	T_CHECK_EQ(d.n, OTHERS * per + 1);
+	T_CHECK_EQ(d.nloads, OTHERS * per + 1);
 	T_CHECK_EQ(others_found(&d, o), OTHERS * per);
 	T_CHECK(dump_find(&d, "P", p.ret) >= 0);
 	T_CHECK_EQ(st.late_entries, 1);
-	free(d.loads);
+	t_dump_free(&d);
 	others_free(o);
 	T_CHECK_EQ(jitring_close(jr), 0);
 }

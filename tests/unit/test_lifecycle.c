@@ -64,7 +64,6 @@
 #ifdef JITRING_TESTPOINTS
 
 static char base[4096];
-static const uint8_t code[16] = { 0xc3 };
 
 /* ------------------------------------------------------------------ */
 /* Shared hook state: one lock, one condition, named flags.             */
@@ -108,20 +107,8 @@ static __thread bool tl_park;
 static _Atomic int fail_attach, pool_empty, fail_restart;
 
 /* Wait under tp.lock for @cond_expr; false after @sec seconds. */
-#define TP_WAIT(cond_expr, sec)                                             \
-	({                                                                  \
-		struct timespec ts_;                                        \
-		bool ok_ = true;                                            \
-		clock_gettime(CLOCK_REALTIME, &ts_);                        \
-		ts_.tv_sec += (sec);                                        \
-		pthread_mutex_lock(&tp.lock);                               \
-		while (!(cond_expr) && ok_)                                 \
-			ok_ = pthread_cond_timedwait(&tp.cond, &tp.lock,    \
-						     &ts_) == 0;            \
-		ok_ = (cond_expr);                                          \
-		pthread_mutex_unlock(&tp.lock);                             \
-		ok_;                                                        \
-	})
+#define TP_WAIT(cond_expr, sec) \
+	T_COND_WAIT(&tp.lock, &tp.cond, cond_expr, sec)
 
 #define TP_SET(stmt)                                                        \
 	do {                                                                \
@@ -262,18 +249,6 @@ static void tp_reset(struct jitring *jr, int which)
 /* ------------------------------------------------------------------ */
 /* Helpers.                                                             */
 
-static int64_t write_one(struct jitring *jr, const char *name, uint64_t addr)
-{
-	struct jitring_entry e = {
-		.name = name,
-		.code_addr = (const void *)(uintptr_t)addr,
-		.code_size = sizeof(code),
-		.code_bytes = code,
-	};
-
-	return jitring_write(jr, &e);
-}
-
 static struct jitring *open_in(const char *sub, uint32_t ring_size,
 			       uint32_t holdback_ms)
 {
@@ -292,29 +267,14 @@ static struct jitring *open_in(const char *sub, uint32_t ring_size,
 	return jr;
 }
 
-/* Loads in the dump of @jr's directory (for the calling process), or -1
- * if the file does not check out. */
-static long count_loads(const char *sub, pid_t pid)
+/* Loads in this process's dump in @sub, or -1 if it does not check out. */
+static long count_loads(const char *sub)
 {
-	struct jitring_check_result res;
 	char path[4300];
-	struct stat st;
-	uint8_t *buf;
-	long n = -1;
-	int fd;
 
-	snprintf(path, sizeof(path), "%s/%s/jit-%d.dump", base, sub, (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st))
-		return -1;
-	buf = malloc((size_t)st.st_size + 1);
-	if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size &&
-	    jitring_check(buf, (size_t)st.st_size, JITRING_CHECK_SORTED,
-			  &res) == 0)
-		n = (long)res.count[JITRING_RD_CODE_LOAD];
-	free(buf);
-	close(fd);
-	return n;
+	snprintf(path, sizeof(path), "%s/%s/jit-%d.dump", base, sub,
+		 (int)getpid());
+	return t_dump_loads(path, "", NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -323,7 +283,7 @@ static long count_loads(const char *sub, pid_t pid)
 static void *holder_main(void *arg)
 {
 	struct jitring *jr = arg;
-	int64_t id = write_one(jr, "held", 0x400000);
+	int64_t id = t_write_at(jr, "held", 0x400000);
 
 	T_CHECK(id > 0);
 	TP_SET(tp.restart_go = true); /* attached */
@@ -361,7 +321,7 @@ static void case_close_vs_release(bool by_exit)
 	/* Close unmapped the buffer. */
 	if (buf && !tp.victim)
 		T_CHECK(!page_mapped(buf));
-	T_CHECK_EQ(count_loads(sub, getpid()), 1);
+	T_CHECK_EQ(count_loads(sub), 1);
 	printf("close vs %s: buffer %s\n", by_exit ? "thread exit" : "detach",
 	       tp.victim ? "unmapped by the thread (bug)" :
 			   "left to close, unmapped once");
@@ -375,7 +335,7 @@ static void *first_write_main(void *arg)
 	struct jitring *jr = arg;
 	int64_t *ret = malloc(sizeof(*ret));
 
-	*ret = write_one(jr, "child", 0x410000);
+	*ret = t_write_at(jr, "child", 0x410000);
 	return ret;
 }
 
@@ -436,7 +396,7 @@ static void case_fork(int which)
 	int status = 0;
 	pid_t pid;
 
-	T_CHECK(write_one(jr, "parent", 0x420000) > 0);
+	T_CHECK(t_write_at(jr, "parent", 0x420000) > 0);
 	tp_reset(jr, 0);
 	fflush(stdout);
 	pid = fork();
@@ -452,7 +412,7 @@ static void case_fork(int which)
 			WTERMSIG(status) == SIGALRM ? "hung" : "crash");
 	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(count_loads(which == 2 ? "c2" : "c3", getpid()), 1);
+	T_CHECK_EQ(count_loads(which == 2 ? "c2" : "c3"), 1);
 	printf("fork child: %s: %s\n",
 	       which == 2 ? "close vs first write" : "failed restarts",
 	       WIFEXITED(status) ? "returned" : "hung or crashed");
@@ -464,7 +424,7 @@ static void case_fork(int which)
 static void *parked_main(void *arg)
 {
 	tl_park = true;
-	return (void *)(intptr_t)write_one(arg, "P", 0x500000);
+	return (void *)(intptr_t)t_write_at(arg, "P", 0x500000);
 }
 
 static void *flush_main(void *arg)
@@ -503,7 +463,7 @@ static void case_flusher_sleeps(void)
 	T_REQUIRE(pthread_create(&p, NULL, parked_main, jr) == 0);
 	T_REQUIRE(TP_WAIT(tp.parked, 30));
 	/* An entry stamped after P's: held back until P is marked LATE. */
-	T_CHECK(write_one(jr, "Q", 0x510000) > 0);
+	T_CHECK(t_write_at(jr, "Q", 0x510000) > 0);
 	r0 = rounds_now();
 	T_REQUIRE(pthread_create(&f, NULL, flush_main, jr) == 0);
 	T_REQUIRE(TP_WAIT(tp.flush_done, 30));
@@ -540,7 +500,7 @@ static void case_flusher_sleeps(void)
 	T_CHECK(r2 <= 20);
 	/* P committed before close finished, or backed out: never lost. */
 	T_CHECK((intptr_t)pr > 0 || (intptr_t)pr == -ESHUTDOWN);
-	T_CHECK(count_loads("c4", getpid()) >= 1);
+	T_CHECK(count_loads("c4") >= 1);
 	printf("flusher rounds while a flush waited 300 ms: %" PRIu64
 	       "; while a close waited 200 ms: %" PRIu64 "\n",
 	       r1, r2);
@@ -578,7 +538,7 @@ static void case_no_trim_at_birth(void)
 
 static void *writer_main(void *arg)
 {
-	return (void *)(intptr_t)write_one(arg, "W", 0x600000);
+	return (void *)(intptr_t)t_write_at(arg, "W", 0x600000);
 }
 
 static void case_flush_unregistered(void)
@@ -606,7 +566,7 @@ static void case_flush_unregistered(void)
 	atomic_store(&fail_attach, 0);
 	atomic_store(&pool_empty, 0);
 	pthread_join(f, NULL);
-	T_CHECK_EQ(count_loads("c6", getpid()), 1);
+	T_CHECK_EQ(count_loads("c6"), 1);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	printf("flush with an unregistered ring: %s\n",
 	       early ? "completed early (bug)" : "waited for it");
@@ -644,7 +604,7 @@ static void case_fork_jumbo(void)
 	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	TP_SET(tp.hold_flusher = false);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(count_loads("c7", getpid()), 1);
+	T_CHECK_EQ(count_loads("c7"), 1);
 	printf("fork with an unwritten jumbo entry: child exit %d\n",
 	       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
@@ -671,7 +631,7 @@ static void case_drop_move(void)
 	tp_reset(jr, 8);
 	TP_SET(tp.hold_flusher = true);
 	T_REQUIRE(TP_WAIT(tp.flusher_held, 30));
-	while ((id = write_one(jr, "fill", 0x800000 + (uint64_t)n * 64)) > 0 &&
+	while ((id = t_write_at(jr, "fill", 0x800000 + (uint64_t)n * 64)) > 0 &&
 	       n < 10000) {
 		last = id;
 		n++;

@@ -20,26 +20,6 @@
 #include "perfmap.h"
 #include "reader.h"
 
-static char *slurp(const char *path, size_t *len)
-{
-	struct stat sb;
-	char *buf;
-	int fd = open(path, O_RDONLY);
-
-	if (fd < 0 || fstat(fd, &sb))
-		return NULL;
-	buf = malloc((size_t)sb.st_size + 1);
-	if (buf && read(fd, buf, (size_t)sb.st_size) != sb.st_size) {
-		free(buf);
-		buf = NULL;
-	}
-	if (buf)
-		buf[sb.st_size] = 0;
-	*len = (size_t)sb.st_size;
-	close(fd);
-	return buf;
-}
-
 /* The dump's LOADs, as the lines the map must hold, in order. */
 static char *expected_lines(const char *dump, unsigned *loads)
 {
@@ -47,7 +27,7 @@ static char *expected_lines(const char *dump, unsigned *loads)
 	struct jitring_rd_record rec;
 	struct jitring_reader rd;
 	size_t len, cap = 1 << 20, n = 0;
-	char *buf = slurp(dump, &len), *out = malloc(cap);
+	char *buf = (char *)t_slurp(dump, &len), *out = malloc(cap);
 
 	*loads = 0;
 	T_REQUIRE(buf && out);
@@ -138,7 +118,7 @@ static void run(int engine, const char *dir, const char *map,
 	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
 	want = expected_lines(dump, &loads);
 	T_CHECK_EQ(loads, 801);
-	got = slurp(map, &len);
+	got = (char *)t_slurp(map, &len);
 	T_REQUIRE(got);
 	T_REQUIRE(len >= *map_len_before);
 	T_CHECK_EQ(len - *map_len_before, strlen(want));

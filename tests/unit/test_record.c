@@ -47,35 +47,6 @@
 #define EH_HDR 20u
 #define MOVE_SIZE 64u
 
-static uint32_t rd32(const void *p)
-{
-	uint32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static int32_t rds32(const void *p)
-{
-	int32_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static uint64_t rd64(const void *p)
-{
-	uint64_t v;
-
-	memcpy(&v, p, sizeof(v));
-	return v;
-}
-
-static void wr32(void *p, uint32_t v)
-{
-	memcpy(p, &v, sizeof(v));
-}
-
 /* The jitdump file header, byte by byte from the format description. */
 static void put_header(unsigned char *p)
 {
@@ -106,29 +77,6 @@ static const char *const line_files[6] = {
 static const int32_t line_nos[6] = { 1, 0, -3, INT32_MAX, 10, 11 };
 static const int32_t line_discrims[6] = { 0, 1, 0, -1, 7, 0 };
 
-/*
- * The host preset for @code_size; for code too short for its rules (the
- * x86_64 trampoline has rules at offset 7), the preset's entry rules only.
- */
-static uint32_t build_eh(unsigned char *buf, uint64_t code_size)
-{
-	const struct jitring_cfi *host =
-		jitring_cfi_preset(JITRING_CFI_HOST_FP_TRAMPOLINE);
-	struct jitring_cfi entry_only;
-	int n;
-
-	T_REQUIRE(host != NULL);
-	n = jitring_eh_frame_build(host, code_size, buf, JITRING_EH_FRAME_MAX);
-	if (n == -EINVAL) {
-		entry_only = *host;
-		entry_only.nr_ops = entry_only.nr_init;
-		n = jitring_eh_frame_build(&entry_only, code_size, buf,
-					   JITRING_EH_FRAME_MAX);
-	}
-	T_REQUIRE(n > 0);
-	return (uint32_t)n;
-}
-
 static void build(struct built *b, uint64_t code_size, bool unw, bool dbg,
 		  bool patched)
 {
@@ -153,7 +101,10 @@ static void build(struct built *b, uint64_t code_size, bool unw, bool dbg,
 	b->e.code_size = code_size;
 	b->e.code_bytes = b->patched;
 	if (unw) {
-		b->eh_size = build_eh(b->eh, code_size);
+		int n = t_eh_frame(code_size, b->eh, sizeof(b->eh));
+
+		T_REQUIRE(n > 0);
+		b->eh_size = (uint32_t)n;
 		b->e.eh_frame = b->eh;
 		b->e.eh_frame_size = b->eh_size;
 	}
@@ -193,7 +144,7 @@ struct want {
  * pointer. */
 static uint32_t fde_off_of(const unsigned char *eh)
 {
-	return 4 + rd32(eh);
+	return 4 + t_rd32(eh);
 }
 
 static void check_unwind(const struct jitring_rd_record *rec,
@@ -227,7 +178,7 @@ static void check_unwind(const struct jitring_rd_record *rec,
 			       pcb + 4, eh - pcb - 4) == 0);
 
 	/* pc_begin (pcrel|sdata4) resolves to the code start. */
-	v = rds32(pay + pcb);
+	v = t_rds32(pay + pcb);
 	T_CHECK_EQ(eh_rt + pcb + (uint64_t)(int64_t)v, code);
 
 	/* .eh_frame_hdr. */
@@ -237,13 +188,13 @@ static void check_unwind(const struct jitring_rd_record *rec,
 	T_CHECK_EQ(hdr[2], 0x03); /* udata4 */
 	T_CHECK_EQ(hdr[3], 0x3b); /* datarel | sdata4 */
 	/* eh_frame_ptr: pc-relative to the field at hdr + 4. */
-	v = rds32(hdr + 4);
+	v = t_rds32(hdr + 4);
 	T_CHECK_EQ(hdr_rt + 4 + (uint64_t)(int64_t)v, eh_rt);
-	T_CHECK_EQ(rd32(hdr + 8), 1);
+	T_CHECK_EQ(t_rd32(hdr + 8), 1);
 	/* initial_loc and fde: relative to the hdr start. */
-	v = rds32(hdr + 12);
+	v = t_rds32(hdr + 12);
 	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)v, code);
-	v = rds32(hdr + 16);
+	v = t_rds32(hdr + 16);
 	T_CHECK_EQ(hdr_rt + (uint64_t)(int64_t)v, eh_rt + fde_off);
 }
 
@@ -483,7 +434,7 @@ static void test_fde_rewrite(void)
 		pcb = fde_off_of(b.eh) + 8;
 		for (size_t k = 0; k < sizeof(garbage) / sizeof(garbage[0]);
 		     k++) {
-			wr32(b.eh + pcb, garbage[k]);
+			t_wr32(b.eh + pcb, garbage[k]);
 			memcpy(saved, b.eh, b.eh_size);
 			roundtrip(&b.e, 0);
 			img = encode_alone(&b.e, &len);
@@ -522,7 +473,7 @@ static void test_fde_layouts(void)
 
 	/* Terminated: unwinding_size counts the terminator. */
 	build(&b, 33, true, true, false);
-	wr32(b.eh + b.eh_size, 0);
+	t_wr32(b.eh + b.eh_size, 0);
 	b.e.eh_frame_size = b.eh_size + 4;
 	roundtrip(&b.e, 0);
 	unbuild(&b);
@@ -542,7 +493,7 @@ static void test_fde_layouts(void)
 		uint32_t fde = fde_off_of(b.eh);
 
 		memset(b.eh + b.eh_size, 0, JITRING_EH_FRAME_MAX - b.eh_size);
-		wr32(b.eh + fde, JITRING_EH_FRAME_MAX - fde - 4);
+		t_wr32(b.eh + fde, JITRING_EH_FRAME_MAX - fde - 4);
 		b.e.eh_frame_size = JITRING_EH_FRAME_MAX;
 	}
 	roundtrip(&b.e, 0);
@@ -626,7 +577,7 @@ static void check_restamped(const unsigned char *before,
 		T_CHECK_EQ(rec.off, pos);
 		/* id and total_size unchanged, timestamp replaced. */
 		T_CHECK(memcmp(before + pos, after + pos, 8) == 0);
-		T_CHECK_EQ(rd64(after + pos + 8), ts);
+		T_CHECK_EQ(t_rd64(after + pos + 8), ts);
 		T_CHECK(memcmp(before + pos + 16, after + pos + 16,
 			       rec.size - 16) == 0);
 		pos += rec.size;
@@ -905,21 +856,21 @@ static void test_plan_eh(void)
 		b.e.eh_frame = b.eh;                                        \
 		b.e.eh_frame_size = b.eh_size;                              \
 	} while (0)
-	MALFORMED(wr32(bad + 4, 1));              /* CIE id not 0 */
+	MALFORMED(t_wr32(bad + 4, 1));              /* CIE id not 0 */
 	MALFORMED(bad[8] = 2);                    /* CIE version 2 */
 	MALFORMED(bad[10] = 'P');                 /* augmentation "zP" */
 	MALFORMED(bad[9] = 'Z');                  /* not "zR" at all */
-	MALFORMED(wr32(bad, 0));                  /* CIE length 0 */
-	MALFORMED(wr32(bad, 0xffffffffu));        /* 64-bit DWARF */
-	MALFORMED(wr32(bad, rd32(bad) + 2));      /* length % 4 */
-	MALFORMED(wr32(bad, b.eh_size));          /* CIE overruns the data */
-	MALFORMED(wr32(bad + fde + 4, 0));        /* FDE says it is a CIE */
-	MALFORMED(wr32(bad + fde + 4, fde));      /* CIE pointer off by 4 */
-	MALFORMED(wr32(bad + fde, rd32(bad + fde) + 4)); /* FDE overruns */
+	MALFORMED(t_wr32(bad, 0));                  /* CIE length 0 */
+	MALFORMED(t_wr32(bad, 0xffffffffu));        /* 64-bit DWARF */
+	MALFORMED(t_wr32(bad, t_rd32(bad) + 2));      /* length % 4 */
+	MALFORMED(t_wr32(bad, b.eh_size));          /* CIE overruns the data */
+	MALFORMED(t_wr32(bad + fde + 4, 0));        /* FDE says it is a CIE */
+	MALFORMED(t_wr32(bad + fde + 4, fde));      /* CIE pointer off by 4 */
+	MALFORMED(t_wr32(bad + fde, t_rd32(bad + fde) + 4)); /* FDE overruns */
 	MALFORMED(b.e.eh_frame_size = fde);       /* CIE only, no FDE */
 	MALFORMED(b.e.eh_frame_size = 8);         /* truncated CIE */
 	/* Garbage after the FDE (only a 4-byte zero terminator may follow). */
-	MALFORMED((wr32(bad + b.eh_size, 1), b.e.eh_frame_size += 4));
+	MALFORMED((t_wr32(bad + b.eh_size, 1), b.e.eh_frame_size += 4));
 	MALFORMED((memset(bad + b.eh_size, 0, 8), b.e.eh_frame_size += 8));
 	/* The FDE pointer encoding must be pcrel|sdata4: find it as the
 	 * last augmentation byte before the CIE's instructions, i.e. right

@@ -132,7 +132,7 @@ static void sessions(uint32_t e1, uint32_t e2, uint32_t f1, uint32_t f2)
 	sf_mkdtemp(dir, NULL);
 	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
 
-	T_REQUIRE(sf_open(e1, dir, f1, &jr) == 0);
+	T_REQUIRE(t_open(e1, dir, f1, &jr) == 0);
 	write_threads(jr, NULL, "s1_", 2, 50, idx1);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(markers(dump), 0);
@@ -140,7 +140,7 @@ static void sessions(uint32_t e1, uint32_t e2, uint32_t f1, uint32_t f2)
 	T_CHECK_EQ(t_stats(jr).bytes_written, size);
 
 	/* 1. */
-	T_REQUIRE(sf_open(e2, dir, f2, &jr) == 0);
+	T_REQUIRE(t_open(e2, dir, f2, &jr) == 0);
 	T_CHECK_EQ(markers(dump), 1);
 	if (f1 & JITRING_F_WRITE_CLOSE)
 		size -= 16; /* the CLOSE record is cut off */
@@ -153,21 +153,21 @@ static void sessions(uint32_t e1, uint32_t e2, uint32_t f1, uint32_t f2)
 		   -ENOENT);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(t_stats(jr).bytes_written, fsize(dump));
-	T_CHECK_EQ(sf_dump_count(dump, "s1_", &closes), 100);
+	T_CHECK_EQ(t_dump_loads(dump, "s1_", &closes), 100);
 	T_CHECK_EQ(closes, (f2 & JITRING_F_WRITE_CLOSE) ? 1 : 0);
-	T_CHECK_EQ(sf_dump_count(dump, "s2_", NULL), 100);
+	T_CHECK_EQ(t_dump_loads(dump, "s2_", NULL), 100);
 	/* The engines agree on indices: none of one session in the other. */
 	for (int i = 0; i < 100; i++)
 		for (int j = 0; j < 100; j++)
 			T_CHECK(idx1[i] != idx2[j]);
 
 	/* A third session, rings, no flags. */
-	T_REQUIRE(sf_open(JITRING_ENGINE_RINGS, dir, 0, &jr) == 0);
+	T_REQUIRE(t_open(JITRING_ENGINE_RINGS, dir, 0, &jr) == 0);
 	sf_write(jr, "s3_", 10, NULL);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "s1_", &closes), 100);
-	T_CHECK_EQ(sf_dump_count(dump, "s2_", NULL), 100);
-	T_CHECK_EQ(sf_dump_count(dump, "s3_", NULL), 10);
+	T_CHECK_EQ(t_dump_loads(dump, "s1_", &closes), 100);
+	T_CHECK_EQ(t_dump_loads(dump, "s2_", NULL), 100);
+	T_CHECK_EQ(t_dump_loads(dump, "s3_", NULL), 10);
 	T_CHECK_EQ(closes, 0);
 	t_rmtree(dir);
 	jitring_thread_detach(NULL);
@@ -184,16 +184,16 @@ static void concurrent(void)
 	sf_mkdtemp(d2, NULL);
 	snprintf(p1, sizeof(p1), "%s/jit-%d.dump", d1, (int)getpid());
 	snprintf(p2, sizeof(p2), "%s/jit-%d.dump", d2, (int)getpid());
-	T_REQUIRE(sf_open(JITRING_ENGINE_RINGS, d1, 0, &a) == 0);
-	T_REQUIRE(sf_open(JITRING_ENGINE_MUTEX, d2, 0, &b) == 0);
+	T_REQUIRE(t_open(JITRING_ENGINE_RINGS, d1, 0, &a) == 0);
+	T_REQUIRE(t_open(JITRING_ENGINE_MUTEX, d2, 0, &b) == 0);
 	write_threads(a, b, "c_", 4, 400, idx);
 	T_CHECK_EQ(jitring_close(a), 0);
 	T_CHECK_EQ(jitring_close(b), 0);
 	qsort(idx, 4 * 400, sizeof(idx[0]), cmp64);
 	for (int i = 1; i < 4 * 400; i++)
 		T_CHECK(idx[i] != idx[i - 1]);
-	T_CHECK_EQ(sf_dump_count(p1, "c_", NULL), 800);
-	T_CHECK_EQ(sf_dump_count(p2, "c_", NULL), 800);
+	T_CHECK_EQ(t_dump_loads(p1, "c_", NULL), 800);
+	T_CHECK_EQ(t_dump_loads(p2, "c_", NULL), 800);
 	t_rmtree(d1);
 	t_rmtree(d2);
 	jitring_thread_detach(NULL);
@@ -211,22 +211,22 @@ static void give_back(uint32_t engine)
 	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
 	snprintf(map, sizeof(map), "/tmp/perf-%d.map", (int)getpid());
 	unlink(map);
-	T_REQUIRE(sf_open(engine, dir, JITRING_F_WRITE_CLOSE, &jr) == 0);
+	T_REQUIRE(t_open(engine, dir, JITRING_F_WRITE_CLOSE, &jr) == 0);
 	sf_write(jr, "kept_", 5, NULL);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	size = fsize(dump);
 	T_REQUIRE(symlink(dir, map) == 0);
-	T_CHECK_EQ(sf_open(engine, dir, JITRING_F_PERF_MAP, &jr), -EEXIST);
+	T_CHECK_EQ(t_open(engine, dir, JITRING_F_PERF_MAP, &jr), -EEXIST);
 	T_CHECK_EQ(fsize(dump), size);
-	T_CHECK_EQ(sf_dump_count(dump, "kept_", &closes), 5);
+	T_CHECK_EQ(t_dump_loads(dump, "kept_", &closes), 5);
 	T_CHECK_EQ(closes, 1);
 	T_CHECK_EQ(markers(dump), 0);
 	unlink(map);
-	T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+	T_REQUIRE(t_open(engine, dir, 0, &jr) == 0);
 	sf_write(jr, "more_", 5, NULL);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(sf_dump_count(dump, "kept_", &closes), 5);
-	T_CHECK_EQ(sf_dump_count(dump, "more_", NULL), 5);
+	T_CHECK_EQ(t_dump_loads(dump, "kept_", &closes), 5);
+	T_CHECK_EQ(t_dump_loads(dump, "more_", NULL), 5);
 	T_CHECK_EQ(closes, 0);
 	t_rmtree(dir);
 	jitring_thread_detach(NULL);
@@ -242,39 +242,39 @@ static void bounded(uint32_t engine)
 	sf_mkdtemp(dir, NULL);
 	snprintf(dump, sizeof(dump), "%s/jit-%d.dump", dir, (int)getpid());
 	for (int i = 0; i < 30; i++) {
-		T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+		T_REQUIRE(t_open(engine, dir, 0, &jr) == 0);
 		sf_write(jr, "cycle_", 1, NULL);
 		T_CHECK_EQ(jitring_close(jr), 0);
 		if (i == 0)
 			fds1 = nfds();
 	}
 	T_CHECK_EQ(nfds(), fds1);
-	T_CHECK_EQ(sf_dump_count(dump, "cycle_", NULL), 30);
+	T_CHECK_EQ(t_dump_loads(dump, "cycle_", NULL), 30);
 	for (int i = 0; i < 30; i++) {
 		T_REQUIRE(unlink(dump) == 0);
-		T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+		T_REQUIRE(t_open(engine, dir, 0, &jr) == 0);
 		T_CHECK_EQ(fsize(dump), 40);
 		sf_write(jr, "fresh_", 1, NULL);
 		T_CHECK_EQ(jitring_close(jr), 0);
 	}
 	T_CHECK_EQ(nfds(), fds1);
-	T_CHECK_EQ(sf_dump_count(dump, "fresh_", NULL), 1);
+	T_CHECK_EQ(t_dump_loads(dump, "fresh_", NULL), 1);
 
 	/* Writers in ever new directories, each removed after close. */
 	for (int i = 0; i < 30; i++) {
 		char d[128];
 
 		sf_mkdtemp(d, NULL);
-		T_REQUIRE(sf_open(engine, d, JITRING_F_PERF_MAP, &jr) == 0);
+		T_REQUIRE(t_open(engine, d, JITRING_F_PERF_MAP, &jr) == 0);
 		T_CHECK_EQ(jitring_close(jr), 0);
 		t_rmtree(d);
 	}
 	T_CHECK(nfds() <= fds1 + 2);
 
 	/* 6. */
-	T_REQUIRE(sf_open(engine, dir, 0, &jr) == 0);
+	T_REQUIRE(t_open(engine, dir, 0, &jr) == 0);
 	T_REQUIRE(unlink(dump) == 0);
-	T_CHECK_EQ(sf_open(engine, dir, 0, &jr2), -EEXIST);
+	T_CHECK_EQ(t_open(engine, dir, 0, &jr2), -EEXIST);
 	T_CHECK_EQ(fsize(dump), -1);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	snprintf(dump, sizeof(dump), "/tmp/perf-%d.map", (int)getpid());
@@ -295,8 +295,8 @@ int main(void)
 	sessions(R, R, C, C);
 	concurrent();
 	for (size_t i = 0; i < 2; i++) {
-		give_back(sf_engines[i]);
-		bounded(sf_engines[i]);
+		give_back(t_engines[i]);
+		bounded(t_engines[i]);
 	}
 	return t_report();
 }

@@ -91,13 +91,6 @@
 #define TS_TSAN 0
 #endif
 
-#define MAX_LOADS 4096
-
-static const char *engine_name(uint32_t engine)
-{
-	return engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings";
-}
-
 static uint32_t my_tid(void)
 {
 	return (uint32_t)syscall(SYS_gettid);
@@ -114,25 +107,7 @@ static void sleep_ms(unsigned ms)
 /* ------------------------------------------------------------------ */
 /* Directories, writers and dumps.                                      */
 
-struct tdir {
-	char path[64];
-	char dump[128];
-};
-
-static void tdir_make(struct tdir *d)
-{
-	snprintf(d->path, sizeof(d->path), "/tmp/jitring-signal-XXXXXX");
-	T_REQUIRE(mkdtemp(d->path) != NULL);
-	snprintf(d->dump, sizeof(d->dump), "%s/jit-%d.dump", d->path,
-		 (int)getpid());
-}
-
-static void tdir_remove(struct tdir *d)
-{
-	t_rmtree(d->path);
-}
-
-static struct jitring *open_in(const struct tdir *d, uint32_t engine,
+static struct jitring *open_in(const struct t_dir *d, uint32_t engine,
 			       uint32_t ring_size)
 {
 	struct jitring_config c;
@@ -144,91 +119,6 @@ static struct jitring *open_in(const struct tdir *d, uint32_t engine,
 	c.ring_size = ring_size;
 	T_REQUIRE(jitring_open(&c, &jr) == 0);
 	return jr;
-}
-
-/* One CODE_LOAD as the reader saw it. */
-struct load {
-	char name[64];
-	uint64_t code_index;
-	uint32_t tid;
-	uint64_t code_size;
-	uint8_t code[64];
-};
-
-struct dump {
-	struct load *loads;
-	unsigned nloads;
-	unsigned moves;
-	int check;         /* jitring_check(SORTED) */
-	char rule[48];
-};
-
-static void dump_read(const char *path, struct dump *du)
-{
-	struct jitring_check_result res;
-	struct jitring_reader rd;
-	struct jitring_rd_record rec;
-	unsigned char *buf = NULL;
-	size_t len = 0;
-	struct stat st;
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-
-	memset(du, 0, sizeof(*du));
-	du->check = -1;
-	du->loads = calloc(MAX_LOADS, sizeof(*du->loads));
-	T_REQUIRE(du->loads != NULL);
-	T_REQUIRE(fd >= 0);
-	T_REQUIRE(fstat(fd, &st) == 0);
-	len = (size_t)st.st_size;
-	buf = malloc(len ? len : 1);
-	T_REQUIRE(buf != NULL);
-	T_REQUIRE(pread(fd, buf, len, 0) == (ssize_t)len);
-	close(fd);
-
-	du->check = jitring_check(buf, len, JITRING_CHECK_SORTED, &res);
-	if (du->check)
-		snprintf(du->rule, sizeof(du->rule), "%s at %" PRIu64,
-			 res.rule ? res.rule : "?", res.off);
-	if (jitring_reader_init(&rd, buf, len, 0, NULL) == 0) {
-		while (jitring_reader_next(&rd, &rec) == 1) {
-			struct load *l;
-
-			if (rec.id == JITRING_RD_CODE_MOVE)
-				du->moves++;
-			if (rec.id != JITRING_RD_CODE_LOAD ||
-			    du->nloads == MAX_LOADS)
-				continue;
-			l = &du->loads[du->nloads++];
-			snprintf(l->name, sizeof(l->name), "%s", rec.name);
-			l->code_index = rec.code_index;
-			l->tid = rec.tid;
-			l->code_size = rec.code_size;
-			memcpy(l->code, rec.code,
-			       rec.code_size < sizeof(l->code) ?
-				       rec.code_size : sizeof(l->code));
-		}
-	}
-	free(buf);
-}
-
-static const struct load *dump_find(const struct dump *du, const char *name)
-{
-	for (unsigned i = 0; i < du->nloads; i++)
-		if (!strcmp(du->loads[i].name, name))
-			return &du->loads[i];
-	return NULL;
-}
-
-/* Entries whose name starts with @prefix. */
-/* Used by the testpoint cases only. */
-static __attribute__((unused)) unsigned
-dump_count(const struct dump *du, const char *prefix)
-{
-	unsigned n = 0;
-
-	for (unsigned i = 0; i < du->nloads; i++)
-		n += !strncmp(du->loads[i].name, prefix, strlen(prefix));
-	return n;
 }
 
 static const uint8_t code16[16] = { 0x55, 0x48, 0x89, 0xe5, 0x5d, 0xc3 };
@@ -300,17 +190,17 @@ static void nested1_handler(int sig, siginfo_t *si, void *uc)
 
 static void test_nested_testpoint(void)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_entry pre = entry_of("pre", 0x1000),
 			     outer = entry_of("outer", 0x2000),
 			     post = entry_of("post", 0x3000);
 	struct jitring_stats st;
-	struct dump du;
+	struct t_dump du;
 	int64_t i_pre, i_outer, i_post;
 	int mv;
 
-	tdir_make(&d);
+	t_dir_make(&d, "signal");
 	jr = open_in(&d, JITRING_ENGINE_RINGS, 0);
 	atomic_store(&h_jr, jr);
 	install(SIGUSR1, nested1_handler, 0);
@@ -349,17 +239,17 @@ static void test_nested_testpoint(void)
 	T_CHECK_EQ(jitring_close(jr), 0);
 	uninstall(SIGUSR1);
 
-	dump_read(d.dump, &du);
+	t_dump_read(&du, d.dump);
 	T_CHECK_EQ(du.check, 0);
 	T_CHECK_EQ(du.nloads, 3);
 	T_CHECK_EQ(du.moves, 1);
-	T_CHECK(dump_find(&du, "pre") && dump_find(&du, "outer") &&
-		dump_find(&du, "post"));
-	T_CHECK(dump_find(&du, "outer") &&
-		dump_find(&du, "outer")->code_index == (uint64_t)i_outer);
-	T_CHECK(dump_find(&du, "handler_entry") == NULL);
-	free(du.loads);
-	tdir_remove(&d);
+	T_CHECK(t_dump_find(&du, "pre") && t_dump_find(&du, "outer") &&
+		t_dump_find(&du, "post"));
+	T_CHECK(t_dump_find(&du, "outer") &&
+		t_dump_find(&du, "outer")->index == (uint64_t)i_outer);
+	T_CHECK(t_dump_find(&du, "handler_entry") == NULL);
+	t_dump_free(&du);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 	printf("nested (write_stamped testpoint), rings: write and move "
 	       "from the handler refused with -EDEADLK\n");
@@ -396,13 +286,13 @@ static void segv_handler(int sig, siginfo_t *si, void *uc)
 
 static void test_nested_fault(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_entry pre = entry_of("pre", 0x1000),
 			     outer = entry_of("outer", 0x2000);
 	struct jitring_stats st;
-	const struct load *l;
-	struct dump du;
+	const struct t_load *l;
+	struct t_dump du;
 	uint8_t *page;
 	int64_t i_outer;
 
@@ -415,7 +305,7 @@ static void test_nested_fault(uint32_t engine)
 	outer.code_bytes = page;
 	outer.code_size = 64;
 
-	tdir_make(&d);
+	t_dir_make(&d, "signal");
 	jr = open_in(&d, engine, 0);
 	atomic_store(&h_jr, jr);
 	atomic_store(&n2_faults, 0);
@@ -439,23 +329,23 @@ static void test_nested_fault(uint32_t engine)
 	T_CHECK_EQ(st.entries_written, 2);
 	T_CHECK_EQ(jitring_close(jr), 0);
 
-	dump_read(d.dump, &du);
+	t_dump_read(&du, d.dump);
 	T_CHECK_EQ(du.check, 0);
 	T_CHECK_EQ(du.nloads, 2);
-	l = dump_find(&du, "outer");
+	l = t_dump_find(&du, "outer");
 	T_CHECK(l != NULL);
 	if (l) {
-		T_CHECK(l->code_index == (uint64_t)i_outer);
+		T_CHECK(l->index == (uint64_t)i_outer);
 		T_CHECK_EQ(l->code_size, 64);
 		T_CHECK(memcmp(l->code, page, 64) == 0);
 	}
-	T_CHECK(dump_find(&du, "fault_handler_entry") == NULL);
-	free(du.loads);
+	T_CHECK(t_dump_find(&du, "fault_handler_entry") == NULL);
+	t_dump_free(&du);
 	munmap(page, (size_t)page_size);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 	jitring_thread_detach(NULL);
 	printf("nested (fault in the code copy), %s: -EDEADLK, outer entry "
-	       "intact\n", engine_name(engine));
+	       "intact\n", t_engine_name(engine));
 }
 
 /* ------------------------------------------------------------------ */
@@ -508,15 +398,15 @@ static void *spinner(void *arg)
 
 static void test_other_code(uint32_t engine)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st;
-	struct dump du;
+	struct t_dump du;
 	pthread_t th;
 	unsigned ok = 0, found = 0, resent = 0;
 	bool timeout = false;
 
-	tdir_make(&d);
+	t_dir_make(&d, "signal");
 	jr = open_in(&d, engine, 0);
 	atomic_store(&h_jr, jr);
 	for (unsigned k = 0; k < N3_SIGNALS; k++)
@@ -573,25 +463,25 @@ static void test_other_code(uint32_t engine)
 	T_CHECK_EQ(st.refused_invalid, 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
 
-	dump_read(d.dump, &du);
+	t_dump_read(&du, d.dump);
 	T_CHECK_EQ(du.check, 0);
 	T_CHECK_EQ(du.nloads, N3_SIGNALS);
 	for (unsigned k = 0; k < N3_SIGNALS; k++) {
 		char name[32];
-		const struct load *l;
+		const struct t_load *l;
 
 		snprintf(name, sizeof(name), "sig_%u", k);
-		l = dump_find(&du, name);
-		if (l && l->code_index == (uint64_t)atomic_load(&n3_ret[k]) &&
+		l = t_dump_find(&du, name);
+		if (l && l->index == (uint64_t)atomic_load(&n3_ret[k]) &&
 		    l->tid == atomic_load(&n3_tid))
 			found++;
 	}
 	T_CHECK_EQ(found, N3_SIGNALS);
-	free(du.loads);
-	tdir_remove(&d);
+	t_dump_free(&du);
+	t_dir_remove(&d);
 	printf("handlers interrupting other code, %s: %u of %u writes "
 	       "returned a code_index, %u found with the thread's tid\n",
-	       engine_name(engine), ok, N3_SIGNALS, found);
+	       t_engine_name(engine), ok, N3_SIGNALS, found);
 }
 
 /* ------------------------------------------------------------------ */
@@ -649,10 +539,10 @@ static void *space_producer(void *arg)
 
 static int space_child(void)
 {
-	struct tdir d;
+	struct t_dir d;
 	struct jitring *jr;
 	struct jitring_stats st;
-	struct dump du;
+	struct t_dump du;
 	pthread_t th;
 	unsigned ok = 0, present = 0, n;
 	int64_t nested;
@@ -660,7 +550,7 @@ static int space_child(void)
 
 	alarm(20);
 	jitring_io_hook = t_iogate_pwritev; /* before the flusher starts */
-	tdir_make(&d);
+	t_dir_make(&d, "signal");
 	jr = open_in(&d, JITRING_ENGINE_RINGS, 4096);
 	atomic_store(&h_jr, jr);
 	install(SIGUSR1, space_handler, 0);
@@ -696,30 +586,31 @@ static int space_child(void)
 	st = t_stats(jr);
 	T_CHECK_EQ(jitring_close(jr), 0);
 
-	dump_read(d.dump, &du);
+	t_dump_read(&du, d.dump);
 	printf("space: %u writes returned a code_index; file: check %d%s%s, "
-	       "%u entries; entries_written %" PRIu64 "\n", ok, du.check,
-	       du.check ? " " : "", du.rule, du.nloads, st.entries_written);
+	       "%zu entries; entries_written %" PRIu64 "\n", ok, du.check,
+	       du.check ? " " : "", du.res.rule ? du.res.rule : "",
+	       du.nloads, st.entries_written);
 	T_CHECK_EQ(du.check, 0);
 	for (unsigned k = 0; k < n; k++) {
 		char name[32];
-		const struct load *l;
+		const struct t_load *l;
 
 		snprintf(name, sizeof(name), "fill_%u", k);
-		l = dump_find(&du, name);
-		if (l && n4_ret[k] > 0 && l->code_index == (uint64_t)n4_ret[k])
+		l = t_dump_find(&du, name);
+		if (l && n4_ret[k] > 0 && l->index == (uint64_t)n4_ret[k])
 			present++;
 	}
 	/* Whatever returned a code_index is in the file, once. */
 	T_CHECK_EQ(present, ok);
-	T_CHECK_EQ(dump_count(&du, "fill_"), ok);
+	T_CHECK_EQ(t_dump_count(&du, "fill_"), ok);
 	if (nested > 0)
-		T_CHECK(dump_find(&du, "space_handler_entry") != NULL);
+		T_CHECK(t_dump_find(&du, "space_handler_entry") != NULL);
 	else
-		T_CHECK(dump_find(&du, "space_handler_entry") == NULL);
-	free(du.loads);
+		T_CHECK(t_dump_find(&du, "space_handler_entry") == NULL);
+	t_dump_free(&du);
 	if (!t_failed)
-		tdir_remove(&d);
+		t_dir_remove(&d);
 	else
 		printf("space: dump kept in %s\n", d.path);
 	fflush(stdout);
@@ -846,15 +737,15 @@ static void test_mutex_window(void)
 		return;
 	}
 	for (int arm = 1; arm <= 2; arm++) {
-		struct tdir d;
+		struct t_dir d;
 		struct jitring *jr;
 		struct jitring_entry outer = entry_of("outer", 0x2000);
 		struct jitring_stats st;
-		struct dump du;
+		struct t_dump du;
 		int64_t i_outer;
 		unsigned self;
 
-		tdir_make(&d);
+		t_dir_make(&d, "signal");
 		jr = open_in(&d, JITRING_ENGINE_MUTEX, 0);
 		window_arm(jr);
 
@@ -879,12 +770,12 @@ static void test_mutex_window(void)
 		st = t_stats(jr);
 		T_CHECK_EQ(st.entries_written, 1);
 		T_CHECK_EQ(jitring_close(jr), 0);
-		dump_read(d.dump, &du);
+		t_dump_read(&du, d.dump);
 		T_CHECK_EQ(du.check, 0);
-		T_CHECK(dump_find(&du, "outer") != NULL);
-		T_CHECK(dump_find(&du, "window_handler_entry") == NULL);
-		free(du.loads);
-		tdir_remove(&d);
+		T_CHECK(t_dump_find(&du, "outer") != NULL);
+		T_CHECK(t_dump_find(&du, "window_handler_entry") == NULL);
+		t_dump_free(&du);
+		t_dir_remove(&d);
 	}
 }
 
@@ -918,13 +809,13 @@ static void test_close_window(uint32_t engine)
 	if (!real_lock || !real_unlock)
 		return;
 	for (k = 1; k < 64; k++) {
-		struct tdir d;
+		struct t_dir d;
 		struct jitring *jr;
 		struct jitring_entry pre = entry_of("pre_close", 0x2000);
-		struct dump du;
+		struct t_dump du;
 		int64_t nested;
 
-		tdir_make(&d);
+		t_dir_make(&d, "signal");
 		jr = open_in(&d, engine, 0);
 		T_CHECK(jitring_write(jr, &pre) > 0);
 		window_arm(jr);
@@ -935,25 +826,27 @@ static void test_close_window(uint32_t engine)
 		uninstall(SIGUSR1);
 		nested = atomic_load(&n5_nested);
 		T_CHECK_EQ(atomic_load(&n5_selflock), 0);
-		dump_read(d.dump, &du);
+		t_dump_read(&du, d.dump);
 		T_CHECK_EQ(du.check, 0);
-		T_CHECK(dump_find(&du, "pre_close") != NULL);
+		T_CHECK(t_dump_find(&du, "pre_close") != NULL);
 		if (atomic_load(&n5_runs) == 0) {
 			/* close took fewer than k locks: every window seen */
-			free(du.loads);
-			tdir_remove(&d);
+			t_dump_free(&du);
+			t_dir_remove(&d);
 			break;
 		}
 		if (nested > 0) {
 			landed++;
-			T_CHECK(dump_find(&du, "window_handler_entry") != NULL);
+			T_CHECK(t_dump_find(&du, "window_handler_entry") !=
+				NULL);
 		} else {
 			shut += nested == -ESHUTDOWN;
 			T_CHECK_EQ(nested, -ESHUTDOWN);
-			T_CHECK(dump_find(&du, "window_handler_entry") == NULL);
+			T_CHECK(t_dump_find(&du, "window_handler_entry") ==
+				NULL);
 		}
-		free(du.loads);
-		tdir_remove(&d);
+		t_dump_free(&du);
+		t_dir_remove(&d);
 	}
 	T_CHECK(k > 1 && k < 64);
 	/* The mutex engine's flush lock comes after CLOSING; the rings
@@ -963,12 +856,12 @@ static void test_close_window(uint32_t engine)
 #ifdef JITRING_TESTPOINTS
 	{
 		/* Right after close published CLOSING: -ESHUTDOWN. */
-		struct tdir d;
+		struct t_dir d;
 		struct jitring *jr;
 		struct jitring_entry pre = entry_of("pre_close", 0x2000);
-		struct dump du;
+		struct t_dump du;
 
-		tdir_make(&d);
+		t_dir_make(&d, "signal");
 		jr = open_in(&d, engine, 0);
 		T_CHECK(jitring_write(jr, &pre) > 0);
 		window_arm(jr);
@@ -982,17 +875,17 @@ static void test_close_window(uint32_t engine)
 		T_CHECK_EQ(atomic_load(&n5_selflock), 0);
 		T_CHECK_EQ(atomic_load(&n5_nested), -ESHUTDOWN);
 		shut += atomic_load(&n5_nested) == -ESHUTDOWN;
-		dump_read(d.dump, &du);
+		t_dump_read(&du, d.dump);
 		T_CHECK_EQ(du.check, 0);
-		T_CHECK(dump_find(&du, "pre_close") != NULL);
-		T_CHECK(dump_find(&du, "window_handler_entry") == NULL);
-		free(du.loads);
-		tdir_remove(&d);
+		T_CHECK(t_dump_find(&du, "pre_close") != NULL);
+		T_CHECK(t_dump_find(&du, "window_handler_entry") == NULL);
+		t_dump_free(&du);
+		t_dir_remove(&d);
 	}
 #endif
 	printf("close windows, %s: a handler after each of the %u lock(s) "
 	       "close takes: %u write(s) landed before the close, %u got "
-	       "-ESHUTDOWN, none blocked\n", engine_name(engine), k - 1,
+	       "-ESHUTDOWN, none blocked\n", t_engine_name(engine), k - 1,
 	       landed, shut);
 }
 #endif

@@ -78,85 +78,8 @@ const char *__tsan_default_options(void)
 #define WORK_CALLS WORK_CALLS_PLAIN
 #endif
 
-static const uint32_t engines[] = { JITRING_ENGINE_RINGS,
-				    JITRING_ENGINE_MUTEX };
-
-static const char *engine_name(uint32_t engine)
-{
-	return engine == JITRING_ENGINE_MUTEX ? "mutex" : "rings";
-}
-
 /* ------------------------------------------------------------------ */
 /* Directories, files, writers.                                        */
-
-struct tdir {
-	char path[64];
-	char dump[128];
-};
-
-static void tdir_make(struct tdir *d)
-{
-	snprintf(d->path, sizeof(d->path), "/tmp/jitring-tramp.XXXXXX");
-	T_REQUIRE(mkdtemp(d->path) != NULL);
-	snprintf(d->dump, sizeof(d->dump), "%s/jit-%d.dump", d->path,
-		 (int)getpid());
-}
-
-static void tdir_remove(const struct tdir *d)
-{
-	char cmd[128];
-
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", d->path);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", d->path);
-}
-
-static unsigned char *slurp(const char *path, size_t *len)
-{
-	FILE *f = fopen(path, "rb");
-	unsigned char *buf = NULL;
-	size_t cap = 0, n = 0, r;
-
-	if (!f)
-		return NULL;
-	do {
-		if (n == cap) {
-			cap = cap ? cap * 2 : 1 << 20;
-			buf = realloc(buf, cap);
-			T_REQUIRE(buf != NULL);
-		}
-		r = fread(buf + n, 1, cap - n, f);
-		n += r;
-	} while (r > 0);
-	fclose(f);
-	*len = n;
-	return buf;
-}
-
-static struct jitring *open_writer(const struct tdir *d, uint32_t engine)
-{
-	struct jitring_config cfg = JITRING_CONFIG_INIT;
-	struct jitring *jr = NULL;
-
-	cfg.engine = engine;
-	cfg.dir = d->path;
-	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
-	return jr;
-}
-
-/* The dump must be valid and sorted; returns its bytes. */
-static unsigned char *dump_checked(const char *path, size_t *len,
-				   struct jitring_check_result *res)
-{
-	unsigned char *buf = slurp(path, len);
-
-	T_REQUIRE(buf != NULL);
-	T_CHECK_EQ(jitring_check(buf, *len, JITRING_CHECK_SORTED, res), 0);
-	if (res->rule)
-		fprintf(stderr, "%s: %s at %llu: %s\n", path, res->rule,
-			(unsigned long long)res->off, res->detail);
-	return buf;
-}
 
 /* ------------------------------------------------------------------ */
 /* Calling copies.                                                      */
@@ -422,21 +345,21 @@ static void check_dump(const char *path, const struct copies *c,
 {
 	const struct jitring_trampoline_template *t = ti->t;
 	const unsigned char *code = t->code;
-	struct jitring_check_result res;
+	struct t_dump du;
 	struct jitring_reader rd;
 	struct jitring_rd_record rec, prev = { 0 };
 	unsigned long missing = 0, dup = 0, name = 0, index = 0, group = 0;
 	unsigned long bytes = 0, salts_dup = 0;
 	uint64_t *salts = calloc(c->n + 1, sizeof(*salts));
 	unsigned char *seen = calloc(c->n + 1, 1);
-	unsigned char *buf;
-	size_t len, nsalt = 0;
+	size_t nsalt = 0;
 	bool have_prev = false, unw;
 	char want[64];
 
 	T_REQUIRE(salts && seen);
-	buf = dump_checked(path, &len, &res);
-	T_REQUIRE(jitring_reader_init(&rd, buf, len, 0, NULL) == 0);
+	t_dump_read(&du, path);
+	T_CHECK_EQ(du.check, 0);
+	T_REQUIRE(jitring_reader_init(&rd, du.buf, du.len, 0, NULL) == 0);
 	while (jitring_reader_next(&rd, &rec) == 1) {
 		struct copy key = { .addr = rec.code_addr };
 		const struct copy *x;
@@ -501,7 +424,7 @@ next:
 	T_CHECK_EQ(salts_dup, 0);
 	if (t->salt_offset != JITRING_TRAMPOLINE_NO_SALT)
 		T_CHECK_EQ(nsalt, c->n);
-	free(buf);
+	t_dump_free(&du);
 	free(salts);
 	free(seen);
 }
@@ -543,13 +466,13 @@ static void test_bad_input(uint32_t engine)
 	struct jitring_trampolines *set = NULL, *out;
 	struct jitring_cfi bad_cfi;
 	struct jitring *jr;
-	struct tdir d;
+	struct t_dir d;
 	char longname[JITRING_NAME_MAX + 2];
 	void *addr = (void *)&good;
 	uint64_t refused;
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&good) == 0);
 	out = (struct jitring_trampolines *)&good;
 
@@ -621,7 +544,7 @@ static void test_bad_input(uint32_t engine)
 	T_CHECK_EQ(jitring_trampolines_new(jr, &good, &out), -ESHUTDOWN);
 	T_CHECK(out == (struct jitring_trampolines *)&good);
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -757,12 +680,12 @@ static void test_threads(uint32_t engine)
 	struct tmpl_info ti;
 	struct watcher w;
 	struct jitring *jr;
-	struct tdir d;
+	struct t_dir d;
 	uint64_t per_arena, total = 0, arenas;
 	char name[64];
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	ti = tmpl_info(&tmpl);
 	per_arena = slots_per_arena(&ti);
@@ -874,7 +797,7 @@ static void test_threads(uint32_t engine)
 	T_CHECK(call_copy((void *)(uintptr_t)all.v[0].addr, 1, 2, 3));
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
 	free(all.v);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -920,10 +843,10 @@ static void test_templates(uint32_t engine)
 	struct tmpl_info ti[3];
 	unsigned char *big;
 	struct jitring *jr;
-	struct tdir d;
+	struct t_dir d;
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&base) == 0);
 
 	/* No CFI, no salt: 16-byte slots, no UNWINDING_INFO, bytes as is. */
@@ -977,7 +900,7 @@ static void test_templates(uint32_t engine)
 		free(c[i].v);
 	}
 	free(big);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1024,18 +947,16 @@ static void test_close_race(uint32_t engine)
 {
 	struct jitring_trampoline_template tmpl;
 	struct jitring_trampolines *set = NULL;
-	struct jitring_check_result res;
 	struct racer rs[RACE_THREADS];
 	pthread_barrier_t barrier;
 	_Atomic uint64_t handed = 0;
 	uint64_t got = 0, bad = 0, shut = 0;
-	unsigned char *buf;
 	struct jitring *jr;
-	struct tdir d;
-	size_t len;
+	struct t_dump du;
+	struct t_dir d;
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
 	pthread_barrier_init(&barrier, NULL, RACE_THREADS + 1);
@@ -1062,13 +983,14 @@ static void test_close_race(uint32_t engine)
 	T_CHECK_EQ(bad, 0);
 	T_CHECK_EQ(shut, RACE_THREADS);
 	T_CHECK_EQ(t_stats(jr).trampoline_copies, got);
-	buf = dump_checked(d.dump, &len, &res);
-	T_CHECK_EQ(res.count[JITRING_RD_CODE_LOAD], got);
-	T_CHECK_EQ(res.count[JITRING_RD_CODE_UNWINDING_INFO], got);
-	free(buf);
+	t_dump_read(&du, d.dump);
+	T_CHECK_EQ(du.check, 0);
+	T_CHECK_EQ(du.res.count[JITRING_RD_CODE_LOAD], got);
+	T_CHECK_EQ(du.res.count[JITRING_RD_CODE_UNWINDING_INFO], got);
+	t_dump_free(&du);
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
 	pthread_barrier_destroy(&barrier);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1085,7 +1007,7 @@ static uint64_t salt_in(const char *path, uint64_t addr, uint32_t so)
 	uint64_t s = 0;
 	size_t len;
 
-	buf = slurp(path, &len);
+	buf = t_slurp(path, &len);
 	if (!buf)
 		return 0;
 	if (jitring_reader_init(&rd, buf, len, 0, NULL) == 0)
@@ -1122,13 +1044,13 @@ static void test_fork(uint32_t engine)
 	struct copies before = { 0 }, after = { 0 };
 	struct tmpl_info ti;
 	struct jitring *jr;
-	struct tdir d;
+	struct t_dir d;
 	char child_dump[160];
 	int status = -1;
 	pid_t pid;
 
-	tdir_make(&d);
-	jr = open_writer(&d, engine);
+	t_dir_make(&d, "tramp");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	ti = tmpl_info(&tmpl);
 	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
@@ -1168,20 +1090,10 @@ static void test_fork(uint32_t engine)
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
 	free(before.v);
 	free(after.v);
-	tdir_remove(&d);
+	t_dir_remove(&d);
 }
 
 /* ------------------------------------------------------------------ */
-
-static void run(const char *what, uint32_t engine, void (*fn)(uint32_t))
-{
-	unsigned long before = t_failed;
-
-	fn(engine);
-	if (t_failed != before)
-		fprintf(stderr, "  ^ in %s, engine %s\n", what,
-			engine_name(engine));
-}
 
 int main(void)
 {
@@ -1190,12 +1102,12 @@ int main(void)
 	if (jitring_trampoline_builtin(&t) == -EOPNOTSUPP)
 		t_skip("no built-in trampoline on this architecture");
 	test_builtin();
-	for (size_t i = 0; i < ARRAY_SIZE(engines); i++) {
-		run("bad input", engines[i], test_bad_input);
-		run("threads", engines[i], test_threads);
-		run("templates", engines[i], test_templates);
-		run("close race", engines[i], test_close_race);
-		run("fork", engines[i], test_fork);
+	for (size_t i = 0; i < ARRAY_SIZE(t_engines); i++) {
+		t_run("bad input", t_engines[i], test_bad_input);
+		t_run("threads", t_engines[i], test_threads);
+		t_run("templates", t_engines[i], test_templates);
+		t_run("close race", t_engines[i], test_close_race);
+		t_run("fork", t_engines[i], test_fork);
 	}
 	return t_report();
 }
