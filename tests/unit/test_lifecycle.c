@@ -657,10 +657,10 @@ static void case_drop_move(void)
 /* Attached and settled first (no pool refill pending), then parked. */
 static void *settled_parked_main(void *arg)
 {
-	if (write_one(arg, "P0", 0xa10000) <= 0 || jitring_flush(arg))
+	if (t_write_at(arg, "P0", 0xa10000) <= 0 || jitring_flush(arg))
 		return (void *)(intptr_t)-1;
 	tl_park = true;
-	return (void *)(intptr_t)write_one(arg, "P", 0xa20000);
+	return (void *)(intptr_t)t_write_at(arg, "P", 0xa20000);
 }
 
 static void *close_note_main(void *arg)
@@ -679,7 +679,7 @@ static void case_backout(void)
 	bool closed;
 
 	tp_reset(jr, 9);
-	T_CHECK(write_one(jr, "warm", 0xa00000) > 0);
+	T_CHECK(t_write_at(jr, "warm", 0xa00000) > 0);
 	TP_SET(tp.hold_after_stop = true);
 	/* P parks between (A) and (B). */
 	T_REQUIRE(pthread_create(&p, NULL, settled_parked_main, jr) == 0);
@@ -702,7 +702,7 @@ static void case_backout(void)
 	}
 	pthread_join(c, &cr);
 	T_CHECK_EQ((intptr_t)cr, 0);
-	T_CHECK_EQ(count_loads("c9", getpid()), 2);
+	T_CHECK_EQ(count_loads("c9"), 2);
 	printf("close vs a producer backing out after the flusher saw it "
 	       "BUSY: %s\n", closed ? "returned" : "hung (bug)");
 }

@@ -34,7 +34,6 @@
 #include "reader.h"
 
 static char base[] = "/tmp/jitring-pause-XXXXXX";
-static const uint8_t code[16] = { 0xc3 };
 
 /* Field 20 of /proc/self/stat: the kernel's count of our threads. */
 static long nthreads(void)
@@ -56,60 +55,30 @@ static long nthreads(void)
 	return n;
 }
 
-static int64_t write_one(struct jitring *jr, const char *name, uint64_t addr)
-{
-	struct jitring_entry e = {
-		.name = name,
-		.code_addr = (const void *)(uintptr_t)addr,
-		.code_size = sizeof(code),
-		.code_bytes = code,
-	};
-
-	return jitring_write(jr, &e);
-}
-
 static struct jitring *open_in(const char *sub, uint32_t engine,
 			       uint32_t flags)
 {
-	struct jitring_config cfg;
 	struct jitring *jr = NULL;
 	char dir[256];
 
 	snprintf(dir, sizeof(dir), "%s/%s", base, sub);
 	mkdir(dir, 0755);
-	jitring_config_init(&cfg);
-	cfg.dir = dir;
-	cfg.engine = engine;
-	cfg.flags = flags;
-	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
+	T_REQUIRE(t_open(engine, dir, flags, &jr) == 0);
 	return jr;
 }
 
 /* CODE_LOADs in @sub's dump of @pid if it checks out sorted, else -1;
- * *@has_close says whether it ends with CLOSE. */
+ * *@has_close says whether it holds a CLOSE record. */
 static long loads_in(const char *sub, pid_t pid, bool *has_close)
 {
-	struct jitring_check_result res;
 	char path[320];
-	struct stat st;
-	uint8_t *buf;
-	long n = -1;
-	int fd;
+	uint64_t closes = 0;
+	long n;
 
 	snprintf(path, sizeof(path), "%s/%s/jit-%d.dump", base, sub, (int)pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0 || fstat(fd, &st))
-		return -1;
-	buf = malloc((size_t)st.st_size + 1);
-	if (buf && read(fd, buf, (size_t)st.st_size) == st.st_size &&
-	    jitring_check(buf, (size_t)st.st_size, JITRING_CHECK_SORTED,
-			  &res) == 0) {
-		n = (long)res.count[JITRING_RD_CODE_LOAD];
-		if (has_close)
-			*has_close = res.count[JITRING_RD_CODE_CLOSE] == 1;
-	}
-	free(buf);
-	close(fd);
+	n = t_dump_loads(path, "", &closes);
+	if (has_close)
+		*has_close = closes == 1;
 	return n;
 }
 
@@ -124,7 +93,7 @@ static void case_basic(void)
 
 	jr = open_in("c1", JITRING_ENGINE_RINGS, 0);
 	for (int i = 0; i < 100; i++)
-		T_CHECK(write_one(jr, "a", 0x100000 + (uint64_t)i * 64) > 0);
+		T_CHECK(t_write_at(jr, "a", 0x100000 + (uint64_t)i * 64) > 0);
 	before = nthreads() - 1;
 	T_CHECK_EQ(jitring_pause(jr), 0);
 	paused = nthreads();
@@ -135,7 +104,7 @@ static void case_basic(void)
 	/* A second pause is a no-op. */
 	T_CHECK_EQ(jitring_pause(jr), 0);
 	/* The next write resumes the engine before it returns. */
-	T_CHECK(write_one(jr, "b", 0x200000) > 0);
+	T_CHECK(t_write_at(jr, "b", 0x200000) > 0);
 	after = nthreads();
 	T_CHECK_EQ(after, before + 1);
 	T_CHECK_EQ(jitring_flush(jr), 0);
@@ -147,7 +116,7 @@ static void case_basic(void)
 
 static void *first_write_main(void *arg)
 {
-	return (void *)(intptr_t)write_one(arg, "first", 0x300000);
+	return (void *)(intptr_t)t_write_at(arg, "first", 0x300000);
 }
 
 static void case_attach(void)
@@ -172,7 +141,7 @@ static void case_fork(void)
 	long n;
 	pid_t pid;
 
-	T_CHECK(write_one(jr, "parent", 0x400000) > 0);
+	T_CHECK(t_write_at(jr, "parent", 0x400000) > 0);
 	n = nthreads();
 	T_CHECK_EQ(jitring_pause(jr), 0);
 	/* Only this thread is ours now (1 without a sanitizer's). */
@@ -185,7 +154,7 @@ static void case_fork(void)
 		/* The child of a single-threaded process: one thread. */
 		int bad = nthreads() > n;
 
-		bad |= write_one(jr, "child", 0x410000) <= 0;
+		bad |= t_write_at(jr, "child", 0x410000) <= 0;
 		bad |= jitring_close(jr) != 0;
 		bad |= loads_in("c3", getpid(), NULL) != 1;
 		_exit(bad);
@@ -210,7 +179,7 @@ static void *writer_main(void *arg)
 
 	for (int i = 0; i < 3000; i++) {
 		snprintf(name, sizeof(name), "w%d_%d", w->id, i);
-		if (write_one(w->jr, name,
+		if (t_write_at(w->jr, name,
 			      0x1000000 * (uint64_t)(w->id + 1) + i * 64) > 0)
 			w->ok++;
 		else
@@ -267,7 +236,7 @@ static void case_close_paused(void)
 				     JITRING_F_WRITE_CLOSE);
 	bool closed = false;
 
-	T_CHECK(write_one(jr, "x", 0x500000) > 0);
+	T_CHECK(t_write_at(jr, "x", 0x500000) > 0);
 	T_CHECK_EQ(jitring_pause(jr), 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(loads_in("c5", getpid(), &closed), 1);
@@ -280,10 +249,10 @@ static void case_mutex(void)
 	struct jitring *jr = open_in("c6", JITRING_ENGINE_MUTEX, 0);
 	long n = nthreads();
 
-	T_CHECK(write_one(jr, "m", 0x600000) > 0);
+	T_CHECK(t_write_at(jr, "m", 0x600000) > 0);
 	T_CHECK_EQ(jitring_pause(jr), 0);
 	T_CHECK_EQ(nthreads(), n);
-	T_CHECK(write_one(jr, "m2", 0x610000) > 0);
+	T_CHECK(t_write_at(jr, "m2", 0x610000) > 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(loads_in("c6", getpid(), NULL), 2);
 	T_CHECK_EQ(jitring_pause(NULL), -EINVAL);
