@@ -148,42 +148,29 @@ int jitring_flusher_fit(struct jr_rings *e, uint32_t cap)
 /* Find the next group between r->rd and r->seen_tail; skip padding. */
 static bool ring_peek(struct jr_ring *r)
 {
-	uint32_t rd = r->rd;
+	struct jitdump_prefix pre;
+	uint32_t rd = jitring_ring_next_group(r, r->rd, r->seen_tail, &pre);
+	uint32_t pos = rd & r->mask;
 
-	while (rd != r->seen_tail) {
-		uint32_t pos = rd & r->mask, to_end = r->size - pos;
-		struct jitdump_prefix pre;
-
-		if (to_end < JR_MIN_RECORD) {
-			rd += to_end;
-			continue;
-		}
-		memcpy(&pre, r->buf + pos, sizeof(pre));
-		if (pre.id == JR_ID_PAD) {
-			rd += pre.total_size;
-			continue;
-		}
-		r->rd = rd;
-		r->pk_pos = pos;
-		r->pk_ts = pre.timestamp;
-		if (pre.id == JR_ID_JUMBO) {
-			struct jr_jumbo j;
-			uint32_t len;
-
-			memcpy(&j, r->buf + pos, sizeof(j));
-			r->pk_len = sizeof(j);
-			r->pk_jumbo = (uint8_t *)(uintptr_t)j.ptr;
-			r->pk_jlen = j.len;
-			jitring_group_size(r->pk_jumbo, &len, &r->pk_records);
-		} else {
-			r->pk_jumbo = NULL;
-			jitring_group_size(r->buf + pos, &r->pk_len,
-					   &r->pk_records);
-		}
-		return true;
-	}
 	r->rd = rd;
-	return false;
+	if (rd == r->seen_tail)
+		return false;
+	r->pk_pos = pos;
+	r->pk_ts = pre.timestamp;
+	if (pre.id == JR_ID_JUMBO) {
+		struct jr_jumbo j;
+		uint32_t len;
+
+		memcpy(&j, r->buf + pos, sizeof(j));
+		r->pk_len = sizeof(j);
+		r->pk_jumbo = (uint8_t *)(uintptr_t)j.ptr;
+		r->pk_jlen = j.len;
+		jitring_group_size(r->pk_jumbo, &len, &r->pk_records);
+	} else {
+		r->pk_jumbo = NULL;
+		jitring_group_size(r->buf + pos, &r->pk_len, &r->pk_records);
+	}
+	return true;
 }
 
 static inline bool ts_less(const struct jr_ring *a, const struct jr_ring *b)

@@ -305,29 +305,22 @@ bool jitring_pool_attach(struct jr_rings *e, uint64_t now)
  */
 static void ring_free_jumbos(struct jr_ring *r)
 {
-	uint32_t rd = r->head_local;
 	uint32_t end = JR_PUB_TAIL(
 		atomic_load_explicit(&r->pub, memory_order_relaxed));
+	uint32_t rd = r->head_local, len, n;
+	struct jitdump_prefix pre;
 
-	while (rd != end) {
-		uint32_t pos = rd & r->mask, to_end = r->size - pos, len, n;
-		struct jitdump_prefix pre;
+	while ((rd = jitring_ring_next_group(r, rd, end, &pre)) != end) {
+		uint8_t *p = r->buf + (rd & r->mask);
 
-		if (to_end < JR_MIN_RECORD) {
-			rd += to_end;
-			continue;
-		}
-		memcpy(&pre, r->buf + pos, sizeof(pre));
-		if (pre.id == JR_ID_PAD) {
-			rd += pre.total_size;
-		} else if (pre.id == JR_ID_JUMBO) {
+		if (pre.id == JR_ID_JUMBO) {
 			struct jr_jumbo j;
 
-			memcpy(&j, r->buf + pos, sizeof(j));
+			memcpy(&j, p, sizeof(j));
 			free((void *)(uintptr_t)j.ptr);
 			rd += sizeof(j);
 		} else {
-			jitring_group_size(r->buf + pos, &len, &n);
+			jitring_group_size(p, &len, &n);
 			rd += len;
 		}
 	}

@@ -203,6 +203,30 @@ int jitring_rings_pause(struct jitring *jr);
 /* Start the flusher again after a pause (a waker found JR_STOPPED). */
 void jitring_rings_resume(struct jitring *jr);
 
+/*
+ * Where the next group at or after @rd starts (before @end), past the gap
+ * at the end of the buffer and PAD records; @end if there is none.  *@pre
+ * gets that group's prefix (its id is a record's or JR_ID_JUMBO).
+ */
+static inline uint32_t jitring_ring_next_group(const struct jr_ring *r,
+					       uint32_t rd, uint32_t end,
+					       struct jitdump_prefix *pre)
+{
+	while (rd != end) {
+		uint32_t pos = rd & r->mask, to_end = r->size - pos;
+
+		if (to_end < JR_MIN_RECORD) {
+			rd += to_end;
+			continue;
+		}
+		memcpy(pre, r->buf + pos, sizeof(*pre));
+		if (pre->id != JR_ID_PAD)
+			break;
+		rd += pre->total_size;
+	}
+	return rd;
+}
+
 /* The bytes (@len) and records of the group at @p (ends at its LOAD or
  * MOVE; a jumbo's heap buffer or ring bytes). */
 static inline void jitring_group_size(const uint8_t *p, uint32_t *len,
