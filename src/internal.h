@@ -190,6 +190,15 @@ bool jitring_trampolines_wanted(struct jitring *jr);
 int jitring_struct_in(void *dst, size_t dsize, const void *src, uint32_t ssize,
 		      size_t v1);
 
+struct jitring_group;
+/*
+ * jitring_write() of a group planned elsewhere (the trampoline kit plans
+ * once per set): @plan_ret is what planning it returned (counted and
+ * returned if non-zero, as jitring_write() does).
+ */
+int64_t jitring_write_group(struct jitring *jr, struct jitring_group *g,
+			    int plan_ret);
+
 /* Log through the caller's hook, if any. */
 void jitring_log(const struct jitring *jr, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

@@ -89,14 +89,13 @@ static JR_NOINLINE int plan_name_parts(const struct jitring_entry *e,
 	return 0;
 }
 
-int jitring_record_plan(struct jitring_group *g, const struct jitring_entry *e)
+/* The name's bytes (without its NUL), checked.  0, -EINVAL or -E2BIG. */
+static inline __attribute__((always_inline)) int
+plan_name(const struct jitring_entry *e, size_t *len)
 {
 	size_t n;
-	uint64_t load;
 	int ret;
 
-	if (unlikely(!e || !e->code_addr))
-		return -EINVAL;
 	/* One test for the common case: a plain name, no flags. */
 	if (likely(!(e->flags | e->nr_name_parts))) {
 		if (unlikely(!e->name))
@@ -113,6 +112,37 @@ int jitring_record_plan(struct jitring_group *g, const struct jitring_entry *e)
 		return -EINVAL;
 	if (unlikely(n > JITRING_NAME_MAX))
 		return -E2BIG;
+	*len = n;
+	return 0;
+}
+
+int jitring_record_rename(struct jitring_group *g,
+			  const struct jitring_entry *e)
+{
+	size_t n;
+	int ret = plan_name(e, &n);
+
+	if (unlikely(ret))
+		return ret;
+	g->e = e;
+	g->total -= g->load_size;
+	g->load_size += (uint32_t)n + 1 - g->name_len;
+	g->name_len = (uint32_t)n + 1;
+	g->total += g->load_size;
+	return 0;
+}
+
+int jitring_record_plan(struct jitring_group *g, const struct jitring_entry *e)
+{
+	size_t n;
+	uint64_t load;
+	int ret;
+
+	if (unlikely(!e || !e->code_addr))
+		return -EINVAL;
+	ret = plan_name(e, &n);
+	if (unlikely(ret))
+		return ret;
 	if (unlikely(e->code_size == 0))
 		return -EINVAL;
 	if (unlikely(e->code_size > JITRING_CODE_MAX))

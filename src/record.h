@@ -59,6 +59,19 @@ struct jitring_group {
 int jitring_record_plan(struct jitring_group *g, const struct jitring_entry *e);
 
 /**
+ * jitring_record_rename() - Reuse a planned group for another name.
+ * @g: a group jitring_record_plan() made for an entry that differs from
+ *	@e at most in its name (and code address): everything else, the
+ *	eh_frame check among it, stands.
+ * @e: the new entry; its name is checked as jitring_record_plan() does.
+ *
+ * The trampoline kit plans its copies' group once per set.
+ * Return: 0, -EINVAL or -E2BIG.
+ */
+int jitring_record_rename(struct jitring_group *g,
+			  const struct jitring_entry *e);
+
+/**
  * jitring_record_encode() - Encode a planned group into @dst.
  * @g: a group planned by jitring_record_plan().
  * @dst: g->total writable bytes (no alignment needed).

@@ -89,6 +89,7 @@
 
 #include "clock.h"
 #include "internal.h"
+#include "record.h"
 #include "rings.h"
 #include "trampolines.h"
 
@@ -125,6 +126,8 @@ struct jitring_trampolines {
 	size_t map_len;   /* slots_len plus two guard pages */
 	size_t page;
 	uint64_t serial; /* set number, mixed into the salt */
+	/* The copies' group, planned (and its eh_frame checked) once. */
+	struct jitring_group group;
 	/* jr->trampoline_sets: written before the push, changed only once closed. */
 	struct jitring_trampolines *next;
 
@@ -583,6 +586,21 @@ int jitring_trampolines_new(struct jitring *jr,
 		ret = -EINVAL;
 		goto err;
 	}
+	{
+		/* Every copy's group is this one but for name and address. */
+		struct jitring_entry e = {
+			.name = "x",
+			.code_addr = t->code,
+			.code_size = t->code_size,
+			.eh_frame = t->eh_frame,
+			.eh_frame_size = t->eh_frame_size,
+		};
+
+		ret = jitring_record_plan(&t->group, &e);
+		if (ret)
+			goto err;
+		t->group.e = NULL;
+	}
 	slot = jitring_trampoline_slot_size(tp.code_size, (uint64_t)eh_size);
 	t->slot_size = (uint32_t)slot;
 	t->page = (size_t)sysconf(_SC_PAGESIZE);
@@ -724,7 +742,12 @@ static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 		}
 		e.code_bytes = dumped;
 	}
-	idx = jitring_write(jr, &e);
+	{
+		struct jitring_group g = t->group;
+
+		idx = jitring_write_group(jr, &g,
+					  jitring_record_rename(&g, &e));
+	}
 	if (idx > 0) {
 		jitring_count(&jr->c.trampoline_copies, 1);
 		*addr = code;

@@ -1078,6 +1078,16 @@ static JR_NOINLINE int refuse_args(struct jitring *jr, int err)
 	return err;
 }
 
+int64_t jitring_write_group(struct jitring *jr, struct jitring_group *g,
+			    int plan_ret)
+{
+	if (unlikely(plan_ret))
+		return refuse_args(jr, plan_ret);
+	if (likely(jr->engine == JITRING_ENGINE_RINGS))
+		return jitring_rings_write(jr, g);
+	return jitring_mutex_write(jr, g);
+}
+
 int64_t jitring_write(struct jitring *jr, const struct jitring_entry *e)
 {
 	struct jitring_group g;
