@@ -39,48 +39,17 @@ dumptool=$(cd "$(dirname "$3")" && pwd)/$(basename "$3")
 engine=${4:-rings}
 here=$(cd "$(dirname "$0")" && pwd)
 
-passed=0
-failed=0
-scratch=
-
-skip() {
-	echo "SKIP: $*"
-	echo "0 passed, 0 failed"
-	[ -n "$scratch" ] && rm -rf "$scratch"
-	exit 77
-}
-
-fail() {
-	failed=$((failed + 1))
-	echo "FAIL: $*"
-	echo "scratch directory kept: $scratch"
-	echo "$passed passed, $failed failed"
-	exit 1
-}
-
-pass() {
-	passed=$((passed + 1))
-	echo "ok: $*"
-}
-
+# pass/fail/skip and the perf set-up (probe, scratch directory, $HOME) are
+# the e2e tests' own; python/ lives in the same repository (-P: through
+# the subprojects/jitring-python link).
+common=$(cd -P "$here/../../tests/e2e" 2> /dev/null && pwd)/perf_common.sh
+[ -f "$common" ] || { echo "no tests/e2e/perf_common.sh next to python/" >&2; exit 2; }
+. "$common"
 [ -x "$python" ] || fail "$python is not executable"
 [ -x "$dumptool" ] || fail "$dumptool not built"
-command -v perf > /dev/null 2>&1 || skip "perf is not installed"
-paranoid=$(cat /proc/sys/kernel/perf_event_paranoid 2> /dev/null || echo 2)
-if [ "$(id -u)" != 0 ] && [ "$paranoid" -gt 2 ]; then
-	skip "kernel.perf_event_paranoid=$paranoid forbids perf for non-root"
-fi
-
-scratch=$(mktemp -d "${TMPDIR:-/tmp}/jitring-pyperf.XXXXXX") || exit 2
-cd "$scratch" || exit 2
-export HOME=$scratch		# perf inject copies every ELF into ~/.debug
+e2e_perf pyperf
 cp "$here/perf_prog.py" prog.py
 prog=$scratch/prog.py
-
-if ! probe=$(timeout 30 perf record -e cpu-clock -o probe.data true 2>&1); then
-	skip "'perf record -e cpu-clock true' fails here: $(echo "$probe" | tail -n 3)"
-fi
-rm -f probe.data
 
 echo "$python, engine $engine, $THREADS threads, ${SECONDS_RUN} s; scratch $scratch"
 start=$(date +%s)
