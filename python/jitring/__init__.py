@@ -22,6 +22,7 @@ Importing the module leaves the GIL of a free-threaded build disabled.
 """
 
 import os as _os
+import sys as _sys
 
 from . import _jitring
 from ._jitring import flush, is_active, stats
@@ -74,5 +75,15 @@ def stop():
     return was
 
 
-if hasattr(_os, "register_at_fork"):
-    _os.register_at_fork(before=_jitring._before_fork)
+def _before_fork():
+    # CPython warns on os.fork() when /proc/self/stat counts more than one
+    # thread: pause the flusher thread when the forking thread is the only
+    # Python thread (with more, CPython warns anyway, and the pause could
+    # wait for them to stop writing).  The C side checks /proc too.
+    th = _sys.modules.get("threading")
+    if th is not None and th.active_count() > 1:
+        return
+    _jitring._before_fork()
+
+
+_os.register_at_fork(before=_before_fork)

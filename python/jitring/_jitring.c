@@ -1001,11 +1001,17 @@ out:
 }
 
 /*
- * os.register_at_fork(before=...): a single-threaded program that forks
- * must not look multi-threaded to CPython (which warns, counting threads in
- * /proc/self/stat) just because of jitring's flusher.  With no thread but
- * the caller and the flusher, the flusher is stopped until it is needed
- * again; this needs jitring_pause() from the library.
+ * Before os.fork(): a single-threaded program that forks must not look
+ * multi-threaded to CPython (which warns, counting the process's threads in
+ * /proc/self/stat) just because of jitring's flusher.  jitring_pause()
+ * flushes, lets the flusher exit and returns once the kernel no longer
+ * counts it; the engine starts it again at the next call that needs it.
+ *
+ * jitring/__init__.py calls this only when threading knows one Python
+ * thread (the forking one); here /proc/self/stat must show at most one more
+ * (the flusher, or a native thread that never writes to our writer).  With
+ * other threads CPython warns anyway, and jitring_pause() could wait for
+ * them to pause writing.  The wait is with the thread state released.
  */
 static int other_threads(void)
 {
@@ -1033,33 +1039,22 @@ static int other_threads(void)
 
 static PyObject *jr_before_fork(PyObject *mod, PyObject *unused)
 {
-	(void)mod;
-	(void)unused;
-#ifdef JITRING_HAVE_PAUSE
 	struct session *s = atomic_load_explicit(&cur_session,
 						 memory_order_acquire);
-	if (s && s->engine == JITRING_ENGINE_RINGS && other_threads() <= 1) {
-		Py_BEGIN_ALLOW_THREADS
-		jitring_pause(s->jr);
-		Py_END_ALLOW_THREADS
-	}
-#else
-	(void)other_threads;
-#endif
-	Py_RETURN_NONE;
-}
+	int others, ret = 0;
 
-static PyObject *jr_features(PyObject *mod, PyObject *unused)
-{
 	(void)mod;
 	(void)unused;
-	return Py_BuildValue("{s:O,s:i}", "pause",
-#ifdef JITRING_HAVE_PAUSE
-			     Py_True,
-#else
-			     Py_False,
-#endif
-			     "library_version", (int)jitring_version());
+	if (!s || s->engine != JITRING_ENGINE_RINGS)
+		Py_RETURN_FALSE;
+	others = other_threads();
+	if (others < 0 || others > 1)
+		Py_RETURN_FALSE;
+	Py_BEGIN_ALLOW_THREADS
+	ret = jitring_pause(s->jr);
+	Py_END_ALLOW_THREADS
+	/* A failed file is reported by flush() and stop(); fork goes on. */
+	return PyBool_FromLong(ret == 0);
 }
 
 static PyMethodDef jr_methods[] = {
@@ -1079,7 +1074,6 @@ static PyMethodDef jr_methods[] = {
 	  "stats()\n--\n\nThe writer's counters (struct jitring_stats) and "
 	  "the module's (py_*), as a dict." },
 	{ "_before_fork", jr_before_fork, METH_NOARGS, NULL },
-	{ "_features", jr_features, METH_NOARGS, NULL },
 	{ NULL, NULL, 0, NULL },
 };
 
