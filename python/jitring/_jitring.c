@@ -36,6 +36,8 @@
 #include <string.h>
 #include <time.h>
 
+#include <sys/mman.h>
+
 #include <jitring.h>
 
 #if PY_VERSION_HEX < 0x030C0000
@@ -75,6 +77,7 @@ struct py_counters {
 	_Atomic uint64_t pending_races;	/* ran unnamed: another thread was
 					 * making the same code object's copy */
 	_Atomic uint64_t map_tables;	/* code map tables allocated */
+	_Atomic uint64_t map_bytes;	/* memory mapped for them */
 	_Atomic uint64_t map_forgotten;	/* map entries of destroyed code */
 };
 
@@ -147,20 +150,137 @@ static void state_unlock(void)
 }
 
 /* ------------------------------------------------------------------ */
+/* Memory of the code map.                                              */
+
+/*
+ * A first call makes at most one map slot, so what the map costs a new
+ * code object is mostly the fresh memory it touches (in a VM a first touch
+ * of a 4 KiB page costs 2 us or more).  Tables, whose sizes are powers of
+ * two, come from blocks of the module's own mmap(2) chunks, kept until
+ * exit: no malloc (whose per-thread heaps grow by an mprotect(2) a step,
+ * taking mmap_lock against page faults and the library's arena making), no
+ * memset (the pages come zeroed), no space given up (what a chunk cannot
+ * serve any more is cut into power-of-two blocks for later tables), and few
+ * faults: the first chunk is small, for programs with few functions; every
+ * later one is 2 MiB, aligned and advised MADV_HUGEPAGE, so that where
+ * transparent huge pages are enabled for madvise (Debian's default) a chunk
+ * costs one fault, not 512.
+ */
+#define BLOCK_MIN_SHIFT 8		/* 256 B: a 16-slot table */
+#define CHUNK_FIRST_SHIFT 18		/* 256 KiB */
+#define CHUNK_SHIFT 21			/* 2 MiB */
+#define CHUNK_HUGE ((size_t)1 << CHUNK_SHIFT)
+
+static pthread_mutex_t chunk_mu = PTHREAD_MUTEX_INITIALIZER;
+static uintptr_t chunk_cur, chunk_end;	/* under chunk_mu */
+/* Free blocks of 2^k bytes, linked through their first word. */
+static void *free_blocks[CHUNK_SHIFT + 1];	/* under chunk_mu */
+
+static void *chunk_map(size_t len, bool huge)
+{
+	size_t extra = huge ? CHUNK_HUGE : 0;
+	char *p = mmap(NULL, len + extra, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uintptr_t a, end;
+
+	if (p == MAP_FAILED)
+		return NULL;
+	atomic_fetch_add_explicit(&pyc.map_bytes, len, memory_order_relaxed);
+	if (!huge)
+		return p;
+	a = ((uintptr_t)p + CHUNK_HUGE - 1) & ~(uintptr_t)(CHUNK_HUGE - 1);
+	end = (uintptr_t)p + len + extra;
+	if (a > (uintptr_t)p)
+		munmap(p, a - (uintptr_t)p);
+	if (end > a + len)
+		munmap((void *)(a + len), end - (a + len));
+#ifdef MADV_HUGEPAGE
+	madvise((void *)a, len, MADV_HUGEPAGE);	/* advice: may be ignored */
+#endif
+	return (void *)a;
+}
+
+/* Under chunk_mu: [@from, @to) into free blocks, each aligned to its size
+ * (the chunk is aligned to its own). */
+static void blocks_free(uintptr_t from, uintptr_t to)
+{
+	while (to - from >= ((uintptr_t)1 << BLOCK_MIN_SHIFT)) {
+		unsigned int k = (unsigned int)__builtin_ctzll(from);
+
+		if (k > CHUNK_SHIFT)
+			k = CHUNK_SHIFT;
+		while (((uintptr_t)1 << k) > to - from)
+			k--;
+		*(void **)from = free_blocks[k];
+		free_blocks[k] = (void *)from;
+		from += (uintptr_t)1 << k;
+	}
+}
+
+/* 2^@shift zeroed bytes, aligned to their size (at least 64), kept until
+ * exit; NULL without memory.  Any thread. */
+static void *map_alloc(unsigned int shift)
+{
+	size_t size;
+	uintptr_t a;
+	void *p;
+
+	if (shift < BLOCK_MIN_SHIFT)
+		shift = BLOCK_MIN_SHIFT;
+	size = (size_t)1 << shift;
+	if (shift > CHUNK_SHIFT)	/* over 65536 keys in one shard */
+		return chunk_map(size, true);
+	pthread_mutex_lock(&chunk_mu);
+	p = free_blocks[shift];
+	if (p) {
+		free_blocks[shift] = *(void **)p;
+		*(void **)p = NULL;
+		goto out;
+	}
+	a = (chunk_cur + size - 1) & ~(uintptr_t)(size - 1);
+	if (!chunk_cur || a + size > chunk_end) {
+		bool first = !chunk_cur;
+		size_t len = first && shift <= CHUNK_FIRST_SHIFT ?
+				     (size_t)1 << CHUNK_FIRST_SHIFT :
+				     CHUNK_HUGE;
+
+		p = chunk_map(len, !first || shift > CHUNK_FIRST_SHIFT);
+		if (!p)
+			goto out;
+		blocks_free(chunk_cur, chunk_end);
+		chunk_cur = (uintptr_t)p;
+		chunk_end = chunk_cur + len;
+		a = chunk_cur;
+	}
+	blocks_free(chunk_cur, a);
+	p = (void *)a;
+	chunk_cur = a + size;
+out:
+	pthread_mutex_unlock(&chunk_mu);
+	return p;
+}
+
+/* ------------------------------------------------------------------ */
 /* Code map.                                                            */
 
 /*
- * Code object address -> cell holding the tagged copy address.
+ * Code object address -> tagged copy address (see "Value layout").
  *
- * 256 shards (by hash), each one open-addressing table with linear probing
- * at most half full.  Lookups take no lock and no atomic RMW: they probe
- * until the key or an EMPTY slot.  Inserts and deletes take the shard's
- * mutex (once per new or destroyed code object, never per call), publish a
- * slot's cell before its key, and reuse DEAD slots.  A shard that fills up
- * is rehashed into a new table that is then published; the old table is
- * kept (a reader may still be probing it), so retired tables add up to less
- * than the live ones.  The cell, not the slot, holds the value, so a value
- * written into a slot of a retired table is still seen through the new one.
+ * 256 shards (by hash), each one open-addressing table of (key, value)
+ * slots with linear probing, at most three quarters full.  Lookups (every Python
+ * call) take no lock and no atomic read-modify-write: they probe until the
+ * key or an EMPTY slot.  Every write takes the shard's mutex: inserting a
+ * key (a code object's first call in the process), claiming its value for
+ * a session, publishing the copy, and deleting the key; so a first call
+ * takes it twice and no later call takes it.  An insert stores the value
+ * before the key (release), and reuses DEAD slots.  A shard that fills up
+ * is rehashed into a new table, published with a release store; the old
+ * one is kept (a reader may still be probing it), so retired tables add up
+ * to less than the live ones.  A value changed after a rehash is changed in
+ * the new table only: a reader still on the old table sees the value it
+ * had (never one that is wrong for the session: values only go from
+ * PENDING to a copy, or to another session's tag), takes the slow path,
+ * and the slow path works under the mutex on the current table.
  *
  * Address reuse: a code watcher deletes the entry of every code object
  * destroyed during a session, under the shard's mutex, before the object's
@@ -169,45 +289,32 @@ static void state_unlock(void)
  * happened in (or a later one) and find no stale entry.  An entry of code
  * destroyed while no session runs stays, with an old tag, which no later
  * session trusts; the next object at its address reuses it.  A thread looks
- * up only code it is executing, which its frame keeps alive, so a cell is
- * never recycled under a thread that uses it.
+ * up only code it is executing, which its frame keeps alive, so the slot of
+ * a key it finds is never reused under it.
  */
 #define KEY_EMPTY ((uintptr_t)0)
 #define KEY_DEAD ((uintptr_t)1)
 #define SHARD_BITS 8
 #define NSHARDS (1u << SHARD_BITS)
 #define TABLE_MIN_BITS 4
-#define CELL_BLOCK 32
-
-struct cell {
-	_Atomic uint64_t val;
-	struct cell *next_free;		/* under the shard's mutex */
-};
 
 struct slot {
 	_Atomic uintptr_t key;
-	struct cell *_Atomic cell;
+	_Atomic uint64_t val;
 };
-
-struct table {
-	unsigned int bits;
-	struct table *retired;		/* older tables, kept */
-	struct slot s[];
-};
+_Static_assert(sizeof(struct slot) == 16, "map_alloc(bits + 4)");
 
 /*
  * A shard's table pointer carries the table's size bits in its low 6 bits
- * (tables are 64-byte aligned), so a lookup reads one word, not the table's
- * header too.
+ * (tables are 64-byte aligned), so a lookup reads one word for both.
  */
 #define TB_BITS_MASK ((uintptr_t)63)
 
 struct shard {
-	_Atomic uintptr_t tb;		/* table | bits */
+	_Atomic uintptr_t tb;		/* slots | bits; 0 until first used */
 	pthread_mutex_t mu;
-	size_t used;			/* non-EMPTY slots of t, under mu */
-	size_t live;			/* keys in t, under mu */
-	struct cell *free;		/* cells of deleted keys, under mu */
+	size_t used;			/* non-EMPTY slots of tb, under mu */
+	size_t live;			/* keys in tb, under mu */
 } __attribute__((aligned(64)));
 
 static struct shard shards[NSHARDS];
@@ -217,8 +324,7 @@ static struct shard shards[NSHARDS];
  * shard and a base slot, and the key's offset in the region (in 64-byte
  * steps; a code object is larger) is added to it.  Code objects made
  * together (a module's functions) sit together in memory, so their slots
- * share cache lines and the first calls of a module's functions, like the
- * hot lookups, miss the cache less than under a fully scrambling hash.
+ * do too.
  */
 static inline uint64_t key_hash(uintptr_t key)
 {
@@ -237,273 +343,296 @@ static inline size_t key_index(uintptr_t key, uint64_t h, unsigned int bits)
 	       (((size_t)1 << bits) - 1);
 }
 
-static inline struct table *tb_table(uintptr_t tb)
+static inline struct slot *tb_slots(uintptr_t tb)
 {
-	return (struct table *)(tb & ~TB_BITS_MASK);
+	return (struct slot *)(tb & ~TB_BITS_MASK);
 }
 
-/* @key's cell, or NULL.  Lock-free; any thread. */
-static inline struct cell *map_lookup(uintptr_t key)
+static inline unsigned int tb_bits(uintptr_t tb)
+{
+	return (unsigned int)(tb & TB_BITS_MASK);
+}
+
+/* @key's slot in the current table, or NULL.  Lock-free; any thread. */
+static inline struct slot *map_find(uintptr_t key)
 {
 	uint64_t h = key_hash(key);
-	/* Pairs with the release store of tb in shard_rehash(). */
+	/* Pairs with the release store of tb in shard_grow(). */
 	uintptr_t tb = atomic_load_explicit(&key_shard(h)->tb,
 					    memory_order_acquire);
-	struct table *t = tb_table(tb);
-	unsigned int bits = (unsigned int)(tb & TB_BITS_MASK);
+	struct slot *t = tb_slots(tb);
+	unsigned int bits = tb_bits(tb);
 	size_t i, mask = ((size_t)1 << bits) - 1;
 
 	if (unlikely(!t))
 		return NULL;
 	for (i = key_index(key, h, bits);; i = (i + 1) & mask) {
-		/* Pairs with the release store of key in map_claim(): the
-		 * cell pointer and the cell's zeroed value before the key. */
-		uintptr_t k = atomic_load_explicit(&t->s[i].key,
+		/* Pairs with the release store of key in shard_slot(): the
+		 * slot's value before its key. */
+		uintptr_t k = atomic_load_explicit(&t[i].key,
 						   memory_order_acquire);
 
 		if (k == key)
-			return atomic_load_explicit(&t->s[i].cell,
-						    memory_order_relaxed);
+			return &t[i];
 		if (k == KEY_EMPTY)
 			return NULL;
 	}
 }
 
-static inline size_t table_mask(const struct table *t)
+/* @key's value, 0 if it has none.  Lock-free; any thread. */
+static inline uint64_t map_get(uintptr_t key)
 {
-	return ((size_t)1 << t->bits) - 1;
+	struct slot *sl = map_find(key);
+
+	/* Pairs with the release stores of val in code_copy() and
+	 * copy_publish(): the copy before its address. */
+	return sl ? atomic_load_explicit(&sl->val, memory_order_acquire) : 0;
 }
 
-/* Under sh->mu: a table with room for one more key, or NULL. */
-static struct table *shard_rehash(struct shard *sh)
+/* Under sh->mu: a table with room for the live keys and then some. */
+static int shard_grow(struct shard *sh)
 {
-	struct table *o = tb_table(atomic_load_explicit(&sh->tb,
-							memory_order_relaxed));
-	struct table *n;
+	uintptr_t otb = atomic_load_explicit(&sh->tb, memory_order_relaxed);
+	struct slot *o = tb_slots(otb), *n;
 	unsigned int bits = TABLE_MIN_BITS;
-	size_t i, j, size;
+	size_t i, j, omask, nmask;
 
-	if (o && (sh->used + 1) * 2 <= ((size_t)1 << o->bits))
-		return o;
-	/* At most a quarter full after the rehash. */
-	while (((size_t)1 << bits) < (sh->live + 1) * 4)
+	/* At most half full after the rehash: room for half as many again
+	 * before the next (at three quarters). */
+	while (((size_t)1 << bits) < (sh->live + 1) * 2)
 		bits++;
-	size = sizeof(*n) + ((size_t)1 << bits) * sizeof(struct slot);
-	n = aligned_alloc(64, (size + 63) & ~(size_t)63);
+	n = map_alloc(bits + 4);	/* 16-byte slots */
 	if (!n)
-		return NULL;
-	memset(n, 0, size);
-	n->bits = bits;
-	if (o) {
-		uint64_t h;
-		uintptr_t k;
+		return -ENOMEM;
+	nmask = ((size_t)1 << bits) - 1;
+	omask = o ? ((size_t)1 << tb_bits(otb)) - 1 : 0;
+	for (i = 0; o && i <= omask; i++) {
+		uintptr_t k = atomic_load_explicit(&o[i].key,
+						   memory_order_relaxed);
 
-		for (i = 0; i <= table_mask(o); i++) {
-			k = atomic_load_explicit(&o->s[i].key,
-						 memory_order_relaxed);
-			if (k == KEY_EMPTY || k == KEY_DEAD)
-				continue;
-			h = key_hash(k);
-			for (j = key_index(k, h, bits); n->s[j].key;
-			     j = (j + 1) & table_mask(n))
-				;
-			atomic_init(&n->s[j].cell,
-				    atomic_load_explicit(&o->s[i].cell,
-							 memory_order_relaxed));
-			atomic_init(&n->s[j].key, k);
-		}
-		n->retired = o;
+		if (k == KEY_EMPTY || k == KEY_DEAD)
+			continue;
+		for (j = key_index(k, key_hash(k), bits);
+		     atomic_load_explicit(&n[j].key, memory_order_relaxed);
+		     j = (j + 1) & nmask)
+			;
+		atomic_store_explicit(&n[j].val,
+				      atomic_load_explicit(&o[i].val,
+							   memory_order_relaxed),
+				      memory_order_relaxed);
+		atomic_store_explicit(&n[j].key, k, memory_order_relaxed);
 	}
 	sh->used = sh->live;
 	count(&pyc.map_tables);
-	/* Pairs with the acquire load in map_lookup(): the copied slots
-	 * before the table. */
+	/* Pairs with the acquire load in map_find(): the slots before the
+	 * table. */
 	atomic_store_explicit(&sh->tb, (uintptr_t)n | bits,
 			      memory_order_release);
-	return n;
+	return 0;
 }
 
-/* @key's cell, made if there is none; NULL without memory. */
-static COLD struct cell *map_claim(uintptr_t key)
+/*
+ * Under sh->mu: @key's slot in the current table; with @insert, made
+ * (value 0) if there is none.  NULL if absent (or without memory).
+ */
+static struct slot *shard_slot(struct shard *sh, uintptr_t key, uint64_t h,
+			       bool insert)
 {
-	uint64_t h = key_hash(key);
-	struct shard *sh = key_shard(h);
-	struct slot *dead = NULL, *sl;
-	struct cell *c = NULL;
-	struct table *t;
-	size_t i;
-	uintptr_t k;
+	struct slot *t, *sl, *dead;
+	uintptr_t tb, k;
+	size_t i, mask;
 
-	pthread_mutex_lock(&sh->mu);
-	t = shard_rehash(sh);
-	if (!t)
-		goto out;
-	for (i = key_index(key, h, t->bits);; i = (i + 1) & table_mask(t)) {
-		sl = &t->s[i];
-		k = atomic_load_explicit(&sl->key, memory_order_relaxed);
-		if (k == key) {
-			c = atomic_load_explicit(&sl->cell,
-						 memory_order_relaxed);
-			goto out;
+	for (;;) {
+		tb = atomic_load_explicit(&sh->tb, memory_order_relaxed);
+		t = tb_slots(tb);
+		dead = NULL;
+		sl = NULL;
+		if (t) {
+			mask = ((size_t)1 << tb_bits(tb)) - 1;
+			for (i = key_index(key, h, tb_bits(tb));;
+			     i = (i + 1) & mask) {
+				sl = &t[i];
+				k = atomic_load_explicit(&sl->key,
+							 memory_order_relaxed);
+				if (k == key)
+					return sl;
+				if (k == KEY_DEAD && !dead)
+					dead = sl;
+				if (k == KEY_EMPTY)
+					break;
+			}
 		}
-		if (k == KEY_DEAD && !dead)
-			dead = sl;
-		if (k == KEY_EMPTY)
+		if (!insert)
+			return NULL;
+		if (dead || (t && (sh->used + 1) * 4 <= (mask + 1) * 3))
 			break;
+		if (shard_grow(sh) < 0)
+			return NULL;
 	}
-	if (!sh->free) {
-		/* Cells come in blocks: fewer mallocs, denser cache lines. */
-		struct cell *b = calloc(CELL_BLOCK, sizeof(*b));
-
-		if (!b)
-			goto out;
-		for (i = 0; i < CELL_BLOCK; i++) {
-			b[i].next_free = sh->free;
-			sh->free = &b[i];
-		}
-	}
-	c = sh->free;
-	sh->free = c->next_free;
-	atomic_store_explicit(&c->val, 0, memory_order_relaxed);
 	if (dead)
 		sl = dead;
 	else
 		sh->used++;
 	sh->live++;
-	atomic_store_explicit(&sl->cell, c, memory_order_relaxed);
-	/* Pairs with the acquire load of key in map_lookup(). */
+	atomic_store_explicit(&sl->val, 0, memory_order_relaxed);
+	/* Pairs with the acquire load of key in map_find(). */
 	atomic_store_explicit(&sl->key, key, memory_order_release);
-out:
-	pthread_mutex_unlock(&sh->mu);
-	return c;
+	return sl;
 }
 
 /* Code watcher: forget a code object before its memory is freed. */
 static int code_watcher(PyCodeEvent ev, PyCodeObject *co)
 {
-	uintptr_t key = (uintptr_t)co, k;
+	uintptr_t key = (uintptr_t)co;
 	uint64_t h = key_hash(key);
 	struct shard *sh = key_shard(h);
-	struct table *t;
 	struct slot *sl;
-	struct cell *c;
-	size_t i;
 
 	if (ev != PY_CODE_EVENT_DESTROY)
 		return 0;
-	/* Most code never ran under a session: no lock for those. */
-	if (!map_lookup(key))
+	/* Most code never ran under a session: no lock for those.  Nobody
+	 * else can insert this key now: nobody else holds the object. */
+	if (!map_find(key))
 		return 0;
 	pthread_mutex_lock(&sh->mu);
-	t = tb_table(atomic_load_explicit(&sh->tb, memory_order_relaxed));
-	for (i = key_index(key, h, t->bits);; i = (i + 1) & table_mask(t)) {
-		sl = &t->s[i];
-		k = atomic_load_explicit(&sl->key, memory_order_relaxed);
-		if (k == KEY_EMPTY)
-			break;
-		if (k != key)
-			continue;
+	sl = shard_slot(sh, key, h, false);
+	if (sl) {
 		/* Relaxed: the mutex and the free that follows order it
 		 * before any lookup of a new object at this address. */
 		atomic_store_explicit(&sl->key, KEY_DEAD,
 				      memory_order_relaxed);
-		c = atomic_load_explicit(&sl->cell, memory_order_relaxed);
-		c->next_free = sh->free;
-		sh->free = c;
 		sh->live--;
 		count(&pyc.map_forgotten);
-		break;
 	}
 	pthread_mutex_unlock(&sh->mu);
 	return 0;
-}
-
-static void map_atfork_child(void)
-{
-	for (unsigned int i = 0; i < NSHARDS; i++)
-		pthread_mutex_init(&shards[i].mu, NULL);
 }
 
 static void map_init(void)
 {
 	for (unsigned int i = 0; i < NSHARDS; i++)
 		pthread_mutex_init(&shards[i].mu, NULL);
+	pthread_mutex_init(&chunk_mu, NULL);
 }
 
 /* ------------------------------------------------------------------ */
 /* Making a copy.                                                       */
 
-/* UTF-8 of @s and its length, or a replacement; *@tmp keeps a bytes
- * object alive. */
-static const char *utf8_of(PyObject *s, PyObject **tmp, Py_ssize_t *len)
+/*
+ * The name, "py::<co_qualname>:<co_filename>", goes to the library in four
+ * pieces (jitring_trampolines_get_parts()), copied straight into the
+ * record: the two strings' UTF-8 is used where it is, nothing is formatted.
+ */
+#define NAME_PARTS 4
+
+/*
+ * @s's UTF-8 into @out, without copying: a compact ASCII string's UTF-8 is
+ * its data, and PyUnicode_AsUTF8AndSize() returns that (it cannot fail for
+ * one); other strings get their cached UTF-8, made on first use.  A string
+ * without UTF-8 (lone surrogates, e.g. an undecodable path) is encoded
+ * with backslashreplace into *@tmp, which the caller releases.  An
+ * exception already set (a frame entered with throwflag) is kept.
+ */
+static void utf8_piece(PyObject *s, struct jitring_str *out, PyObject **tmp)
 {
+	PyObject *exc;
+	Py_ssize_t len;
 	const char *u;
 
 	*tmp = NULL;
-	if (!s || !PyUnicode_Check(s))
-		goto none;
-	u = PyUnicode_AsUTF8AndSize(s, len);
-	if (u)
-		return u;
-	PyErr_Clear();		/* lone surrogates, e.g. undecodable paths */
-	*tmp = PyUnicode_AsEncodedString(s, "utf-8", "backslashreplace");
-	if (*tmp) {
-		*len = PyBytes_GET_SIZE(*tmp);
-		return PyBytes_AS_STRING(*tmp);
+	if (likely(s && PyUnicode_Check(s) && PyUnicode_IS_ASCII(s))) {
+		u = PyUnicode_AsUTF8AndSize(s, &len);
+		if (likely(u)) {
+			out->ptr = u;
+			out->len = (size_t)len;
+			return;
+		}
 	}
-	PyErr_Clear();
-none:
-	*len = 1;
-	return "?";
-}
-
-/* Append @n bytes of @src at @buf[*pos], within @size - 1. */
-static void put(char *buf, size_t size, size_t *pos, const char *src,
-		size_t n)
-{
-	if (n > size - 1 - *pos)
-		n = size - 1 - *pos;
-	memcpy(buf + *pos, src, n);
-	*pos += n;
-}
-
-/* Cut a truncated UTF-8 sequence off the end of @buf (@len bytes). */
-static void utf8_trim(char *buf, size_t len)
-{
-	size_t i = len, need;
-	unsigned char c;
-
-	while (i > 0 && ((unsigned char)buf[i - 1] & 0xc0) == 0x80)
-		i--;
-	if (i == 0)
-		return;
-	c = (unsigned char)buf[i - 1];
-	need = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 1;
-	if (len - (i - 1) < need)
-		buf[i - 1] = '\0';
-}
-
-/* "py::<co_qualname>:<co_filename>", cut to @size - 1 bytes. */
-static void format_name(PyCodeObject *co, char *buf, size_t size)
-{
-	PyObject *exc = PyErr_GetRaisedException();	/* throwflag frames */
-	PyObject *t1, *t2;
-	Py_ssize_t ql, fl;
-	const char *q = utf8_of(co->co_qualname, &t1, &ql);
-	const char *f = utf8_of(co->co_filename, &t2, &fl);
-	size_t pos = 0;
-
-	put(buf, size, &pos, "py::", 4);
-	put(buf, size, &pos, q, (size_t)ql);
-	put(buf, size, &pos, ":", 1);
-	put(buf, size, &pos, f, (size_t)fl);
-	buf[pos] = '\0';
-	if (pos == size - 1)
-		utf8_trim(buf, pos);
-	Py_XDECREF(t1);
-	Py_XDECREF(t2);
+	exc = PyErr_GetRaisedException();
+	u = NULL;
+	if (s && PyUnicode_Check(s)) {
+		u = PyUnicode_AsUTF8AndSize(s, &len);
+		if (!u) {
+			PyErr_Clear();
+			*tmp = PyUnicode_AsEncodedString(s, "utf-8",
+							 "backslashreplace");
+			if (*tmp) {
+				u = PyBytes_AS_STRING(*tmp);
+				len = PyBytes_GET_SIZE(*tmp);
+			} else {
+				PyErr_Clear();
+			}
+		}
+	}
+	if (!u) {
+		u = "?";
+		len = 1;
+	}
 	PyErr_SetRaisedException(exc);
+	out->ptr = u;
+	out->len = (size_t)len;
 }
+
+/* Cut @p to at most @max bytes, not inside a UTF-8 sequence. */
+static void utf8_cut(struct jitring_str *p, size_t max)
+{
+	size_t n = max;
+
+	if (p->len <= max)
+		return;
+	/* Back to the start of the sequence that byte n belongs to. */
+	while (n > 0 && ((unsigned char)p->ptr[n] & 0xc0) == 0x80)
+		n--;
+	p->len = n;
+}
+
+/* The pieces of @co's name, at most JITRING_NAME_MAX bytes in all (the
+ * file name is cut first, then the qualified name). */
+static void name_parts(PyCodeObject *co, struct jitring_str p[NAME_PARTS],
+		       PyObject *tmp[2])
+{
+	size_t fixed = 5;	/* "py::" and ":" */
+
+	p[0].ptr = "py::";
+	p[0].len = 4;
+	utf8_piece(co->co_qualname, &p[1], &tmp[0]);
+	p[2].ptr = ":";
+	p[2].len = 1;
+	utf8_piece(co->co_filename, &p[3], &tmp[1]);
+	if (unlikely(fixed + p[1].len + p[3].len > JITRING_NAME_MAX)) {
+		utf8_cut(&p[1], JITRING_NAME_MAX - fixed);
+		utf8_cut(&p[3], JITRING_NAME_MAX - fixed - p[1].len);
+	}
+}
+
+/*
+ * The library refuses a piece with a NUL byte in it (-EINVAL; Python
+ * strings may hold one).  Rare: the name again, each NUL as '?', in one
+ * piece.  @buf has room for JITRING_NAME_MAX bytes.
+ */
+static COLD size_t name_without_nul(const struct jitring_str *p, char *buf)
+{
+	size_t n = 0;
+
+	for (unsigned int i = 0; i < NAME_PARTS; i++) {
+		for (size_t j = 0; j < p[i].len && n < JITRING_NAME_MAX; j++)
+			buf[n++] = p[i].ptr[j] ? p[i].ptr[j] : '?';
+	}
+	return n;
+}
+
+/*
+ * The mutex yardstick (engine="mutex"): the design issue 11 measures
+ * against, and that of CPython's own perf trampolines made thread-safe,
+ * is ONE process-wide lock around the whole copy acquisition: allocating
+ * the trampoline and writing its records.  So with the mutex engine each
+ * jitring_trampolines_get_parts() call runs under this lock, a
+ * PyThread_type_lock taken with the thread state held, like the map_lock
+ * of CPython's perf_jit_trampoline.c.  (The library's mutex engine itself
+ * locks only the write; the kit's allocation is lock-free for both
+ * engines.)  The rings engine takes no process-wide lock.
+ */
+static PyThread_type_lock design_lock;
 
 /*
  * A full ring (JITRING_F_DROP gives -EAGAIN) is waited on with the thread
@@ -522,11 +651,26 @@ enum copy_result { COPY_OK, COPY_RETRY, COPY_FAILED };
  */
 static long copy_delay_ns;
 
+static int64_t get_copy(struct session *s, const struct jitring_str *p,
+			unsigned int n, void **addr)
+{
+	int64_t r;
+
+	if (s->engine != JITRING_ENGINE_MUTEX)
+		return jitring_trampolines_get_parts(s->tr, p, n, addr);
+	PyThread_acquire_lock(design_lock, WAIT_LOCK);
+	r = jitring_trampolines_get_parts(s->tr, p, n, addr);
+	PyThread_release_lock(design_lock);
+	return r;
+}
+
 static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 				       void **addr)
 {
-	char name[JITRING_NAME_MAX + 1];
+	struct jitring_str p[NAME_PARTS];
+	PyObject *tmp[2];
 	long waited = 0, delay = 20 * 1000;
+	enum copy_result res = COPY_OK;
 	struct timespec ts;
 	int64_t r;
 
@@ -537,18 +681,29 @@ static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 		nanosleep(&ts, NULL);
 		Py_END_ALLOW_THREADS
 	}
-	format_name(co, name, sizeof(name));
+	name_parts(co, p, tmp);
 	for (;;) {
-		r = jitring_trampolines_get(s->tr, name, addr);
+		r = get_copy(s, p, NAME_PARTS, addr);
 		if (r > 0)
 			break;
+		if (r == -EINVAL) {
+			char buf[JITRING_NAME_MAX];
+			struct jitring_str one = { buf, 0 };
+
+			one.len = name_without_nul(p, buf);
+			r = get_copy(s, &one, 1, addr);
+			if (r > 0)
+				break;
+		}
 		if (r != -EAGAIN && r != -EDEADLK) {
 			count(&pyc.copy_errors);
-			return COPY_FAILED;
+			res = COPY_FAILED;
+			goto out;
 		}
 		if (waited >= COPY_WAIT_NS) {
 			count(&pyc.copy_drops);
-			return COPY_RETRY;
+			res = COPY_RETRY;
+			goto out;
 		}
 		count(&pyc.copy_waits);
 		ts.tv_sec = 0;
@@ -562,81 +717,101 @@ static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 	}
 	if ((uintptr_t)*addr & ~(uintptr_t)ADDR_MASK) {
 		count(&pyc.copy_errors);
-		return COPY_FAILED;
+		res = COPY_FAILED;
+		goto out;
 	}
 	count(&pyc.copies);
-	return COPY_OK;
+out:
+	Py_XDECREF(tmp[0]);
+	Py_XDECREF(tmp[1]);
+	return res;
 }
 
 /*
- * A thread that finds another one making the copy spins briefly, then
- * yields, then runs this call unnamed: it never waits without bound while
- * holding its thread state.
+ * A thread that finds another making the copy spins briefly, then yields,
+ * then runs this call unnamed: it never waits without bound while holding
+ * its thread state.
  */
 #define PENDING_SPINS 256
 #define PENDING_YIELDS 64
 
-static COLD void *cell_copy(struct session *s, PyObject *co, struct cell *c)
+/* Make @co's copy (the claim is ours: its value is @tag | VAL_PENDING) and
+ * publish it, or what became of it. */
+static COLD void *copy_publish(struct session *s, PyObject *co,
+			       struct shard *sh, uint64_t h, uint64_t tag)
 {
-	const uint64_t tag = s->tag << TAG_SHIFT;
-	unsigned int waits = 0;
+	uintptr_t key = (uintptr_t)co;
 	enum copy_result res;
 	void *addr = NULL;
+	struct slot *sl;
 	uint64_t v;
 
-	if (!c)
-		c = map_claim((uintptr_t)co);
-	if (!c) {
+	res = make_copy(s, (PyCodeObject *)co, &addr);
+	if (res == COPY_OK)
+		v = tag | (uint64_t)(uintptr_t)addr;
+	else if (res == COPY_RETRY)
+		v = 0;		/* unclaimed: the next call tries again */
+	else
+		v = tag | VAL_FAILED;
+	pthread_mutex_lock(&sh->mu);
+	/* In the current table (it may have been rehashed meanwhile); the
+	 * key is there, we run its code.  Only if the claim is still ours:
+	 * a session started since then may have claimed it again. */
+	sl = shard_slot(sh, key, h, false);
+	if (sl && atomic_load_explicit(&sl->val, memory_order_relaxed) ==
+			  (tag | VAL_PENDING))
+		/* Pairs with the acquire load in map_get(): the copy (handed
+		 * to us by the kit, already executable) before its address. */
+		atomic_store_explicit(&sl->val, v, memory_order_release);
+	pthread_mutex_unlock(&sh->mu);
+	return res == COPY_OK ? addr : NULL;
+}
+
+/* The slow path of a call: @co has no copy of this session yet, or one is
+ * being made. */
+static COLD void *code_copy(struct session *s, PyObject *co)
+{
+	const uint64_t tag = s->tag << TAG_SHIFT;
+	uintptr_t key = (uintptr_t)co;
+	uint64_t h = key_hash(key), v;
+	struct shard *sh = key_shard(h);
+	unsigned int waits = 0;
+	struct slot *sl;
+
+	pthread_mutex_lock(&sh->mu);
+	sl = shard_slot(sh, key, h, true);
+	if (!sl) {
+		pthread_mutex_unlock(&sh->mu);
 		count(&pyc.copy_errors);
 		return NULL;
 	}
-	/* Pairs with the release stores of val below. */
-	v = atomic_load_explicit(&c->val, memory_order_acquire);
-	for (;;) {
-		if ((v & ~ADDR_MASK) == tag) {
-			if ((v & ADDR_MASK) > VAL_FAILED)
-				return (void *)(uintptr_t)(v & ADDR_MASK);
-			if ((v & ADDR_MASK) == VAL_FAILED)
-				return NULL;
-			/* VAL_PENDING: another thread is making it. */
-			if (++waits > PENDING_SPINS + PENDING_YIELDS) {
-				count(&pyc.pending_races);
-				return NULL;
-			}
-			if (waits > PENDING_SPINS)
-				sched_yield();
-			else
-				cpu_relax();
-			v = atomic_load_explicit(&c->val,
-						 memory_order_acquire);
-			continue;
-		}
-		/* Empty or another session's: claim it.  Acquire (on
-		 * failure too) pairs with the release stores below, as the
-		 * loads above do. */
-		if (atomic_compare_exchange_weak_explicit(
-			    &c->val, &v, tag | VAL_PENDING,
-			    memory_order_acquire, memory_order_acquire))
-			break;
+	v = atomic_load_explicit(&sl->val, memory_order_relaxed);
+	if ((v & ~ADDR_MASK) != tag) {
+		/* Unclaimed, or another session's: ours to make.  Relaxed:
+		 * a reader that sees PENDING does nothing with it. */
+		atomic_store_explicit(&sl->val, tag | VAL_PENDING,
+				      memory_order_relaxed);
+		pthread_mutex_unlock(&sh->mu);
+		return copy_publish(s, co, sh, h, tag);
 	}
-	res = make_copy(s, (PyCodeObject *)co, &addr);
-	switch (res) {
-	case COPY_OK:
-		/* Pairs with the acquire loads of val: the copy (handed to
-		 * us by the kit, already executable) before its address. */
-		atomic_store_explicit(&c->val,
-				      tag | (uint64_t)(uintptr_t)addr,
-				      memory_order_release);
-		return addr;
-	case COPY_RETRY:
-		/* Back to what it was: the next call claims it again. */
-		atomic_store_explicit(&c->val, v, memory_order_release);
-		return NULL;
-	case COPY_FAILED:
-	default:
-		atomic_store_explicit(&c->val, tag | VAL_FAILED,
-				      memory_order_release);
-		return NULL;
+	pthread_mutex_unlock(&sh->mu);
+	for (;;) {
+		if ((v & ~ADDR_MASK) != tag)	/* given back, or a new session */
+			return NULL;
+		if ((v & ADDR_MASK) > VAL_FAILED)
+			return (void *)(uintptr_t)(v & ADDR_MASK);
+		if ((v & ADDR_MASK) == VAL_FAILED)
+			return NULL;
+		/* VAL_PENDING: another thread is making it. */
+		if (++waits > PENDING_SPINS + PENDING_YIELDS) {
+			count(&pyc.pending_races);
+			return NULL;
+		}
+		if (waits > PENDING_SPINS)
+			sched_yield();
+		else
+			cpu_relax();
+		v = map_get(key);
 	}
 }
 
@@ -689,9 +864,8 @@ static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
 	/* Pairs with the release store in start(): the session's fields. */
 	struct session *s = atomic_load_explicit(&cur_session,
 						 memory_order_acquire);
-	struct cell *c;
 	PyObject *co;
-	void *t = NULL;
+	void *t;
 	uint64_t v;
 
 	if (unlikely(!s))
@@ -699,16 +873,12 @@ static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
 	co = frame_code(f);
 	if (unlikely(!PyCode_Check(co)))
 		goto plain;
-	c = map_lookup((uintptr_t)co);
-	if (likely(c)) {
-		/* Pairs with the release store in cell_copy(). */
-		v = atomic_load_explicit(&c->val, memory_order_acquire);
-		if (likely((v >> TAG_SHIFT) == s->tag &&
-			   (v & ADDR_MASK) > VAL_FAILED))
-			t = (void *)(uintptr_t)(v & ADDR_MASK);
-	}
-	if (unlikely(!t)) {
-		t = cell_copy(s, co, c);
+	v = map_get((uintptr_t)co);
+	if (likely((v & ~ADDR_MASK) == s->tag << TAG_SHIFT &&
+		   (v & ADDR_MASK) > VAL_FAILED)) {
+		t = (void *)(uintptr_t)(v & ADDR_MASK);
+	} else {
+		t = code_copy(s, co);
 		if (!t)
 			goto plain;
 	}
@@ -732,7 +902,16 @@ static void atfork_child(void)
 						 memory_order_relaxed);
 
 	pthread_mutex_init(&state_mu, NULL);
-	map_atfork_child();
+	map_init();
+	/* Free at the fork when the forking thread ran Python (holders keep
+	 * their thread state), but fork(2) may come from anywhere: a fresh
+	 * one (the old one is left). */
+	{
+		PyThread_type_lock l = PyThread_allocate_lock();
+
+		if (l)
+			design_lock = l;
+	}
 	if (s)
 		s->tag = take_tag();
 }
@@ -989,7 +1168,7 @@ static PyObject *jr_stats(PyObject *mod, PyObject *unused)
 	if (put_u64(d, "py_" #f, atomic_load_explicit(&pyc.f, \
 			memory_order_relaxed)) < 0) goto out
 	P(copies); P(copy_waits); P(copy_drops); P(copy_errors);
-	P(pending_races); P(map_tables); P(map_forgotten);
+	P(pending_races); P(map_tables); P(map_bytes); P(map_forgotten);
 #undef P
 	ok = 1;
 out:
@@ -1083,6 +1262,11 @@ static int jr_exec(PyObject *m)
 
 	if (!atfork_done) {
 		map_init();
+		design_lock = PyThread_allocate_lock();
+		if (!design_lock) {
+			PyErr_NoMemory();
+			return -1;
+		}
 		if (pthread_atfork(NULL, NULL, atfork_child)) {
 			PyErr_SetString(PyExc_RuntimeError,
 					"pthread_atfork failed");

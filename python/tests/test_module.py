@@ -6,6 +6,10 @@
 - start/stop/is_active/flush/stats, errors for bad arguments;
 - names are py::<qualname>:<filename>, a function called through its
   copy returns, raises and is re-entered as usual (generators too);
+- names as the library gets them in pieces: non-ASCII UTF-8, a file name
+  with a lone surrogate (backslashreplace), a NUL in a qualified name ('?'),
+  a name longer than NAME_MAX (cut, never inside a UTF-8 sequence), and a
+  first entry with an exception pending (throw() into a fresh generator);
 - python -m jitring script.py args and python -m jitring -m module args.
 """
 
@@ -124,6 +128,63 @@ def test_api(t):
             "the dump is jit-<pid>.dump")
 
 
+def fresh(qualname, filename, body="return x + 1"):
+    f = jrtest.make_function("f", filename, body)
+    f.__code__ = f.__code__.replace(co_qualname=qualname)
+    return f
+
+
+def test_names(t):
+    d = os.path.join(t.scratch, "names")
+    os.mkdir(d)
+    jitring.start(dir=d)
+    cases = []
+    f = fresh("f\u00fcnf.\u4e2d", "/tmp/\u00fc.py")
+    cases.append((f, "py::f\u00fcnf.\u4e2d:/tmp/\u00fc.py", "non-ASCII"))
+    f = fresh("sur", "/x/\udcff.py")
+    cases.append((f, "py::sur:/x/\\udcff.py", "a lone surrogate"))
+    f = fresh("a\0b", "<nul>")
+    cases.append((f, "py::a?b:<nul>", "a NUL byte"))
+    long_file = "/" + "\u00e9" * 5000
+    f = fresh("long", long_file)
+    cases.append((f, None, "a name over NAME_MAX"))
+    for f, _, _ in cases:
+        f(1)
+
+    # The first entry of a code object with an exception pending: a
+    # generator made before start() (g() itself runs the code, up to
+    # RETURN_GENERATOR) and entered by throw() after it.
+    jitring.stop()
+    g = jrtest.make_function("g", "/y/\udcfe.py", "yield x")
+    g.__code__ = g.__code__.replace(co_qualname="thrown")
+    gen = g(1)
+    jitring.start(dir=d)
+    try:
+        gen.throw(Boom("thrown in"))
+        t.check(False, "throw() into a fresh generator raises the "
+                "exception thrown")
+    except Boom as e:
+        t.check(str(e) == "thrown in", "throw() into a fresh generator "
+                "raises the exception thrown", e)
+    jitring.stop()
+    files = jrtest.dumps(d)
+    ok, out = jrtest.check_dump(files[0])
+    t.check(ok, "names: jitring-dump --check --sorted", out)
+    names = jrtest.load_names(files[0])
+    for f, want, what in cases:
+        if want is not None:
+            t.check(names.count(want) == 1, "%s: %s" % (what, ascii(want)),
+                    [ascii(n) for n in names if "py::f" not in n][:8])
+    cut = [n for n in names if n.startswith("py::long:/")]
+    t.check(len(cut) == 1 and len(cut[0].encode()) <= jitring._jitring.NAME_MAX and
+            len(cut[0].encode()) > jitring._jitring.NAME_MAX - 2 and
+            set(cut[0][len("py::long:/"):]) == {"\u00e9"},
+            "a name over NAME_MAX: cut to whole characters at NAME_MAX",
+            [len(n.encode()) for n in cut])
+    t.check(names.count("py::thrown:/y/\\udcfe.py") == 1,
+            "a generator entered by throw(): named, exception kept")
+
+
 def test_mutex(t):
     d = os.path.join(t.scratch, "mutex")
     os.mkdir(d)
@@ -191,6 +252,7 @@ def test_runner(t):
 def main(t):
     test_gil(t)
     test_api(t)
+    test_names(t)
     test_mutex(t)
     test_runner(t)
 
