@@ -15,14 +15,20 @@ the file.  CPU is the process's user + system time over the same span
 
   base      no profiling: what a first call costs anyway
   rings     jitring.start(engine="rings")
-  mutex     jitring.start(engine="mutex"): one lock around every write,
-            the design of CPython's perf_jit_trampoline.c
+  mutex     jitring.start(engine="mutex"): the mutex yardstick, ONE
+            process-wide lock around each copy's allocation and write
+            (CPython's perf trampoline path, compile_trampoline() then
+            write_state(), made thread-safe the simple way)
   perf_jit  python -X perf_jit (CPython's own; dump in /tmp)
 
-cost per object = (median wall of a mode - median wall of base) / N, and
-the same for CPU.  Every dump is checked with jitring-dump --check
---sorted; -X perf_jit runs that crash or leave an invalid dump are counted
-and reported as results.  Dumps are deleted after the check.
+One repetition runs every mode at every thread count once, interleaved,
+so a mode's run and the base run it is compared with are minutes apart at
+most.  cost per object = (wall of a mode - wall of base) / N in the same
+repetition; the tables give the median over repetitions and the spread
+(lowest..highest), and the same for CPU and for mutex/rings.  Every dump
+is checked with jitring-dump --check --sorted; -X perf_jit runs that crash
+or leave an invalid dump are counted and reported as results.  Dumps are
+deleted after the check.
 """
 
 import json
@@ -40,7 +46,8 @@ MODES = ("base", "rings", "mutex", "perf_jit")
 THREADS = (1, 2, 8, 64, 512)
 COUNTERS = ("refills_waited", "trampoline_arenas_waited", "trampoline_arenas_ahead",
             "rings_grown", "ring_full_waits", "py_copy_waits",
-            "py_copy_drops", "py_pending_races", "refused_dropped")
+            "py_copy_drops", "py_pending_races", "refused_dropped",
+            "py_map_bytes")
 
 
 # --- one run (a fresh interpreter) ------------------------------------------
@@ -174,6 +181,18 @@ def med(xs):
     return statistics.median(xs) if xs else None
 
 
+def paired(runs, m, t, key):
+    """Per repetition: (run of mode m - base run) / n, in us, for key
+    wall_ns or cpu_ns; only repetitions where both finished."""
+    out = {}
+    for r in runs:
+        if r["mode"] == m and r["threads"] == t and key in r:
+            out[r["rep"]] = r[key] / r["n"] / 1000
+    base = {r["rep"]: r[key] / r["n"] / 1000 for r in runs
+            if r["mode"] == "base" and r["threads"] == t and key in r}
+    return {k: v - base[k] for k, v in out.items() if k in base}
+
+
 def summarise(runs, threads):
     rows = []
     for t in threads:
@@ -194,19 +213,27 @@ def summarise(runs, threads):
             if m in ("rings", "mutex"):
                 row[m]["stats"] = {k: med([r["stats"][k] for r in ok])
                                    for k in COUNTERS} if ok else {}
-        b = row["base"]
         for m in MODES[1:]:
             x = row[m]
             for k in ("wall", "cpu"):
-                a, z = x[k + "_per_obj_us"], b[k + "_per_obj_us"]
-                x[k + "_cost_us"] = (a - z) if a is not None and \
-                    z is not None else None
+                c = paired(runs, m, t, k + "_ns")
+                x[k + "_costs_us"] = sorted(c.values())
+                x[k + "_cost_us"] = med(list(c.values()))
+        rw = paired(runs, "rings", t, "wall_ns")
+        mw = paired(runs, "mutex", t, "wall_ns")
+        row["ratios"] = sorted(mw[k] / rw[k] for k in rw
+                               if k in mw and rw[k] > 0)
         rows.append(row)
     return rows
 
 
 def fmt(v, digits=2):
     return "-" if v is None else ("%.*f" % (digits, v))
+
+
+def spread(xs, digits=2):
+    return "-" if not xs else "%s..%s" % (fmt(xs[0], digits),
+                                          fmt(xs[-1], digits))
 
 
 def table(rows):
@@ -216,18 +243,33 @@ def table(rows):
                "perf_jit CPU | perf_jit crashed / invalid dump |")
     out.append("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in rows:
-        rc, mc = r["rings"]["wall_cost_us"], r["mutex"]["wall_cost_us"]
-        ratio = (mc / rc) if rc and mc and rc > 0 else None
+        ratio = med(r["ratios"])
         pj = r["perf_jit"]
         out.append("| %d | %s | %s | %s | %s | %s | %s | %s | %s | %d / %d "
                    "of %d |" % (
                        r["threads"], fmt(r["base"]["wall_per_obj_us"]),
-                       fmt(rc), fmt(mc), fmt(pj["wall_cost_us"]),
+                       fmt(r["rings"]["wall_cost_us"]),
+                       fmt(r["mutex"]["wall_cost_us"]),
+                       fmt(pj["wall_cost_us"]),
                        fmt(ratio, 1),
                        fmt(r["rings"]["cpu_cost_us"]),
                        fmt(r["mutex"]["cpu_cost_us"]),
                        fmt(pj["cpu_cost_us"]),
                        pj["crashes"], pj["invalid_dumps"], pj["runs"]))
+    out.append("")
+    out.append("Spread over repetitions (lowest..highest):")
+    out.append("")
+    out.append("| threads | rings cost | mutex cost | perf_jit cost | "
+               "mutex/rings | rings CPU | mutex CPU |")
+    out.append("|--:|--:|--:|--:|--:|--:|--:|")
+    for r in rows:
+        out.append("| %d | %s | %s | %s | %s | %s | %s |" % (
+            r["threads"], spread(r["rings"]["wall_costs_us"]),
+            spread(r["mutex"]["wall_costs_us"]),
+            spread(r["perf_jit"]["wall_costs_us"]),
+            spread(r["ratios"], 1),
+            spread(r["rings"]["cpu_costs_us"]),
+            spread(r["mutex"]["cpu_costs_us"])))
     out.append("")
     out.append("| threads | engine | refills_waited | trampoline_arenas_waited "
                "| trampoline_arenas_ahead | rings_grown | py_copy_waits | "
@@ -259,11 +301,9 @@ def targets(rows):
                      "%s vs %s" % (fmt(a), fmt(b))))
     last = [r for r in rows if r["threads"] == 512]
     if last:
-        rc, mc = last[0]["rings"]["wall_cost_us"], \
-            last[0]["mutex"]["wall_cost_us"]
+        ratio = med(last[0]["ratios"])
         msgs.append(("mutex/rings >= 25 at 512 threads",
-                     bool(rc and mc and rc > 0 and mc / rc >= 25),
-                     fmt(mc / rc if rc and mc and rc > 0 else None, 1)))
+                     ratio is not None and ratio >= 25, fmt(ratio, 1)))
     return msgs
 
 
@@ -305,6 +345,7 @@ def main():
         for t in threads:
             for m in MODES:
                 r = one_perf_jit(t, n) if m == "perf_jit" else one(m, t, n)
+                r["rep"] = rep
                 runs.append(r)
                 print("[%5.0fs] rep %d %-8s %3d threads: %s" % (
                     time.time() - start, rep, m, t,
