@@ -25,7 +25,9 @@ One repetition runs every mode at every thread count once, interleaved,
 so a mode's run and the base run it is compared with are minutes apart at
 most.  cost per object = (wall of a mode - wall of base) / N in the same
 repetition; the tables give the median over repetitions and the spread
-(lowest..highest), and the same for CPU and for mutex/rings.  Every dump
+(lowest..highest), and the same for CPU and for mutex/rings.  CPU is the whole process's;
+"callers' CPU" only that of the threads calling the functions (the
+flusher excluded).  Every dump
 is checked with jitring-dump --check --sorted; -X perf_jit runs that crash
 or leave an invalid dump are counted and reported as results.  Dumps are
 deleted after the check.
@@ -70,11 +72,14 @@ def worker(mode, nthreads, n, d):
         fns.append([v for k, v in ns.items() if k.startswith("f_")])
     del srcs
     go = threading.Barrier(nthreads + 1)
+    thr_cpu = []
 
     def run(fs):
         go.wait()
+        c0 = time.thread_time_ns()
         for f in fs:
             f(0)
+        thr_cpu.append(time.thread_time_ns() - c0)
 
     threads = [threading.Thread(target=run, args=(fs,)) for fs in fns]
     for t in threads:
@@ -91,7 +96,8 @@ def worker(mode, nthreads, n, d):
     out = {"mode": mode, "threads": nthreads, "n": per * nthreads,
            "wall_ns": t1 - t0,
            "cpu_ns": int(((r1.ru_utime + r1.ru_stime) -
-                          (r0.ru_utime + r0.ru_stime)) * 1e9)}
+                          (r0.ru_utime + r0.ru_stime)) * 1e9),
+           "thr_cpu_ns": sum(thr_cpu)}
     if jr:
         jr.stop()
         st = jr.stats()
@@ -215,7 +221,7 @@ def summarise(runs, threads):
                                    for k in COUNTERS} if ok else {}
         for m in MODES[1:]:
             x = row[m]
-            for k in ("wall", "cpu"):
+            for k in ("wall", "cpu", "thr_cpu"):
                 c = paired(runs, m, t, k + "_ns")
                 x[k + "_costs_us"] = sorted(c.values())
                 x[k + "_cost_us"] = med(list(c.values()))
@@ -257,19 +263,25 @@ def table(rows):
                        fmt(pj["cpu_cost_us"]),
                        pj["crashes"], pj["invalid_dumps"], pj["runs"]))
     out.append("")
-    out.append("Spread over repetitions (lowest..highest):")
+    out.append("Spread over repetitions (lowest..highest); callers' CPU: "
+               "median (spread):")
     out.append("")
     out.append("| threads | rings cost | mutex cost | perf_jit cost | "
-               "mutex/rings | rings CPU | mutex CPU |")
-    out.append("|--:|--:|--:|--:|--:|--:|--:|")
+               "mutex/rings | rings CPU | mutex CPU | rings callers' CPU "
+               "| mutex callers' CPU |")
+    out.append("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
     for r in rows:
-        out.append("| %d | %s | %s | %s | %s | %s | %s |" % (
+        out.append("| %d | %s | %s | %s | %s | %s | %s | %s (%s) | %s (%s) |" % (
             r["threads"], spread(r["rings"]["wall_costs_us"]),
             spread(r["mutex"]["wall_costs_us"]),
             spread(r["perf_jit"]["wall_costs_us"]),
             spread(r["ratios"], 1),
             spread(r["rings"]["cpu_costs_us"]),
-            spread(r["mutex"]["cpu_costs_us"])))
+            spread(r["mutex"]["cpu_costs_us"]),
+            fmt(r["rings"]["thr_cpu_cost_us"]),
+            spread(r["rings"]["thr_cpu_costs_us"]),
+            fmt(r["mutex"]["thr_cpu_cost_us"]),
+            spread(r["mutex"]["thr_cpu_costs_us"])))
     out.append("")
     out.append("| threads | engine | refills_waited | trampoline_arenas_waited "
                "| trampoline_arenas_ahead | rings_grown | py_copy_waits | "
