@@ -63,8 +63,9 @@
 #endif
 
 /* The built-in trampoline: calls its 4th argument with the first three. */
-typedef PyObject *(*trampoline_fn)(PyThreadState *, struct _PyInterpreterFrame *,
-			      int, _PyFrameEvalFunction);
+typedef PyObject *(*trampoline_fn)(PyThreadState *,
+				   struct _PyInterpreterFrame *, int,
+				   _PyFrameEvalFunction);
 
 /* ------------------------------------------------------------------ */
 /* Counters of the module itself (stats() reports them with "py_").     */
@@ -267,20 +268,20 @@ out:
  * Code object address -> tagged copy address (see "Value layout").
  *
  * 256 shards (by hash), each one open-addressing table of (key, value)
- * slots with linear probing, at most three quarters full.  Lookups (every Python
- * call) take no lock and no atomic read-modify-write: they probe until the
- * key or an EMPTY slot.  Every write takes the shard's mutex: inserting a
- * key (a code object's first call in the process), claiming its value for
- * a session, publishing the copy, and deleting the key; so a first call
- * takes it twice and no later call takes it.  An insert stores the value
- * before the key (release), and reuses DEAD slots.  A shard that fills up
- * is rehashed into a new table, published with a release store; the old
- * one is kept (a reader may still be probing it), so retired tables add up
- * to less than the live ones.  A value changed after a rehash is changed in
- * the new table only: a reader still on the old table sees the value it
- * had (never one that is wrong for the session: values only go from
- * PENDING to a copy, or to another session's tag), takes the slow path,
- * and the slow path works under the mutex on the current table.
+ * slots with linear probing, at most three quarters full.  Lookups (every
+ * Python call) take no lock and no atomic read-modify-write: they probe
+ * until the key or an EMPTY slot.  Every write takes the shard's mutex:
+ * inserting a key (a code object's first call in the process), claiming its
+ * value for a session, publishing the copy, and deleting the key; so a
+ * first call takes it twice and no later call takes it.  An insert stores
+ * the value before the key (release), and reuses DEAD slots.  A shard that
+ * fills up is rehashed into a new table, published with a release store;
+ * the old one is kept (a reader may still be probing it), so retired
+ * tables add up to less than the live ones.  A value changed after a
+ * rehash is changed in the new table only: a reader still on the old table
+ * sees the value it had (never one that is wrong for the session: values
+ * only go from PENDING to a copy, or to another session's tag), takes the
+ * slow path, and the slow path works under the mutex on the current table.
  *
  * Address reuse: a code watcher deletes the entry of every code object
  * destroyed during a session, under the shard's mutex, before the object's
@@ -735,10 +736,11 @@ out:
 #define PENDING_SPINS 256
 #define PENDING_YIELDS 64
 
-/* Make @co's copy (the claim is ours: its value is @tag | VAL_PENDING) and
- * publish it, or what became of it. */
+/* Make @co's copy (the claim is ours: its value is @tag | VAL_PENDING in
+ * @claimed, a slot of table @tb) and publish it, or what became of it. */
 static COLD void *copy_publish(struct session *s, PyObject *co,
-			       struct shard *sh, uint64_t h, uint64_t tag)
+			       struct shard *sh, uint64_t h, uint64_t tag,
+			       uintptr_t tb, struct slot *claimed)
 {
 	uintptr_t key = (uintptr_t)co;
 	enum copy_result res;
@@ -754,10 +756,16 @@ static COLD void *copy_publish(struct session *s, PyObject *co,
 	else
 		v = tag | VAL_FAILED;
 	pthread_mutex_lock(&sh->mu);
-	/* In the current table (it may have been rehashed meanwhile); the
-	 * key is there, we run its code.  Only if the claim is still ours:
-	 * a session started since then may have claimed it again. */
-	sl = shard_slot(sh, key, h, false);
+	/* In the current table: the slot claimed if no rehash came in
+	 * between and it still holds the key (it does: we run its code, so
+	 * no watcher deletes it; checked anyway), else found again.
+	 * Only if the claim is still ours: a session started since then may
+	 * have claimed it again. */
+	if (atomic_load_explicit(&sh->tb, memory_order_relaxed) == tb &&
+	    atomic_load_explicit(&claimed->key, memory_order_relaxed) == key)
+		sl = claimed;
+	else
+		sl = shard_slot(sh, key, h, false);
 	if (sl && atomic_load_explicit(&sl->val, memory_order_relaxed) ==
 			  (tag | VAL_PENDING))
 		/* Pairs with the acquire load in map_get(): the copy (handed
@@ -777,6 +785,7 @@ static COLD void *code_copy(struct session *s, PyObject *co)
 	struct shard *sh = key_shard(h);
 	unsigned int waits = 0;
 	struct slot *sl;
+	uintptr_t tb;
 
 	pthread_mutex_lock(&sh->mu);
 	sl = shard_slot(sh, key, h, true);
@@ -791,8 +800,9 @@ static COLD void *code_copy(struct session *s, PyObject *co)
 		 * a reader that sees PENDING does nothing with it. */
 		atomic_store_explicit(&sl->val, tag | VAL_PENDING,
 				      memory_order_relaxed);
+		tb = atomic_load_explicit(&sh->tb, memory_order_relaxed);
 		pthread_mutex_unlock(&sh->mu);
-		return copy_publish(s, co, sh, h, tag);
+		return copy_publish(s, co, sh, h, tag, tb, sl);
 	}
 	pthread_mutex_unlock(&sh->mu);
 	for (;;) {
