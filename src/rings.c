@@ -29,8 +29,9 @@
 #include "testpoint.h"
 #include "thread.h"
 
-#define JR_POOL_CAP 1024u
-#define JR_POOL_LOW_INIT 8u
+/* Ready rings: at most (a ck_ring's size is a power of two), at least. */
+#define JR_POOL_CAP 8192u
+#define JR_POOL_FLOOR 64u
 
 /* ------------------------------------------------------------------ */
 /* Waking the flusher.                                                  */
@@ -123,7 +124,16 @@ int jitring_rings_start(struct jitring *jr)
 		goto err_free;
 	}
 	ck_ring_init(&e->pool, e->pool_cap);
-	atomic_init(&e->pool_low, JR_POOL_LOW_INIT);
+	/* What the runtime said it needs ready, within half the budget. */
+	e->pool_floor = jr->ready_rings ? jr->ready_rings : JR_POOL_FLOOR;
+	if (e->pool_floor > e->pool_cap / 2)
+		e->pool_floor = e->pool_cap / 2;
+	if ((uint64_t)e->pool_floor * jr->ring_min > jr->mem_budget / 2)
+		e->pool_floor = (uint32_t)(jr->mem_budget / 2 / jr->ring_min);
+	/* One ready ring even when the budget holds little more. */
+	if (!e->pool_floor)
+		e->pool_floor = 1;
+	atomic_init(&e->pool_low, e->pool_floor);
 	pthread_mutex_init(&e->fork_lock, NULL);
 	pthread_mutex_init(&e->run_lock, NULL);
 	jitring_thread_make_lock_init(e);
@@ -377,6 +387,11 @@ void jitring_rings_fork_child(struct jitring *jr)
 	ck_ring_init(&e->pool, e->pool_cap);
 	atomic_store_explicit(&e->pool_want, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->pool_missed, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->pool_taken, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->pool_low, e->pool_floor,
+			      memory_order_relaxed);
+	e->demand_peak = e->demand_win = 0;
+	e->demand_since = 0;
 	atomic_store_explicit(&e->attach, NULL, memory_order_relaxed);
 	e->attach_pending = NULL;
 	atomic_store_explicit(&e->pool_full, 0, memory_order_relaxed);
