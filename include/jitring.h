@@ -53,6 +53,7 @@
  *     returned.
  * (4) free() unmaps the copies: no get() may run, or follow, on that set,
  *     and no thread may still run code in a copy.
+ * jitring_pause() overlaps everything as jitring_flush() does.
  *
  * Fork: the child gets its own jit-<childpid>.dump and a working writer for
  * every writer that was open in the parent; entries the parent had not yet
