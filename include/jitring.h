@@ -557,13 +557,15 @@ JITRING_API int jitring_flush(struct jitring *jr);
  * engine resumes by itself: the next call that needs the flusher (a write
  * or move, a flush, a thread's first write, a trampoline arena, close)
  * starts it again before it returns.  With other threads writing all the
- * time, the flusher may find no quiet round and this waits for one.  The
- * mutex engine has no thread: 0 at once.
+ * time the flusher may find no quiet round: after 50 ms this gives up,
+ * leaves the flusher running and returns -EAGAIN.  The mutex engine has no
+ * thread: 0 at once.
  *
  * Context: any thread, concurrently with every call; blocks; not
  * async-signal-safe.
- * Return: 0; -EINVAL for a NULL @jr; -ESHUTDOWN once jitring_close() has
- * started; or the negative errno with which the file failed.
+ * Return: 0; -EINVAL for a NULL @jr; -EAGAIN if no quiet round came in
+ * 50 ms (nothing paused); -ESHUTDOWN once jitring_close() has started; or
+ * the negative errno with which the file failed.
  */
 JITRING_API int jitring_pause(struct jitring *jr);
 

@@ -132,6 +132,7 @@ struct jr_rings {
 	 */
 	_Atomic bool running;
 	pthread_mutex_t run_lock;   /* pause vs resume vs each other */
+	bool paused;                /* under run_lock: a pause stopped it */
 	_Atomic uint32_t pause_req; /* jitring_pause(): exit when quiet */
 	pid_t flusher_tid;          /* set by the flusher, read after join */
 	uint32_t pid;
