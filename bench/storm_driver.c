@@ -26,7 +26,6 @@
  *   less VmRSS with the threads parked before the storm, per thread);
  *   flusher_cpu_ms over the storm, flusher_idle_cpu_share over the idle.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <linux/futex.h>
 #include <pthread.h>
@@ -133,42 +132,6 @@ static long vm_rss_kib(void)
 	return v;
 }
 
-/* CPU time of the thread named jitring-flush (schedstat, ns). */
-static uint64_t flusher_cpu_ns(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *de;
-	uint64_t v = 0;
-
-	while (d && (de = readdir(d))) {
-		char path[320], comm[32] = "";
-		unsigned long long ns;
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 de->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (!fgets(comm, sizeof(comm), f) ||
-		    strncmp(comm, "jitring-flush", 13)) {
-			fclose(f);
-			continue;
-		}
-		fclose(f);
-		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat",
-			 de->d_name);
-		f = fopen(path, "r");
-		if (f && fscanf(f, "%llu", &ns) == 1)
-			v += ns;
-		if (f)
-			fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return v;
-}
-
 static int cmp_u64(const void *a, const void *b)
 {
 	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -234,17 +197,17 @@ int main(int argc, char **argv)
 	if (getenv("STORM_DEBUG"))
 		fprintf(stderr, "before the storm: arenas ahead %llu\n",
 			(unsigned long long)t_stats(jr).trampoline_arenas_ahead);
-	c0 = flusher_cpu_ns();
+	c0 = bench_flusher_cpu_ns();
 	atomic_store(&go, 1);
 	fwake(&go);
 	for (unsigned a; (a = atomic_load(&arrived)) < n;)
 		fwait(&arrived, a);
-	c1 = flusher_cpu_ns();
+	c1 = bench_flusher_cpu_ns();
 	jitring_flush(jr);
 	getrusage(RUSAGE_SELF, &ru);
 	/* Idle, every thread registered and parked. */
 	t_idle0 = now_ns();
-	c2 = flusher_cpu_ns();
+	c2 = bench_flusher_cpu_ns();
 	sleep_ms(2500);
 	rss_idle = vm_rss_kib();
 	t_idle1 = now_ns();
@@ -275,7 +238,7 @@ int main(int argc, char **argv)
 	       (unsigned long long)first_ns[(n * 99) / 100], later,
 	       ru.ru_maxrss, (double)(rss_idle - rss_parked) / (double)n,
 	       (double)(c1 - c0) / 1e6,
-	       (double)(flusher_cpu_ns() - c2) /
+	       (double)(bench_flusher_cpu_ns() - c2) /
 		       (double)(t_idle1 - t_idle0));
 	atomic_store(&go, 2);
 	fwake(&go);
