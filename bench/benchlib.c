@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Shared benchmark helpers; see benchlib.h. */
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <pthread.h>
@@ -314,4 +315,39 @@ double bench_hist_quantile(const struct bench_hist *h, double q)
 		}
 	}
 	return (double)h->max;
+}
+
+uint64_t bench_flusher_cpu_ns(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *de;
+	uint64_t v = 0;
+
+	while (d && (de = readdir(d))) {
+		char path[320], comm[32] = "";
+		unsigned long long ns;
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
+			 de->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (!fgets(comm, sizeof(comm), f) ||
+		    strncmp(comm, "jitring-flush", 13)) {
+			fclose(f);
+			continue;
+		}
+		fclose(f);
+		snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat",
+			 de->d_name);
+		f = fopen(path, "r");
+		if (f && fscanf(f, "%llu", &ns) == 1)
+			v += ns;
+		if (f)
+			fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return v;
 }

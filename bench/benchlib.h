@@ -77,6 +77,9 @@ const char *bench_dir(void);
 
 /* CLOCK_MONOTONIC in ns. */
 uint64_t bench_now_ns(void);
+/* CPU time (ns, /proc/self/task/TID/schedstat) of the thread(s) named
+ * jitring-flush: the rings engine's flusher. */
+uint64_t bench_flusher_cpu_ns(void);
 
 /* Cheap timestamps: rdtsc on x86_64 (calibrated), else CLOCK_MONOTONIC. */
 static inline uint64_t bench_ticks_begin(void)

@@ -281,6 +281,21 @@ def main():
                 x.get("refills_waited", "n/a")))
         L.append("")
 
+    st = [x for x in rss if x.get("kind") == "storm" and "mode" in x]
+    if st:
+        L.append("Thread storms (`storm_driver MODE THREADS READY`: THREADS threads released at once after 200 ms idle; first call in thread CPU time; READY 0 = defaults, else `ready_rings` = THREADS, `ready_copies` = THREADS x 400):")
+        L.append("")
+        L.append("| mode | threads | ready | own ring | arenas on a caller | first call p50 / p99 | later call | idle RSS per thread | flusher CPU (idle) |")
+        L.append("|:--|--:|--:|--:|--:|--:|--:|--:|--:|")
+        for x in st:
+            L.append("| %s | %d | %s | %.1f%% | %.1f%% | %.1f / %.1f us | %d ns | %.2f KiB | %.2f%% |" % (
+                x["mode"], x["threads"], x["ready"] or "default",
+                100 * x["own_ring_share"], 100 * x["arena_caller_share"],
+                x["first_p50_ns"] / 1000.0, x["first_p99_ns"] / 1000.0,
+                x["later_ns"], x["idle_kib_per_thread"],
+                100 * x["flusher_idle_cpu_share"]))
+        L.append("")
+
     fc = [x for x in rss if x.get("kind") == "flusher_cpu" and "phase" in x]
     if fc:
         L.append("The flusher's CPU (`stall_driver rings 500 500`: a producer stalled by a page fault after its timestamp; holdback 500 ms):")

@@ -34,7 +34,7 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 bash scripts/deps.sh bench || echo "bench/run.sh: deps.sh failed; continuing" >&2
 ninja -C "$build" bench/bench_write bench/cg_driver bench/rss_driver \
-	bench/bench_check bench/stall_driver >/dev/null
+	bench/bench_check bench/stall_driver bench/storm_driver >/dev/null
 
 export JITRING_BENCH_DIR=${JITRING_BENCH_DIR:-/dev/shm}
 mkdir -p "$JITRING_BENCH_DIR"
@@ -160,6 +160,19 @@ done
 for engine in rings mutex; do
 	timeout 300 "$rss" storm "$engine" 4096 64 >>"$raw/rss.jsonl" ||
 		echo "{\"kind\": \"storm\", \"engine\": \"$engine\", \"threads\": 4096, \"exit\": $?}" >>"$raw/rss.jsonl"
+done
+
+# ---- thread storms: first calls of many threads released at once -------
+log "thread storms (bench/storm_driver)"
+storm_threads="64 512"
+[ "$mode" = full ] && storm_threads="64 512 4096"
+for smode in write kit; do
+	for n in $storm_threads; do
+		for ready in 0 "$n"; do
+			timeout 600 "$build/bench/storm_driver" "$smode" "$n" \
+				"$ready" >>"$raw/rss.jsonl" || true
+		done
+	done
 done
 
 # ---- the flusher's CPU while a flush or close waits on a stalled producer

@@ -10,7 +10,8 @@
  * page-faulting JIT thread would, in a release build without test hooks.
  * Another thread then writes an entry stamped after P's, which the
  * flusher must hold back.  Measured, as CPU time of the "jitring-flush"
- * thread (/proc/self/task/TID/schedstat, ns) over wall time:
+ * thread (bench_flusher_cpu_ns(): /proc/self/task/TID/schedstat) over
+ * wall time:
  *   flush: jitring_flush() from a third thread; it returns once P is
  *          marked LATE (HOLDBACK_MS);
  *   close: jitring_close() while P is still stalled; the page is filled
@@ -19,7 +20,6 @@
  * Prints one JSON line per phase.  Exits 77 if userfaultfd is not
  * permitted (it needs CAP_SYS_PTRACE or vm.unprivileged_userfaultfd=1).
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/userfaultfd.h>
@@ -35,6 +35,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchlib.h"
 #include "jitring.h"
 
 static struct jitring *jr;
@@ -58,51 +59,6 @@ static void sleep_ns(uint64_t ns)
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
-}
-
-/* The flusher thread's tid, by its name. */
-static pid_t flusher_tid(void)
-{
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *de;
-	pid_t tid = 0;
-
-	while (d && (de = readdir(d))) {
-		char path[320], comm[32] = "";
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/self/task/%s/comm",
-			 de->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(comm, sizeof(comm), f) &&
-		    !strncmp(comm, "jitring-flush", 13))
-			tid = atoi(de->d_name);
-		fclose(f);
-	}
-	if (d)
-		closedir(d);
-	return tid;
-}
-
-/* CPU time of thread @tid in ns (schedstat's first field). */
-static uint64_t cpu_ns(pid_t tid)
-{
-	char path[64];
-	unsigned long long v = 0;
-	FILE *f;
-
-	if (!tid)
-		return 0;
-	snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", tid);
-	f = fopen(path, "r");
-	if (f) {
-		if (fscanf(f, "%llu", &v) != 1)
-			v = 0;
-		fclose(f);
-	}
-	return v;
 }
 
 static const uint8_t code[16] = { 0xc3 };
@@ -157,7 +113,6 @@ static int wait_fault(void)
 
 /* The close phase: who ends the stall, when, and what it saw. */
 static struct {
-	pid_t tid;
 	uint64_t ns, t0, c0;
 	uint64_t wall, cpu;
 } stall;
@@ -166,7 +121,7 @@ static void *unstall_main(void *arg)
 {
 	(void)arg;
 	sleep_ns(stall.ns);
-	stall.cpu = cpu_ns(stall.tid) - stall.c0;
+	stall.cpu = bench_flusher_cpu_ns() - stall.c0;
 	stall.wall = now_ns() - stall.t0;
 	unstall();
 	return NULL;
@@ -207,7 +162,6 @@ int main(int argc, char **argv)
 	pthread_t p, f;
 	uint64_t t0, c0, hold_ms, stall_ms;
 	void *r;
-	pid_t tid;
 	int ret;
 
 	if (argc < 4) {
@@ -235,11 +189,10 @@ int main(int argc, char **argv)
 	/* idle: a second with nothing to do (after the first rounds; the
 	 * flusher has named itself by then). */
 	sleep_ns(100 * 1000000ull);
-	tid = flusher_tid();
 	t0 = now_ns();
-	c0 = cpu_ns(tid);
+	c0 = bench_flusher_cpu_ns();
 	sleep_ns(1000 * 1000000ull);
-	report("idle", argv[1], now_ns() - t0, cpu_ns(tid) - c0, 0);
+	report("idle", argv[1], now_ns() - t0, bench_flusher_cpu_ns() - c0, 0);
 	if (cfg.engine == JITRING_ENGINE_MUTEX) {
 		/* No flusher thread: nothing more to measure. */
 		jitring_close(jr);
@@ -253,10 +206,10 @@ int main(int argc, char **argv)
 	if (write_at("Q", 0x510000, code) <= 0)
 		return 1;
 	t0 = now_ns();
-	c0 = cpu_ns(tid);
+	c0 = bench_flusher_cpu_ns();
 	pthread_create(&f, NULL, flush_main, NULL);
 	pthread_join(f, &r);
-	report("flush", argv[1], now_ns() - t0, cpu_ns(tid) - c0,
+	report("flush", argv[1], now_ns() - t0, bench_flusher_cpu_ns() - c0,
 	       (int)(intptr_t)r);
 
 	/*
@@ -264,10 +217,9 @@ int main(int argc, char **argv)
 	 * commit.  Measured over the stall, sampled by the thread that ends
 	 * it (the flusher is gone once close returns).
 	 */
-	stall.tid = tid;
 	stall.ns = stall_ms * 1000000ull;
 	stall.t0 = now_ns();
-	stall.c0 = cpu_ns(tid);
+	stall.c0 = bench_flusher_cpu_ns();
 	pthread_create(&f, NULL, unstall_main, NULL);
 	ret = jitring_close(jr);
 	pthread_join(f, NULL);

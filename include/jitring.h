@@ -53,6 +53,7 @@
  *     returned.
  * (4) free() unmaps the copies: no get() may run, or follow, on that set,
  *     and no thread may still run code in a copy.
+ * jitring_pause() overlaps everything as jitring_flush() does.
  *
  * Fork: the child gets its own jit-<childpid>.dump and a working writer for
  * every writer that was open in the parent; entries the parent had not yet
@@ -168,6 +169,19 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  * @log_arg: passed to @log.
  * @elf_mach: e_machine written to the header; 0 means the host's.
  * @reserved: must be zero.
+ * @ready_rings: (version 2) rings engine, how many threads' rings to keep
+ *	ready at least, for a runtime that knows how many threads may make
+ *	their first write at once (a storm of new threads then finds a ring
+ *	each instead of making one).  Ready rings cost address space within
+ *	@mem_budget and about 0.4 KiB of resident memory each; their pages
+ *	are touched only by the thread that takes one.  0 means 16.  The
+ *	engine keeps more while threads keep taking them (the stock follows
+ *	the measured demand) and gives the extra back once demand stops.
+ * @ready_copies: (version 2) trampoline copies to keep ready at least, per
+ *	set of trampolines (see jitring_trampolines_new()); 0 means two
+ *	arenas' worth.  Ready copies cost resident memory (each arena is
+ *	written when made), about 96 bytes a copy for the built-in
+ *	template.
  */
 struct jitring_config {
 	uint32_t struct_size;
@@ -182,21 +196,28 @@ struct jitring_config {
 	void *log_arg;
 	uint32_t elf_mach;
 	uint32_t reserved;
+	/* Version 2. */
+	uint32_t ready_rings;
+	uint32_t ready_copies;
 };
 
 /*
- * Sizes of version 1 of each caller-sized struct: frozen.  A struct_size
- * below these is refused; fields are only ever appended after them.
+ * Sizes of each version of the caller-sized structs: frozen.  A
+ * struct_size below version 1 is refused; fields are only ever appended,
+ * and a caller built against an older version gets the defaults of what
+ * it lacks.
  */
 #define JITRING_CONFIG_SIZE_V1 64u
+#define JITRING_CONFIG_SIZE_V2 72u
 #define JITRING_STATS_SIZE_V1 192u
+#define JITRING_STATS_SIZE_V2 200u
 #define JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 32u
 
 /** Static initializer for C; C++ callers use jitring_config_init(). */
 #define JITRING_CONFIG_INIT                                                    \
 	{                                                                      \
 		sizeof(struct jitring_config), 0, 0, 0, NULL, 0, 0, 0, NULL,   \
-			NULL, 0, 0                                             \
+			NULL, 0, 0, 0, 0                                       \
 	}
 
 /**
@@ -312,8 +333,9 @@ struct jitring_entry {
  * @ring_full_waits: times a thread waited for ring space (lossless mode).
  * @refills_ahead: rings made ready by the background thread before any
  *	thread asked for one.
- * @refills_waited: times a thread registering found no ready ring and had
- *	to wait for one (~0 in steady state).
+ * @refills_waited: threads whose first write found no ready ring, so
+ *	that the thread made its own (~0 in steady state; see
+ *	@ready_rings of struct jitring_config for storms of new threads).
  * @batches: write(2)/writev(2) calls that put entries in the file.
  * @late_entries: entries re-stamped because their thread stalled between
  *	taking its timestamp and committing for longer than holdback_ms.
@@ -326,9 +348,12 @@ struct jitring_entry {
  * @rings_grown: rings traded for larger ones because their thread kept
  *	filling them (adaptive ring_size only).
  * @trampoline_copies: trampoline copies handed out.
- * @trampoline_arenas_ahead: trampoline arenas made ready before they were needed.
+ * @trampoline_arenas_ahead: trampoline arenas made ready before they were
+ *	needed (by the flusher, or by jitring_trampolines_new()).
  * @trampoline_arenas_waited: arenas a jitring_trampolines_get() caller had to
  *	make itself (~0 in steady state with the rings engine).
+ * @rings_grown_waited: (version 2) of @rings_grown, the trades for which
+ *	no larger ring was ready, so that the thread made its own.
  */
 struct jitring_stats {
 	uint32_t struct_size;
@@ -357,6 +382,8 @@ struct jitring_stats {
 	uint64_t trampoline_copies;
 	uint64_t trampoline_arenas_ahead;
 	uint64_t trampoline_arenas_waited;
+	/* Version 2. */
+	uint64_t rings_grown_waited;
 };
 
 /**
@@ -530,13 +557,15 @@ JITRING_API int jitring_flush(struct jitring *jr);
  * engine resumes by itself: the next call that needs the flusher (a write
  * or move, a flush, a thread's first write, a trampoline arena, close)
  * starts it again before it returns.  With other threads writing all the
- * time, the flusher may find no quiet round and this waits for one.  The
- * mutex engine has no thread: 0 at once.
+ * time the flusher may find no quiet round: after 50 ms this gives up,
+ * leaves the flusher running and returns -EAGAIN.  The mutex engine has no
+ * thread: 0 at once.
  *
  * Context: any thread, concurrently with every call; blocks; not
  * async-signal-safe.
- * Return: 0; -EINVAL for a NULL @jr; -ESHUTDOWN once jitring_close() has
- * started; or the negative errno with which the file failed.
+ * Return: 0; -EINVAL for a NULL @jr; -EAGAIN if no quiet round came in
+ * 50 ms (nothing paused); -ESHUTDOWN once jitring_close() has started; or
+ * the negative errno with which the file failed.
  */
 JITRING_API int jitring_pause(struct jitring *jr);
 

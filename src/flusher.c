@@ -901,11 +901,23 @@ void *jitring_flusher_main(void *arg)
 		if (o.done)
 			break;
 		if (o.mode == JR_STOPPED) {
+			uint32_t one = 1;
+
+			/*
+			 * Commit to leaving unless the pause gave up (a CAS
+			 * 1 -> 0 in jitring_rings_pause(), with which this
+			 * one pairs).
+			 */
+			if (!atomic_compare_exchange_strong_explicit(
+				    &e->pause_req, &one, 2,
+				    memory_order_seq_cst, memory_order_relaxed))
+				continue;
 			/*
 			 * (S) for a pause: a producer that commits after this
 			 * store sees JR_STOPPED at its (D) and starts a new
-			 * flusher (after our join); one that committed before
-			 * it is seen by news() here, and we stay.
+			 * flusher (after the pause's join); one that
+			 * committed before it is seen by news() here, and we
+			 * stay (and let the pause wait or give up).
 			 */
 			atomic_store_explicit(&e->jr->sleep, JR_STOPPED,
 					      memory_order_seq_cst);
@@ -913,6 +925,8 @@ void *jitring_flusher_main(void *arg)
 				break;
 			atomic_store_explicit(&e->jr->sleep, JR_AWAKE,
 					      memory_order_relaxed);
+			atomic_store_explicit(&e->pause_req, 1,
+					      memory_order_seq_cst);
 			continue;
 		}
 		flusher_sleep(e, &o);

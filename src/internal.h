@@ -63,6 +63,7 @@ struct jr_counters {
 	_Atomic uint64_t trampoline_copies;
 	_Atomic uint64_t trampoline_arenas_ahead;
 	_Atomic uint64_t trampoline_arenas_waited;
+	_Atomic uint64_t rings_grown_waited;
 };
 
 /*
@@ -108,6 +109,8 @@ struct jitring {
 	uint32_t holdback_ms;
 	uint32_t elf_mach;
 	uint64_t mem_budget;
+	uint32_t ready_rings;  /* config: rings to keep ready, at least */
+	uint32_t ready_copies; /* config: trampoline copies, per set */
 	jitring_log_fn log;
 	void *log_arg;
 

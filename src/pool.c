@@ -44,6 +44,11 @@
 #include "rings.h"
 #include "testpoint.h"
 
+/* Rings made per mapping when the pool is refilled. */
+#define JR_POOL_BATCH 64u
+/* The demand (rings taken) is measured per window of this length. */
+#define JR_DEMAND_WINDOW_NS (100u * 1000000ull)
+
 void jitring_ring_free(struct jr_ring *r)
 {
 	if (r->buf)
@@ -146,29 +151,19 @@ undo_bytes:
 	return false;
 }
 
-struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
-				   uint64_t lb)
+/* A control block for the @size bytes at @buf (reserved in the budget). */
+static struct jr_ring *ring_init(struct jr_rings *e, uint8_t *buf,
+				 uint32_t size, uint64_t lb)
 {
-	struct jitring *jr = e->jr;
-	struct jr_ring *r;
+	struct jr_ring *r = aligned_alloc(JITRING_CACHELINE, sizeof(*r));
 
-	if (!ring_reserve(e, size))
-		return NULL;
-	r = aligned_alloc(JITRING_CACHELINE, sizeof(*r));
 	if (!r)
-		goto err_unreserve;
+		return NULL;
 	memset(r, 0, sizeof(*r));
-	r->buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		      MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (r->buf == MAP_FAILED) {
-		free(r);
-		goto err_unreserve;
-	}
-	/* Fault in the first page now, not on a JIT thread's first write. */
-	r->buf[0] = 0;
+	r->buf = buf;
 	r->size = size;
 	r->mask = size - 1;
-	r->jr = jr;
+	r->jr = e->jr;
 	r->lb = lb;
 	/* Idle from now: trimmed JR_TRIM_NS after this, not at once. */
 	r->idle_since = lb;
@@ -177,7 +172,26 @@ struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
 	atomic_init(&r->space_waiter, 0);
 	atomic_init(&r->own, JR_OWN_POOLED);
 	return r;
+}
 
+struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
+				   uint64_t lb)
+{
+	struct jr_ring *r;
+	uint8_t *buf;
+
+	if (!ring_reserve(e, size))
+		return NULL;
+	buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (buf == MAP_FAILED)
+		goto err_unreserve;
+	/* Fault in the first page now, not on a JIT thread's first write. */
+	buf[0] = 0;
+	r = ring_init(e, buf, size, lb);
+	if (r)
+		return r;
+	munmap(buf, size);
 err_unreserve:
 	ring_unaccount(e, size);
 	return NULL;
@@ -194,6 +208,51 @@ struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
 		r = NULL;
 	}
 	return r;
+}
+
+/*
+ * Up to @k new registered ring_min rings in @out, their buffers carved
+ * from one mapping (one system call and one VMA for the batch; each is
+ * still unmapped on its own when freed).  The first @prefault of them get
+ * their first page touched now; the others cost no resident memory until
+ * a thread writes (a page fault on its first write).  Return: how many.
+ */
+static uint32_t ring_new_batch(struct jr_rings *e, uint64_t now, uint32_t k,
+			       uint32_t prefault, struct jr_ring **out)
+{
+	uint32_t size = e->jr->ring_min, n = 0, made = 0;
+	uint8_t *map;
+
+	while (n < k && ring_reserve(e, size))
+		n++;
+	if (!n)
+		return 0;
+	map = mmap(NULL, (size_t)n * size, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (map == MAP_FAILED) {
+		while (n--)
+			ring_unaccount(e, size);
+		return 0;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		uint8_t *buf = map + (size_t)i * size;
+		struct jr_ring *r = made == i ? ring_init(e, buf, size, now) :
+						NULL;
+
+		if (r && reg_add(e, r)) {
+			free(r);
+			r = NULL;
+		}
+		if (!r) {
+			munmap(buf, size);
+			ring_unaccount(e, size);
+			continue;
+		}
+		if (i < prefault)
+			buf[0] = 0;
+		out[made++] = r;
+	}
+	return made;
 }
 
 /* Hand a drained ring we own to the pool (or free it if the pool is full). */
@@ -216,6 +275,38 @@ void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
 	}
 }
 
+/*
+ * How many rings to keep ready: the floor (ready_rings), or twice the
+ * recent peak of rings taken per window when more are being taken.  The
+ * peak decays by a quarter each window with less demand, so a stock a
+ * storm built is given back within about two seconds once the storm is
+ * over.  Threads that found the pool empty (@missed) raise it at once.
+ */
+static uint32_t pool_target(struct jr_rings *e, uint64_t now, uint32_t missed)
+{
+	uint32_t taken = atomic_exchange_explicit(&e->pool_taken, 0,
+						  memory_order_relaxed);
+	uint64_t want;
+
+	e->demand_win += taken + missed;
+	if (now - e->demand_since >= JR_DEMAND_WINDOW_NS) {
+		uint32_t decayed = e->demand_peak - e->demand_peak / 4;
+
+		e->demand_peak = e->demand_win > decayed ? e->demand_win :
+							   decayed;
+		e->demand_win = 0;
+		e->demand_since = now;
+	} else if (e->demand_win > e->demand_peak) {
+		e->demand_peak = e->demand_win;
+	}
+	want = 2 * (uint64_t)e->demand_peak;
+	if (want < e->pool_floor)
+		want = e->pool_floor;
+	if (want > e->pool_cap / 2)
+		want = e->pool_cap / 2;
+	return (uint32_t)want;
+}
+
 void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 {
 	struct jitring *jr = e->jr;
@@ -223,27 +314,27 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 						 memory_order_relaxed);
 	uint32_t missed = atomic_exchange_explicit(&e->pool_missed, 0,
 						   memory_order_relaxed);
-	uint32_t low = atomic_load_explicit(&e->pool_low, memory_order_relaxed);
+	uint32_t low = pool_target(e, now, missed);
 	uint32_t n = ck_ring_size(&e->pool), added = 0;
+	struct jr_ring *batch[JR_POOL_BATCH], *r;
 	bool full = false;
-	struct jr_ring *r;
 
-	if (missed) {
-		/* Threads found the pool empty: keep more ready from now on. */
-		uint32_t nl = low * 2 > missed ? low * 2 : missed;
-
-		low = nl < e->pool_cap / 2 ? nl : e->pool_cap / 2;
-		atomic_store_explicit(&e->pool_low, low, memory_order_relaxed);
-	}
+	atomic_store_explicit(&e->pool_low, low, memory_order_relaxed);
 	while (n < low) {
-		r = jitring_pool_new_ring(e, now, jr->ring_min);
-		if (!r) {
+		uint32_t k = low - n < JR_POOL_BATCH ? low - n : JR_POOL_BATCH;
+		/* The floor's rings are warm; a storm's extra ones are not
+		 * (their pages would be resident while they wait). */
+		uint32_t warm = n < e->pool_floor ? e->pool_floor - n : 0;
+		uint32_t got = ring_new_batch(e, now, k, warm, batch);
+
+		for (uint32_t i = 0; i < got; i++)
+			jitring_pool_put(e, batch[i], now);
+		n += got;
+		added += got;
+		if (got < k) {
 			full = true;
 			break;
 		}
-		jitring_pool_put(e, r, now);
-		n++;
-		added++;
 	}
 	atomic_store_explicit(&e->pool_full, full && n == 0,
 			      memory_order_relaxed);
@@ -256,8 +347,8 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 					  memory_order_release);
 		jr_futex_wake(&e->pool_gen, INT_MAX);
 	}
-	/* Give back what a past burst left beyond four times the mark. */
-	while (n > 4 * low && ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
+	/* Give back what demand no longer asks for. */
+	while (n > 2 * low && ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
 		/* Pairs with the release store in jitring_pool_put(). */
 		(void)atomic_load_explicit(&r->own, memory_order_acquire);
 		jitring_pool_remove(e, r);

@@ -29,8 +29,11 @@
 #include "testpoint.h"
 #include "thread.h"
 
-#define JR_POOL_CAP 1024u
-#define JR_POOL_LOW_INIT 8u
+/* Ready rings: at most (a ck_ring's size is a power of two), at least. */
+#define JR_POOL_CAP 8192u
+#define JR_POOL_FLOOR 64u
+/* How long jitring_pause() waits for the flusher to find a quiet round. */
+#define JR_PAUSE_WAIT_NS (50 * 1000000ull)
 
 /* ------------------------------------------------------------------ */
 /* Waking the flusher.                                                  */
@@ -123,7 +126,16 @@ int jitring_rings_start(struct jitring *jr)
 		goto err_free;
 	}
 	ck_ring_init(&e->pool, e->pool_cap);
-	atomic_init(&e->pool_low, JR_POOL_LOW_INIT);
+	/* What the runtime said it needs ready, within half the budget. */
+	e->pool_floor = jr->ready_rings ? jr->ready_rings : JR_POOL_FLOOR;
+	if (e->pool_floor > e->pool_cap / 2)
+		e->pool_floor = e->pool_cap / 2;
+	if ((uint64_t)e->pool_floor * jr->ring_min > jr->mem_budget / 2)
+		e->pool_floor = (uint32_t)(jr->mem_budget / 2 / jr->ring_min);
+	/* One ready ring even when the budget holds little more. */
+	if (!e->pool_floor)
+		e->pool_floor = 1;
+	atomic_init(&e->pool_low, e->pool_floor);
 	pthread_mutex_init(&e->fork_lock, NULL);
 	pthread_mutex_init(&e->run_lock, NULL);
 	jitring_thread_make_lock_init(e);
@@ -215,7 +227,16 @@ int jitring_rings_stop(struct jitring *jr, bool forked)
 {
 	struct jr_rings *e = jr->eng;
 
+	/*
+	 * Paused: rings may hold entries committed as the flusher left (it
+	 * leaves when a round left nothing, but a commit can land after it;
+	 * the next waker would have started it again).  Start it once more
+	 * to drain them.  A fork child whose engine never started has
+	 * nothing of its own buffered.
+	 */
 	(void)forked;
+	if (e->paused && start_thread(e) == 0)
+		e->paused = false;
 	if (atomic_load_explicit(&e->running, memory_order_relaxed)) {
 		/* Pairs with the seq_cst load of stop in round_begin(). */
 		atomic_store_explicit(&e->stop, 1, memory_order_seq_cst);
@@ -224,8 +245,9 @@ int jitring_rings_stop(struct jitring *jr, bool forked)
 		atomic_store_explicit(&e->running, false, memory_order_relaxed);
 	} else {
 		/*
-		 * No flusher: a fork child that never wrote, or a paused
-		 * writer (everything committed is in the file): maybe CLOSE.
+		 * No flusher: a fork child that never wrote (nothing of its
+		 * own buffered), or a paused one that could not be started
+		 * again: maybe CLOSE.
 		 */
 		jitring_flusher_write_close(e);
 	}
@@ -260,6 +282,8 @@ static void wait_gone(pid_t tid)
 int jitring_rings_pause(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
+	uint64_t deadline;
+	bool closing;
 	pid_t tid;
 	int ret;
 
@@ -273,10 +297,49 @@ int jitring_rings_pause(struct jitring *jr)
 	/* Pairs with the seq_cst load of pause_req in round_run(). */
 	atomic_store_explicit(&e->pause_req, 1, memory_order_seq_cst);
 	jitring_rings_kick(jr);
-	/* It exits after a round that left nothing behind (flusher.c). */
-	pthread_join(e->thread, NULL);
+	/*
+	 * It exits after a round that left nothing behind (flusher.c).
+	 * Bounded: with threads writing all the time there may be no such
+	 * round, and fork() (which takes run_lock) must not wait for one.
+	 * Giving up is a CAS 1 -> 0 on pause_req; the flusher commits to
+	 * leaving with a CAS 1 -> 2 first, so exactly one of the two wins;
+	 * at 2 it is deciding (a last news() check) and soon exits or goes
+	 * back to 1.
+	 */
+	deadline = jitring_clock_ns() + JR_PAUSE_WAIT_NS;
+	for (;;) {
+		struct timespec ts;
+		uint32_t one = 1;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 10 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		if (!pthread_timedjoin_np(e->thread, NULL, &ts))
+			break;
+		/*
+		 * Give up after the deadline, or at once when close began
+		 * (it waits for this call to leave).  Pairs with the seq_cst
+		 * CAS 1 -> 2 in the flusher.
+		 */
+		closing = atomic_load_explicit(&jr->state,
+					       memory_order_relaxed) >=
+			  JR_CLOSING;
+		if ((closing || jitring_clock_ns() >= deadline) &&
+		    atomic_compare_exchange_strong_explicit(
+			    &e->pause_req, &one, 0, memory_order_seq_cst,
+			    memory_order_relaxed)) {
+			pthread_mutex_unlock(&e->run_lock);
+			if (closing)
+				return jitring_refuse_state(jr, JR_CLOSING);
+			return ret ? ret : -EAGAIN;
+		}
+	}
 	tid = e->flusher_tid;
 	atomic_store_explicit(&e->pause_req, 0, memory_order_relaxed);
+	e->paused = true;
 	/* Pairs with the acquire load of running in jitring_rings_flush(). */
 	atomic_store_explicit(&e->running, false, memory_order_release);
 	pthread_mutex_unlock(&e->run_lock);
@@ -304,6 +367,7 @@ void jitring_rings_resume(struct jitring *jr)
 			atomic_store_explicit(&jr->sleep, JR_AWAKE,
 					      memory_order_relaxed);
 			ret = start_thread(e);
+			e->paused = ret != 0;
 			/* No thread: the next waker tries again. */
 			if (ret)
 				atomic_store_explicit(&jr->sleep, JR_STOPPED,
@@ -370,6 +434,7 @@ void jitring_rings_fork_child(struct jitring *jr)
 	/* No flusher in the child; everything buffered is the parent's. */
 	atomic_store_explicit(&e->running, false, memory_order_relaxed);
 	atomic_store_explicit(&e->pause_req, 0, memory_order_relaxed);
+	e->paused = false;
 	jitring_pool_release(e, true);
 	jitring_flusher_fini(e);
 	/* The child's file has none of the parent's loads to move. */
@@ -377,6 +442,11 @@ void jitring_rings_fork_child(struct jitring *jr)
 	ck_ring_init(&e->pool, e->pool_cap);
 	atomic_store_explicit(&e->pool_want, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->pool_missed, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->pool_taken, 0, memory_order_relaxed);
+	atomic_store_explicit(&e->pool_low, e->pool_floor,
+			      memory_order_relaxed);
+	e->demand_peak = e->demand_win = 0;
+	e->demand_since = 0;
 	atomic_store_explicit(&e->attach, NULL, memory_order_relaxed);
 	e->attach_pending = NULL;
 	atomic_store_explicit(&e->pool_full, 0, memory_order_relaxed);

@@ -132,6 +132,7 @@ struct jr_rings {
 	 */
 	_Atomic bool running;
 	pthread_mutex_t run_lock;   /* pause vs resume vs each other */
+	bool paused;                /* under run_lock: a pause stopped it */
 	_Atomic uint32_t pause_req; /* jitring_pause(): exit when quiet */
 	pid_t flusher_tid;          /* set by the flusher, read after join */
 	uint32_t pid;
@@ -141,6 +142,13 @@ struct jr_rings {
 	ck_ring_buffer_t *pool_buf;
 	uint32_t pool_cap;
 	_Atomic uint32_t pool_low;    /* refill when below (adaptive) */
+	_Atomic uint32_t pool_taken;  /* rings threads took since the last
+				       * round (the demand) */
+	uint32_t pool_floor;          /* ready_rings: never keep fewer */
+	uint32_t demand_peak;         /* flusher: rings taken per window,
+				       * the recent peak (decays) */
+	uint32_t demand_win;          /* flusher: taken in this window */
+	uint64_t demand_since;        /* flusher: this window's start */
 	_Atomic uint32_t pool_gen;    /* futex: bumped after each refill */
 	_Atomic uint32_t pool_want;   /* the pool ran low: refill now */
 	_Atomic uint32_t pool_missed; /* rings threads had to make themselves */

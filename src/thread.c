@@ -170,6 +170,9 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 			 */
 			(void)atomic_load_explicit(&r->own,
 						   memory_order_acquire);
+			/* The demand the flusher sizes the pool by. */
+			atomic_fetch_add_explicit(&e->pool_taken, 1,
+						  memory_order_relaxed);
 			if (ck_ring_size(&e->pool) <
 			    atomic_load_explicit(&e->pool_low,
 						 memory_order_relaxed)) {
@@ -181,7 +184,6 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 			return r;
 		}
 		if (tries == 0) {
-			jitring_count(&jr->c.refills_waited, 1);
 			atomic_fetch_add_explicit(&e->pool_missed, 1,
 						  memory_order_relaxed);
 			atomic_store_explicit(&e->pool_want, 1,
@@ -189,6 +191,7 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 			jitring_rings_wake(jr, true);
 			r = make_ring(e, jr->ring_min);
 			if (r) {
+				jitring_count(&jr->c.refills_waited, 1);
 				*made = true;
 				return r;
 			}
@@ -344,7 +347,7 @@ struct jr_ring *jitring_thread_grow(struct jitring *jr, struct jr_ring *r)
 		ring_push_attach(e, n);
 		make_done(e);
 		ring_switch(jr, r, n);
-		jitring_count(&jr->c.refills_waited, 1);
+		jitring_count(&jr->c.rings_grown_waited, 1);
 	}
 	jitring_exit(jr);
 	if (n)

@@ -26,8 +26,9 @@
  *            acquire), or makes one itself if none is ready (counted in
  *            trampoline_arenas_waited), then CASes cur from the exhausted arena
  *            to it (release).  Threads that find the flag set wait for cur
- *            to move, at most TR_SWITCH_WAIT_NS (a flagger preempted, or
- *            lost in a fork), then do the same themselves; the loser of
+ *            to move, asleep on a futex the switcher wakes, at most
+ *            TR_SWITCH_WAIT_NS (a flagger preempted, or lost in a fork),
+ *            then do the same themselves; the loser of
  *            the CAS parks its arena in the ready array and every thread
  *            retries on whichever arena won.  Without the flag, a crowd of
  *            threads that ran out together would each take an arena and
@@ -79,15 +80,19 @@
  * so its dumped bytes differ from the parent's.
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "clock.h"
+#include "futex.h"
 #include "internal.h"
 #include "record.h"
 #include "rings.h"
@@ -98,7 +103,7 @@ _Static_assert(JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 ==
 			       sizeof(uint32_t),
 	       "struct jitring_trampoline_template v1 is frozen");
 /* How long a caller waits for another one's arena switch. */
-#define TR_SWITCH_WAIT_NS (2 * 1000000ull)
+#define TR_SWITCH_WAIT_NS (100 * 1000000ull)
 
 struct tr_arena {
 	/* Claimed slots; may run past nslots once exhausted. */
@@ -108,7 +113,8 @@ struct tr_arena {
 	/* Immutable once published. */
 	alignas(JITRING_CACHELINE) uint8_t *base; /* slot 0 */
 	uint64_t nslots;
-	void *map;                 /* the mapping, guards included */
+	void *map; /* the mapping, guards included */
+	size_t map_len;
 	struct tr_arena *all_next; /* the set's `all` list */
 };
 
@@ -121,9 +127,17 @@ struct jitring_trampolines {
 	uint32_t salt_offset;
 	uint32_t eh_frame_size;
 	uint32_t slot_size;
-	uint64_t nslots;  /* per arena */
-	size_t slots_len; /* bytes of slots per arena */
-	size_t map_len;   /* slots_len plus two guard pages */
+	uint64_t nslots; /* per arena, as first made */
+	/* Bytes of slots new arenas get: grows under demand (want_grow()). */
+	_Atomic size_t slots_len;
+	/*
+	 * The arena image: a sealed memfd holding one arena's slots, filled
+	 * once.  Every arena then maps it read-execute at its own address,
+	 * so an arena costs two system calls and no memory of its own (the
+	 * copies are identical bytes; the salt goes only into the dump).
+	 * -1 where that is not allowed: arenas are then written one by one.
+	 */
+	int image;
 	size_t page;
 	uint64_t serial; /* set number, mixed into the salt */
 	/* The copies' group, planned (and its eh_frame checked) once. */
@@ -133,6 +147,7 @@ struct jitring_trampolines {
 
 	/* The arena copies are carved from. */
 	alignas(JITRING_CACHELINE) _Atomic(struct tr_arena *) cur;
+	_Atomic uint32_t switched; /* futex: bumped when cur moves */
 
 	/* Ready arenas and the low-water mark. */
 	alignas(JITRING_CACHELINE) _Atomic int32_t nready;
@@ -246,35 +261,55 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 	uint8_t *map, *base;
 	int ret;
 
+	size_t slots_len =
+		atomic_load_explicit(&t->slots_len, memory_order_relaxed);
+	size_t map_len = slots_len + 2 * t->page;
+	uint64_t nslots = slots_len / t->slot_size;
+
 	a = aligned_alloc(JITRING_CACHELINE, sizeof(*a));
 	if (!a)
 		return -ENOMEM;
-	map = mmap(NULL, t->map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+	map = mmap(NULL, map_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
 		   0);
 	if (map == MAP_FAILED) {
 		ret = -errno;
 		goto err_free;
 	}
 	base = map + t->page;
-	if (mprotect(base, t->slots_len, PROT_READ | PROT_WRITE)) {
+	if (t->image >= 0) {
+		/* The image over the middle of the reservation. */
+		if (mmap(base, slots_len, PROT_READ | PROT_EXEC,
+			 MAP_SHARED | MAP_FIXED, t->image, 0) == MAP_FAILED) {
+			ret = -errno;
+			goto err_unmap;
+		}
+		goto publish;
+	}
+	if (mprotect(base, slots_len, PROT_READ | PROT_WRITE)) {
 		ret = -errno;
 		goto err_unmap;
 	}
+#ifdef MADV_POPULATE_WRITE
+	/* Every page is written below: fault them in with one call. */
+	(void)madvise(base, slots_len, MADV_POPULATE_WRITE);
+#endif
 	if (ARENA_FILL)
-		memset(base, ARENA_FILL, t->slots_len);
-	for (uint64_t i = 0; i < t->nslots; i++)
+		memset(base, ARENA_FILL, slots_len);
+	for (uint64_t i = 0; i < nslots; i++)
 		memcpy(base + i * t->slot_size, t->code, t->code_size);
-	__builtin___clear_cache((char *)base, (char *)base + t->slots_len);
-	if (mprotect(base, t->slots_len, PROT_READ | PROT_EXEC)) {
+	__builtin___clear_cache((char *)base, (char *)base + slots_len);
+	if (mprotect(base, slots_len, PROT_READ | PROT_EXEC)) {
 		ret = -errno;
 		goto err_unmap;
 	}
 
+publish:
 	atomic_init(&a->next, 0);
 	atomic_init(&a->switching, 0);
 	a->base = base;
-	a->nslots = t->nslots;
+	a->nslots = nslots;
 	a->map = map;
+	a->map_len = map_len;
 	head = atomic_load_explicit(&t->all, memory_order_relaxed);
 	do {
 		a->all_next = head;
@@ -286,7 +321,7 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 	return 0;
 
 err_unmap:
-	munmap(map, t->map_len);
+	munmap(map, map_len);
 err_free:
 	free(a);
 	return ret;
@@ -347,16 +382,43 @@ static void wake_flusher(struct jitring_trampolines *t)
 		jitring_rings_wake(jr, true);
 }
 
-/* Demand outran the flusher: double the low-water mark (once per @seen). */
+/*
+ * Demand outran the flusher: double the low-water mark (once per @seen);
+ * at the most ready arenas, double the size of new arenas instead (fewer
+ * arenas to make and switch to for the same copies, the same bytes).
+ */
 static void want_grow(struct jitring_trampolines *t, uint32_t seen)
 {
 	uint32_t w = seen * 2 < JR_TRAMP_WANT_MAX ? seen * 2 :
 						    JR_TRAMP_WANT_MAX;
+	size_t len;
 
-	if (seen < JR_TRAMP_WANT_MAX)
+	if (seen < JR_TRAMP_WANT_MAX) {
 		atomic_compare_exchange_strong_explicit(&t->want, &seen, w,
 							memory_order_relaxed,
 							memory_order_relaxed);
+		return;
+	}
+	/* No flusher (mutex engine): callers make every arena anyway.  With
+	 * an image, arenas cost no memory: keep more ready instead. */
+	if (t->jr->engine != JITRING_ENGINE_RINGS)
+		return;
+	if (t->image >= 0) {
+		if (seen < JR_TRAMP_READY_CAP / 2)
+			atomic_compare_exchange_strong_explicit(
+				&t->want, &seen, seen * 2, memory_order_relaxed,
+				memory_order_relaxed);
+		return;
+	}
+	len = atomic_load_explicit(&t->slots_len, memory_order_relaxed);
+	/* Twice the bytes per arena, half as many kept ready: the ready
+	 * stock's memory stays what it was, refilled in fewer steps. */
+	if (len < JR_TRAMP_ARENA_MAX &&
+	    atomic_compare_exchange_strong_explicit(
+		    &t->slots_len, &len, len * 2, memory_order_relaxed,
+		    memory_order_relaxed))
+		atomic_store_explicit(&t->want, JR_TRAMP_WANT_MAX / 2,
+				      memory_order_relaxed);
 }
 
 /*
@@ -372,6 +434,10 @@ static bool wait_switch(struct jitring_trampolines *t, struct tr_arena *old)
 	uint64_t start = 0, now;
 
 	for (unsigned int spins = 0;; spins++) {
+		uint32_t seq = atomic_load_explicit(&t->switched,
+						    memory_order_relaxed);
+		struct timespec rel;
+
 		if (atomic_load_explicit(&t->cur, memory_order_relaxed) != old)
 			return true;
 		if (spins < 64) {
@@ -383,7 +449,14 @@ static bool wait_switch(struct jitring_trampolines *t, struct tr_arena *old)
 			start = now;
 		else if (now - start > TR_SWITCH_WAIT_NS)
 			return false;
-		sched_yield();
+		/*
+		 * Sleep, not yield: in a storm hundreds of waiters yielding
+		 * would take the CPU from the one thread making the arena.
+		 * The switcher bumps switched after it installs cur and
+		 * wakes us; a bump we missed makes the wait return at once.
+		 */
+		rel = jitring_clock_rel(TR_SWITCH_WAIT_NS - (now - start));
+		jr_futex_wait(&t->switched, seq, &rel);
 	}
 }
 
@@ -435,8 +508,13 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 	/* Pairs with the acquire load of cur in jitring_trampolines_get(). */
 	if (atomic_compare_exchange_strong_explicit(&t->cur, &expect, n,
 						    memory_order_release,
-						    memory_order_relaxed))
+						    memory_order_relaxed)) {
+		/* Wake the waiters in wait_switch() (they re-read cur). */
+		atomic_fetch_add_explicit(&t->switched, 1,
+					  memory_order_relaxed);
+		jr_futex_wake(&t->switched, INT_MAX);
 		return 0;
+	}
 	/*
 	 * Another thread installed an arena first.  Ours is fresh: park it
 	 * for the next switch.  If the array is full (more racing threads
@@ -509,12 +587,51 @@ static void set_destroy(struct jitring_trampolines *t)
 	for (a = atomic_load_explicit(&t->all, memory_order_relaxed); a;
 	     a = n) {
 		n = a->all_next;
-		munmap(a->map, t->map_len);
+		munmap(a->map, a->map_len);
 		free(a);
 	}
+	if (t->image >= 0)
+		close(t->image);
 	free(t->code);
 	free(t->eh_frame);
 	free(t);
+}
+
+/*
+ * The arena image (see struct jitring_trampolines): a memfd of @len bytes
+ * holding every slot's copy and the fill between them, sealed against any
+ * change once written, and checked to map read-execute (a system that
+ * forbids executable memfds gets -1: anonymous arenas then).
+ */
+static int image_make(const struct jitring_trampolines *t, size_t len)
+{
+	uint8_t *p;
+	int fd = (int)syscall(SYS_memfd_create, "jitring-trampolines",
+			      MFD_CLOEXEC | MFD_ALLOW_SEALING);
+
+	if (fd < 0)
+		return -1;
+	if (ftruncate(fd, (off_t)len))
+		goto err;
+	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		goto err;
+	if (ARENA_FILL)
+		memset(p, ARENA_FILL, len);
+	for (uint64_t i = 0; i < len / t->slot_size; i++)
+		memcpy(p + i * t->slot_size, t->code, t->code_size);
+	munmap(p, len);
+	if (fcntl(fd, F_ADD_SEALS,
+		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL))
+		goto err;
+	p = mmap(NULL, len, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
+	if (p == MAP_FAILED)
+		goto err;
+	munmap(p, len);
+	return fd;
+err:
+	close(fd);
+	return -1;
 }
 
 static int template_check(const struct jitring_trampoline_template *ut,
@@ -570,6 +687,7 @@ int jitring_trampolines_new(struct jitring *jr,
 	if (!t)
 		return -ENOMEM;
 	memset(t, 0, sizeof(*t));
+	t->image = -1;
 	t->jr = jr;
 	t->code_size = tp.code_size;
 	t->salt_offset = tp.salt_offset;
@@ -604,16 +722,53 @@ int jitring_trampolines_new(struct jitring *jr,
 	slot = jitring_trampoline_slot_size(tp.code_size, (uint64_t)eh_size);
 	t->slot_size = (uint32_t)slot;
 	t->page = (size_t)sysconf(_SC_PAGESIZE);
-	t->slots_len = slot * JR_TRAMP_ARENA_MIN_SLOTS;
-	if (t->slots_len < JR_TRAMP_ARENA_BYTES)
-		t->slots_len = JR_TRAMP_ARENA_BYTES;
-	t->slots_len = JR_ALIGN(t->slots_len, t->page);
-	t->nslots = t->slots_len / slot;
-	t->map_len = t->slots_len + 2 * t->page;
+	{
+		size_t len = slot * JR_TRAMP_ARENA_MIN_SLOTS;
+		uint64_t stock = (uint64_t)jr->ready_copies * slot;
+		uint32_t want = JR_TRAMP_WANT_INIT;
+
+		if (len < JR_TRAMP_ARENA_BYTES)
+			len = JR_TRAMP_ARENA_BYTES;
+		len = JR_ALIGN(len, t->page);
+		{
+			/*
+			 * Mapped, not written, arenas can be larger at no
+			 * cost: the image is made once.  A large stock gets
+			 * a larger image (up to JR_TRAMP_IMAGE_MAX), so it
+			 * is at most about 64 arenas.
+			 */
+			size_t ilen = len * JR_TRAMP_IMAGE_SCALE;
+
+			while (ilen < JR_TRAMP_IMAGE_MAX &&
+			       ilen * 4 * JR_TRAMP_WANT_MAX < stock)
+				ilen *= 2;
+			t->image = image_make(t, ilen);
+			if (t->image >= 0)
+				len = ilen;
+		}
+		/*
+		 * The runtime said how many copies to keep ready: enough
+		 * arenas for the stock, and one more (cur is not counted as
+		 * ready).  Written arenas grow with it, to keep their number
+		 * near JR_TRAMP_WANT_MAX; an image's size is fixed.
+		 */
+		if (stock) {
+			while (t->image < 0 && len < JR_TRAMP_ARENA_MAX &&
+			       len * JR_TRAMP_WANT_MAX < stock)
+				len *= 2;
+			want = (uint32_t)((stock + len - 1) / len) + 1;
+			if (want < JR_TRAMP_WANT_INIT)
+				want = JR_TRAMP_WANT_INIT;
+			if (want > JR_TRAMP_READY_CAP / 2)
+				want = JR_TRAMP_READY_CAP / 2;
+		}
+		atomic_init(&t->slots_len, len);
+		t->nslots = len / slot;
+		atomic_init(&t->want, want);
+	}
 	t->serial =
 		atomic_fetch_add_explicit(&tr_serial, 1, memory_order_relaxed);
 	atomic_init(&t->nready, 0);
-	atomic_init(&t->want, JR_TRAMP_WANT_INIT);
 	atomic_init(&t->all, NULL);
 	for (uint32_t i = 0; i < JR_TRAMP_READY_CAP; i++)
 		atomic_init(&t->ready[i], NULL);

@@ -14,15 +14,21 @@
 #define JR_TRAMP_SLOT_ALIGN 16u
 /* An arena holds at least this many bytes of slots, rounded up to pages, */
 #define JR_TRAMP_ARENA_BYTES (64u << 10)
-/* and at least this many slots. */
+/* and at least this many slots.  Under demand (the most ready arenas and
+ * still a caller had to make one) new arenas double up to the maximum. */
 #define JR_TRAMP_ARENA_MIN_SLOTS 32u
+#define JR_TRAMP_ARENA_MAX (1u << 20)
+/* Arenas that map the set's image hold this many times as many slots (they
+ * cost no memory of their own; the image, once, does). */
+#define JR_TRAMP_IMAGE_SCALE 4u
+#define JR_TRAMP_IMAGE_MAX (4u << 20)
 /* Ready arenas kept per set: the low-water mark starts here, doubles each
  * time a caller had to make an arena itself, and stops at the maximum. */
 #define JR_TRAMP_WANT_INIT 2u
 #define JR_TRAMP_WANT_MAX 16u
 /* Capacity of a set's ready array (above the maximum: losers of the race
  * to install an arena park theirs here too). */
-#define JR_TRAMP_READY_CAP 64u
+#define JR_TRAMP_READY_CAP 256u
 
 /* Bytes of the salt a copy's dumped bytes get. */
 #define JR_TRAMP_SALT_SIZE 8u

@@ -41,6 +41,14 @@ _Static_assert(JITRING_CONFIG_SIZE_V1 ==
 		       offsetof(struct jitring_config, reserved) +
 			       sizeof(uint32_t),
 	       "struct jitring_config v1 is frozen");
+_Static_assert(JITRING_CONFIG_SIZE_V2 ==
+		       offsetof(struct jitring_config, ready_copies) +
+			       sizeof(uint32_t),
+	       "struct jitring_config v2 is frozen");
+_Static_assert(JITRING_STATS_SIZE_V2 ==
+		       offsetof(struct jitring_stats, rings_grown_waited) +
+			       sizeof(uint64_t),
+	       "struct jitring_stats v2 is frozen");
 _Static_assert(JITRING_STATS_SIZE_V1 == offsetof(struct jitring_stats,
 						 trampoline_arenas_waited) +
 						sizeof(uint64_t),
@@ -914,6 +922,8 @@ static int config_load(struct jitring *jr, const struct jitring_config *ucfg)
 	jr->mem_budget = cfg.mem_budget ? cfg.mem_budget : JR_BUDGET_DEFAULT;
 	if (jr->mem_budget < jr->ring_min)
 		return -EINVAL;
+	jr->ready_rings = cfg.ready_rings;
+	jr->ready_copies = cfg.ready_copies;
 	jr->log = cfg.log;
 	jr->log_arg = cfg.log_arg;
 	jr->elf_mach = cfg.elf_mach ? cfg.elf_mach : jitring_record_host_mach();
@@ -1203,6 +1213,7 @@ void jitring_stats(const struct jitring *jr, struct jitring_stats *st)
 	LOAD(trampoline_copies);
 	LOAD(trampoline_arenas_ahead);
 	LOAD(trampoline_arenas_waited);
+	LOAD(rings_grown_waited);
 #undef LOAD
 	s.io_error = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 	/* What the caller's version has room for; a newer caller's extra

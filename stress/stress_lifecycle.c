@@ -9,6 +9,8 @@
  *   exit      writes, then exits (its TLS destructor lets go of the ring);
  *   detach    writes, detaches, writes again (a new ring), detaches;
  *   flush     writes and flushes in a loop;
+ *   pause     pauses the engine (jitring_pause()) then writes,
+ *             so the flusher stops and restarts under close and fork;
  *   first     waits until close is imminent, then makes its first write
  *             (ring attach races close);
  *   fork      writes, then forks: in the child two threads make their
@@ -61,9 +63,9 @@
 #include "stress_common.h"
 #include "testpoint.h"
 
-enum role { R_EXIT, R_DETACH, R_FLUSH, R_FIRST, R_FORK, R_NROLES };
-static const char *const role_name[] = { "exit", "detach", "flush", "first",
-					 "fork" };
+enum role { R_EXIT, R_DETACH, R_FLUSH, R_FIRST, R_FORK, R_PAUSE, R_NROLES };
+static const char *const role_name[] = { "exit",  "detach", "flush",
+					 "first", "fork",   "pause" };
 
 static struct st_opts opts;
 static struct st_spec spec;
@@ -275,6 +277,24 @@ static void *worker_main(void *arg)
 		jitring_thread_detach(jr);
 		write_until_refused(jr, w, 0);
 		jitring_thread_detach(jr);
+		return NULL;
+	case R_PAUSE:
+		/* A pause (each may wait 50 ms for a quiet round while
+		 * the others write), then write until refused. */
+		for (int n = 0; n < 1; n++) {
+			int ret = jitring_pause(jr);
+
+			if (ret == -ESHUTDOWN) {
+				w->flush_refused++;
+				break;
+			}
+			/* -EAGAIN: no quiet round while others write. */
+			if (ret && ret != -EAGAIN)
+				w->bad++;
+			if (st_write(jr, &spec, &w->log) == -ESHUTDOWN)
+				return NULL;
+		}
+		write_until_refused(jr, w, 0);
 		return NULL;
 	case R_FLUSH:
 		for (;;) {

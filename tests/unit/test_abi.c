@@ -9,8 +9,9 @@
  * passing.  Version 1 is the smallest size accepted; the sizes are frozen
  * (JITRING_*_SIZE_V1) and checked against the layout.
  *
- *  - config: below v1 -EINVAL; exactly v1 works; larger with zero unknown
- *    bytes works, with a non-zero one -E2BIG (nothing created);
+ *  - config: below v1 -EINVAL; exactly v1 (a caller built before version
+ *    2 appended ready_rings and ready_copies) works; larger with zero
+ *    unknown bytes works, with a non-zero one -E2BIG (nothing created);
  *  - stats: below v1 untouched; exactly v1 filled to v1 and not past it;
  *    larger: filled to the library's size, the caller's further bytes left
  *    as they were, struct_size kept;
@@ -66,6 +67,13 @@ static void test_layout(void)
 	T_CHECK_EQ(JITRING_STATS_SIZE_V1,
 		   offsetof(struct jitring_stats, trampoline_arenas_waited) +
 			   8);
+	T_CHECK_EQ(JITRING_CONFIG_SIZE_V2,
+		   offsetof(struct jitring_config, ready_copies) + 4);
+	T_CHECK_EQ(JITRING_STATS_SIZE_V2,
+		   offsetof(struct jitring_stats, rings_grown_waited) + 8);
+	/* Version 1 callers exist: version 2 only appended. */
+	T_CHECK(JITRING_CONFIG_SIZE_V2 > JITRING_CONFIG_SIZE_V1);
+	T_CHECK(JITRING_STATS_SIZE_V2 > JITRING_STATS_SIZE_V1);
 	T_CHECK_EQ(JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1,
 		   offsetof(struct jitring_trampoline_template, reserved) + 4);
 	T_CHECK(sizeof(struct jitring_config) >= JITRING_CONFIG_SIZE_V1);

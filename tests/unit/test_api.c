@@ -467,7 +467,7 @@ static void test_open_errors(uint32_t engine)
 		T_CHECK_EQ(jitring_open(&b_, &jr), -EINVAL);                \
 		T_CHECK(jr == sentinel);                                    \
 	} while (0)
-	OPEN_EINVAL(b_.struct_size = sizeof(b_) - 1);
+	OPEN_EINVAL(b_.struct_size = JITRING_CONFIG_SIZE_V1 - 1);
 	OPEN_EINVAL(b_.struct_size = 4);
 	OPEN_EINVAL(b_.struct_size = 0);
 	OPEN_EINVAL(b_.engine = 3);
@@ -1467,8 +1467,8 @@ static void test_stats_size(uint32_t engine)
 		uint64_t tail[2];
 	} big;
 	static const uint32_t small[] = {
-		0, 4, 8, sizeof(struct jitring_stats) - 8,
-		sizeof(struct jitring_stats) - 1,
+		0, 4, 8, JITRING_STATS_SIZE_V1 - 8,
+		JITRING_STATS_SIZE_V1 - 1,
 	};
 	struct went w, s;
 	struct exp x;

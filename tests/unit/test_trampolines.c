@@ -288,8 +288,8 @@ static struct tmpl_info tmpl_info(const struct jitring_trampoline_template *t)
 
 /*
  * Layout: distinct, 16-aligned, perf's extended mappings disjoint, the
- * executable bytes the template's, each in an r-xp arena between ---p
- * guards.  Sorts @c by address.
+ * executable bytes the template's, each in an r-x arena (private, or a
+ * shared mapping of the set's sealed image) between ---p guards.  Sorts @c by address.
  */
 static void check_layout(struct copies *c, const struct tmpl_info *ti)
 {
@@ -313,7 +313,8 @@ static void check_layout(struct copies *c, const struct tmpl_info *ti)
 		if (memcmp((const void *)(uintptr_t)x->addr, t->code,
 			   t->code_size))
 			bytes++;
-		if (!m || strcmp(m->perms, "r-xp") ||
+		/* r-xp, or r-xs when arenas map the shared image. */
+		if (!m || strncmp(m->perms, "r-x", 3) ||
 		    x->addr + ext > m->hi) {
 			perms++;
 		} else {
@@ -663,6 +664,22 @@ static uint64_t slots_per_arena(const struct tmpl_info *ti)
 	return ALIGN_UP(len, page) / slot;
 }
 
+/* The set's own figure must be that (written arenas) or the image's
+ * JR_TRAMP_IMAGE_SCALE times as many (arenas that map the set's image). */
+static uint64_t set_slots_per_arena(struct jitring_trampolines *set,
+				    const struct tmpl_info *ti)
+{
+	struct jitring_trampolines_state st;
+	uint64_t base = slots_per_arena(ti);
+
+	jitring_trampolines_state(set, &st);
+	T_CHECK(st.nslots == base ||
+		st.nslots == ALIGN_UP(base * st.slot_size,
+				      (uint64_t)sysconf(_SC_PAGESIZE)) *
+				     JR_TRAMP_IMAGE_SCALE / st.slot_size);
+	return st.nslots;
+}
+
 /* Two flushes: the flusher has run at least one full round (its
  * maintenance included) after the first one returned. */
 static void two_rounds(struct jitring *jr)
@@ -688,8 +705,8 @@ static void test_threads(uint32_t engine)
 	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	ti = tmpl_info(&tmpl);
-	per_arena = slots_per_arena(&ti);
 	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
+	per_arena = set_slots_per_arena(set, &ti);
 
 	memset(&w, 0, sizeof(w));
 	T_REQUIRE(pthread_create(&w.thread, NULL, watcher_main, &w) == 0);

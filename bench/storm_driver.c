@@ -1,0 +1,250 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Thread storms (issue 12): THREADS threads released at once, each making
+ * its first calls, after the writer sat idle.
+ *
+ *   bench/storm_driver write|kit THREADS [READY]
+ *
+ * write: each thread makes 20 jitring_write() calls (the CPython entry
+ *	shape: UNWINDING_INFO + CODE_LOAD);
+ * kit:   each thread takes 400 trampoline copies (jitring_trampolines_get
+ *	with the built-in template).
+ * READY: jitring_config.ready_rings and .ready_copies (0: the defaults),
+ *	what a runtime that knows its thread count may say.
+ *
+ * The threads are created first and park (stacks pre-touched); the writer
+ * then sits idle for 200 ms; then one futex wake releases them all.  Each
+ * thread measures its first call and its later calls in thread CPU time
+ * (CLOCK_THREAD_CPUTIME_ID: waiting for a CPU among thousands of threads
+ * does not count), then parks again, registered.  Reported, one JSON line:
+ *   own_ring_share    threads that found no ready ring and made their own
+ *                     (refills_waited / THREADS);
+ *   arena_caller_share  trampoline arenas a caller had to make itself
+ *                     (trampoline_arenas_waited / all arenas made);
+ *   first_p50_ns, first_p99_ns, later_ns (mean of the later calls);
+ *   rss_peak_kib (ru_maxrss), idle_kib_per_thread (VmRSS after 2.5 s idle
+ *   less VmRSS with the threads parked before the storm, per thread);
+ *   flusher_cpu_ms over the storm, flusher_idle_cpu_share over the idle.
+ */
+#include <errno.h>
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "benchlib.h"
+#include "harness.h"
+
+#define WRITES 20
+#define COPIES 400
+
+static struct jitring *jr;
+static struct jitring_trampolines *set;
+static const struct jitring_entry *entry;
+static int kit;
+static atomic_uint go;       /* 0: park; 1: storm; 2: leave */
+static atomic_uint arrived;  /* threads done with the storm */
+static atomic_ulong errors;
+static uint64_t *first_ns, *later_ns;
+
+static void fwait(atomic_uint *a, unsigned v)
+{
+	syscall(SYS_futex, (unsigned *)a, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
+}
+
+static void fwake(atomic_uint *a)
+{
+	syscall(SYS_futex, (unsigned *)a, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL,
+		NULL, 0);
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int one_call(void)
+{
+	void *addr;
+
+	if (kit)
+		return jitring_trampolines_get(set, "py::f:/app/x.py", &addr) >
+		       0;
+	return jitring_write(jr, entry) > 0;
+}
+
+static void *storm_thread(void *arg)
+{
+	size_t i = (size_t)arg;
+	unsigned n = kit ? COPIES : WRITES;
+	volatile char stack[64 << 10];
+	uint64_t t0, t1, t2;
+
+	memset((char *)stack, 1, sizeof(stack));
+	while (atomic_load(&go) == 0)
+		fwait(&go, 0);
+	t0 = thread_cpu_ns();
+	if (!one_call())
+		atomic_fetch_add(&errors, 1);
+	t1 = thread_cpu_ns();
+	for (unsigned k = 1; k < n; k++)
+		if (!one_call())
+			atomic_fetch_add(&errors, 1);
+	t2 = thread_cpu_ns();
+	first_ns[i] = t1 - t0;
+	later_ns[i] = (t2 - t1) / (n - 1);
+	if (atomic_fetch_add(&arrived, 1) + 1 == 0)
+		fwake(&arrived);
+	fwake(&arrived);
+	while (atomic_load(&go) != 2)
+		fwait(&go, 1);
+	return NULL;
+}
+
+static long vm_rss_kib(void)
+{
+	char line[256];
+	long v = -1;
+	FILE *f = fopen("/proc/self/status", "r");
+
+	while (f && fgets(line, sizeof(line), f))
+		if (!strncmp(line, "VmRSS:", 6))
+			v = strtol(line + 6, NULL, 10);
+	if (f)
+		fclose(f);
+	return v;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+int main(int argc, char **argv)
+{
+	struct jitring_config cfg;
+	struct jitring_trampoline_template tmpl;
+	struct jitring_stats st;
+	struct rusage ru;
+	pthread_attr_t attr;
+	pthread_t *th;
+	size_t n;
+	uint32_t ready = 0;
+	uint64_t c0, c1, c2, t_idle0, t_idle1;
+	long rss_parked, rss_idle;
+	double later = 0;
+	char dir[] = "/tmp/jitring-storm-XXXXXX";
+
+	if (argc < 3 || (strcmp(argv[1], "write") && strcmp(argv[1], "kit"))) {
+		fprintf(stderr, "usage: %s write|kit THREADS [READY]\n",
+			argv[0]);
+		return 2;
+	}
+	kit = !strcmp(argv[1], "kit");
+	n = strtoul(argv[2], NULL, 10);
+	if (argc > 3)
+		ready = (uint32_t)strtoul(argv[3], NULL, 10);
+	if (!mkdtemp(dir))
+		return 1;
+	jitring_config_init(&cfg);
+	cfg.dir = dir;
+	cfg.ready_rings = ready;
+	cfg.ready_copies = ready ? ready * COPIES : 0;
+	if (jitring_open(&cfg, &jr))
+		return 1;
+	entry = bench_shape_entry(bench_shape_parse("cpython"));
+	if (kit && (jitring_trampoline_builtin(&tmpl) ||
+		    jitring_trampolines_new(jr, &tmpl, &set)))
+		return 77;
+	first_ns = calloc(n, sizeof(*first_ns));
+	later_ns = calloc(n, sizeof(*later_ns));
+	th = calloc(n, sizeof(*th));
+	pthread_attr_init(&attr);
+	pthread_attr_setstacksize(&attr, 256 << 10);
+	for (size_t i = 0; i < n; i++)
+		if (pthread_create(&th[i], &attr, storm_thread, (void *)i))
+			return 1;
+	/* Parked and idle: the baseline, then the writer sits idle. */
+	sleep_ms(200);
+	rss_parked = vm_rss_kib();
+	if (getenv("STORM_DEBUG"))
+		fprintf(stderr, "before the storm: arenas ahead %llu\n",
+			(unsigned long long)t_stats(jr).trampoline_arenas_ahead);
+	c0 = bench_flusher_cpu_ns();
+	atomic_store(&go, 1);
+	fwake(&go);
+	for (unsigned a; (a = atomic_load(&arrived)) < n;)
+		fwait(&arrived, a);
+	c1 = bench_flusher_cpu_ns();
+	jitring_flush(jr);
+	getrusage(RUSAGE_SELF, &ru);
+	/* Idle, every thread registered and parked. */
+	t_idle0 = now_ns();
+	c2 = bench_flusher_cpu_ns();
+	sleep_ms(2500);
+	rss_idle = vm_rss_kib();
+	t_idle1 = now_ns();
+	st = t_stats(jr);
+	qsort(first_ns, n, sizeof(*first_ns), cmp_u64);
+	for (size_t i = 0; i < n; i++)
+		later += (double)later_ns[i] / (double)n;
+	printf("{\"kind\": \"storm\", \"mode\": \"%s\", \"threads\": %zu, "
+	       "\"ready\": %u, \"errors\": %lu, "
+	       "\"own_ring_share\": %.4f, \"refills_waited\": %llu, "
+	       "\"arena_caller_share\": %.4f, \"arenas_waited\": %llu, "
+	       "\"arenas_ahead\": %llu, "
+	       "\"first_p50_ns\": %llu, \"first_p99_ns\": %llu, "
+	       "\"later_ns\": %.0f, \"rss_peak_kib\": %ld, "
+	       "\"idle_kib_per_thread\": %.2f, \"flusher_cpu_ms\": %.2f, "
+	       "\"flusher_idle_cpu_share\": %.5f}\n",
+	       argv[1], n, ready, atomic_load(&errors),
+	       (double)st.refills_waited / (double)n,
+	       (unsigned long long)st.refills_waited,
+	       st.trampoline_arenas_ahead + st.trampoline_arenas_waited ?
+		       (double)st.trampoline_arenas_waited /
+			       (double)(st.trampoline_arenas_ahead +
+					st.trampoline_arenas_waited) :
+		       0.0,
+	       (unsigned long long)st.trampoline_arenas_waited,
+	       (unsigned long long)st.trampoline_arenas_ahead,
+	       (unsigned long long)first_ns[n / 2],
+	       (unsigned long long)first_ns[(n * 99) / 100], later,
+	       ru.ru_maxrss, (double)(rss_idle - rss_parked) / (double)n,
+	       (double)(c1 - c0) / 1e6,
+	       (double)(bench_flusher_cpu_ns() - c2) /
+		       (double)(t_idle1 - t_idle0));
+	atomic_store(&go, 2);
+	fwake(&go);
+	for (size_t i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	jitring_close(jr);
+	t_rmtree(dir);
+	return 0;
+}
