@@ -87,7 +87,7 @@ test: build-py deps-cross
 		--print-errorlogs --suite unit --suite e2e --suite stress --suite safety \
 		--suite python \
 		> build/test-output.txt 2>&1; tail -n 40 build/test-output.txt
-	@$(PY) scripts/test-summary.py build/meson-logs/testlog.json
+	@$(PY) scripts/test-summary.py --expect-suite python build/meson-logs/testlog.json
 
 test-unit: build
 	$(MESON) test -C build --no-rebuild --suite unit --print-errorlogs

@@ -20,5 +20,5 @@ logs=()
 for d in build build-asan build-tsan build-release-check; do
 	logs+=("$d/meson-logs/testlog.json")
 done
-python3 scripts/test-summary.py "${logs[@]}" || rc=1
+python3 scripts/test-summary.py --expect-suite python "${logs[@]}" || rc=1
 exit $rc

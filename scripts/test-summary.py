@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Summarise meson testlog.json files: print one last line
-'N passed, N failed, N skipped' and exit 1 if anything failed."""
+'N passed, N failed, N skipped' and exit 1 if anything failed.
+
+--expect-suite S (repeatable): a suite that must have run; none of its
+tests in the logs counts as one failure (e.g. the Python module's suite,
+which vanishes when its subproject fails to configure)."""
 import json
 import sys
 
@@ -9,7 +13,15 @@ PASS = {"OK", "EXPECTEDFAIL"}
 SKIP = {"SKIP"}
 
 
-def main(paths):
+def main(args):
+    expect, paths = set(), []
+    while args:
+        a = args.pop(0)
+        if a == "--expect-suite" and args:
+            expect.add(args.pop(0))
+        else:
+            paths.append(a)
+    seen = set()
     passed = failed = skipped = 0
     for path in paths:
         try:
@@ -20,6 +32,8 @@ def main(paths):
             failed += 1
             continue
         for t in lines:
+            # meson names a test "project:suite / name".
+            seen.add(t.get("name", "").split(" / ")[0].split(":")[-1])
             r = t.get("result")
             if r in PASS:
                 passed += 1
@@ -28,6 +42,9 @@ def main(paths):
             else:
                 failed += 1
                 print(f"FAILED: {t.get('name')} ({r}) in {path}")
+    for s in sorted(expect - seen):
+        failed += 1
+        print(f"FAILED: no test of suite '{s}' ran (did it configure?)")
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed or passed + skipped == 0 else 0
 
