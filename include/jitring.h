@@ -790,11 +790,13 @@ jitring_trampoline_builtin(struct jitring_trampoline_template *t);
  * @t: the template (copied; may be freed after the call).
  * @out: receives the set; untouched on failure.
  *
- * Copies are carved from executable arenas that are filled (written while
- * read-write, then switched to read-execute once, never remapped, with
- * PROT_NONE guard pages so the kernel never merges two) ahead of demand:
- * by the rings engine's background thread, or, with the mutex engine, by
- * the jitring_trampolines_get() call that finds none ready (lock-free).
+ * Copies are carved from executable arenas made ahead of demand: by the
+ * rings engine's background thread, or, with the mutex engine, by the
+ * jitring_trampolines_get() call that finds none ready (lock-free).  Each
+ * arena maps one sealed image of the set's slots read-execute (written
+ * once here, into a memfd; where an executable memfd is refused, each
+ * arena is written read-write and switched to read-execute once), never
+ * remapped, between PROT_NONE guard pages so the kernel never merges two.
  * Copies are spaced so perf's extended mapping of one (code + ALIGN_8 + the
  * unwind data's mapped_size) never covers the next.
  *
@@ -802,8 +804,9 @@ jitring_trampoline_builtin(struct jitring_trampoline_template *t);
  * Return: 0; -EINVAL for NULL arguments, a struct_size below version 1, a
  * bad code_size or salt_offset, non-zero reserved or a @cfi
  * jitring_eh_frame_build() refuses; -E2BIG for a larger template with a
- * non-zero byte this library does not know; -ESHUTDOWN once the writer is closing; -ENOMEM; or -errno from
- * mmap(2)/mprotect(2).
+ * non-zero byte this library does not know; -ESHUTDOWN once the writer is
+ * closing; -ENOMEM; or -errno from mmap(2)/mprotect(2) (a refused
+ * memfd is no error: the arenas are written instead).
  */
 JITRING_API int
 jitring_trampolines_new(struct jitring *jr,
