@@ -21,7 +21,16 @@
  * ready ones in an array of pointer cells.
  *   get:     a = cur (acquire); i = fetch_add(a->next, 1) (relaxed);
  *            i < a->nslots: the copy is slot i, ours alone.  Else advance.
- *   advance: the first thread to flag the exhausted arena (an exchange on
+ *   succ:    the current arena's successor, linked ahead (a CAS of
+ *            a->succ from NULL, release) by the thread that installed a
+ *            and by the flusher each round, taken from the ready array.
+ *   advance: if a->succ (acquire) is an arena, every thread that got here
+ *            CASes cur from a to it (release): one wins, no one waits.
+ *            The winner exchanges a->succ with DEAD (acquire) and parks
+ *            back an arena it finds there other than the one installed,
+ *            then links the new arena's successor.  Otherwise (the stock
+ *            ran dry, or the mutex engine):
+ *            the first thread to flag the exhausted arena (an exchange on
  *            a->switching) takes a ready arena (exchange of a cell to NULL,
  *            acquire), or makes one itself if none is ready (counted in
  *            trampoline_arenas_waited), then CASes cur from the exhausted arena
@@ -47,7 +56,11 @@
  *
  * Invariants: cur never goes back to an arena it left (only fresh arenas
  * are ever installed, so the CAS has no ABA); an installed arena is never
- * in the ready array again; every slot index below nslots is claimed by
+ * in the ready array again; an arena is in at most one place: a ready
+ * cell, one arena's succ, or cur (a link to a retired arena fails on DEAD
+ * and the linker parks the arena back; between the CAS that installs a
+ * successor and the exchange that retires its link, it is both cur and
+ * the old arena's succ, and every other CAS from the old arena fails); every slot index below nslots is claimed by
  * exactly one fetch_add; nready >= the number of filled cells (it is raised
  * before a put and lowered after a take), so nready == 0 proves the array
  * empty; every arena made is on the set's `all` list until
@@ -96,6 +109,7 @@
 #include "internal.h"
 #include "record.h"
 #include "rings.h"
+#include "testpoint.h"
 #include "trampolines.h"
 
 _Static_assert(JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 ==
@@ -109,6 +123,8 @@ struct tr_arena {
 	/* Claimed slots; may run past nslots once exhausted. */
 	alignas(JITRING_CACHELINE) _Atomic uint64_t next;
 	_Atomic uint32_t switching; /* a thread is replacing this arena */
+	/* The arena that follows, linked ahead (see "Successor"). */
+	_Atomic(struct tr_arena *) succ;
 
 	/* Immutable once published. */
 	alignas(JITRING_CACHELINE) uint8_t *base; /* slot 0 */
@@ -306,6 +322,7 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 publish:
 	atomic_init(&a->next, 0);
 	atomic_init(&a->switching, 0);
+	atomic_init(&a->succ, NULL);
 	a->base = base;
 	a->nslots = nslots;
 	a->map = map;
@@ -421,6 +438,67 @@ static void want_grow(struct jitring_trampolines *t, uint32_t seen)
 				      memory_order_relaxed);
 }
 
+/* An arena was taken from the stock: ask for more if it runs low. */
+static void stock_check(struct jitring_trampolines *t, uint32_t want)
+{
+	int32_t left = atomic_load_explicit(&t->nready, memory_order_relaxed);
+
+	/* The last one: nearly had to wait, keep more from now on. */
+	if (left <= 0)
+		want_grow(t, want);
+	if (left < (int32_t)want)
+		wake_flusher(t);
+}
+
+/* succ of an arena that cur has left: no arena is linked to it any more. */
+#define SUCC_DEAD ((struct tr_arena *)1)
+
+/*
+ * Link a ready arena as @a's successor if it has none, so that whichever
+ * thread exhausts @a installs it with one CAS (arena_advance()).  Called
+ * by the thread that installed @a and by the flusher.  A lost race (or an
+ * @a already left) parks the arena back.
+ */
+static void succ_link(struct jitring_trampolines *t, struct tr_arena *a)
+{
+	struct tr_arena *none = NULL, *s;
+
+	if (atomic_load_explicit(&a->succ, memory_order_relaxed))
+		return;
+	s = ready_take(t);
+	if (!s)
+		return;
+	JITRING_TESTPOINT(tramp_succ_link, t);
+	/* Pairs with the acquire load of succ in arena_advance(): the
+	 * installer sees the arena's header (ready_take() acquired it). */
+	if (!atomic_compare_exchange_strong_explicit(&a->succ, &none, s,
+						     memory_order_release,
+						     memory_order_relaxed))
+		ready_put(t, s);
+}
+
+/*
+ * cur moved from @old to @n (our CAS): wake the threads waiting for the
+ * switch, unlink @old's successor if it is not @n (it was linked after
+ * we chose another arena: park it back), and link one for @n.
+ */
+static void switched_to(struct jitring_trampolines *t, struct tr_arena *old,
+			struct tr_arena *n)
+{
+	struct tr_arena *s;
+
+	/* Wake the waiters in wait_switch() (they re-read cur). */
+	atomic_fetch_add_explicit(&t->switched, 1, memory_order_relaxed);
+	jr_futex_wake(&t->switched, INT_MAX);
+	/* Acquire: pairs with the release CAS in succ_link(), for ready_put
+	 * of an arena we never installed. */
+	s = atomic_exchange_explicit(&old->succ, SUCC_DEAD,
+				     memory_order_acquire);
+	if (s && s != n && s != SUCC_DEAD)
+		ready_put(t, s);
+	succ_link(t, n);
+}
+
 /*
  * Another thread is switching from @old: wait for it rather than take or
  * make an arena too (a crowd of threads that ran out at the same moment
@@ -474,7 +552,26 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 	/* Someone moved on already: use theirs. */
 	if (atomic_load_explicit(&t->cur, memory_order_relaxed) != old)
 		return 0;
-	/* The first to get here switches; the others wait for it. */
+	/*
+	 * The successor linked ahead: every thread that gets here tries the
+	 * same CAS, one wins, nobody waits for anybody.  Acquire pairs with
+	 * the release CAS in succ_link().
+	 */
+	n = atomic_load_explicit(&old->succ, memory_order_acquire);
+	if (n && n != SUCC_DEAD) {
+		JITRING_TESTPOINT(tramp_succ_cas, t);
+		/* Pairs with the acquire load of cur in get_copy(). */
+		if (atomic_compare_exchange_strong_explicit(
+			    &t->cur, &expect, n, memory_order_release,
+			    memory_order_relaxed)) {
+			want = atomic_load_explicit(&t->want,
+						    memory_order_relaxed);
+			switched_to(t, old, n);
+			stock_check(t, want);
+		}
+		return 0;
+	}
+	/* None linked: the first to get here switches; the others wait. */
 	if (atomic_exchange_explicit(&old->switching, 1,
 				     memory_order_relaxed) &&
 	    wait_switch(t, old))
@@ -482,14 +579,7 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 	want = atomic_load_explicit(&t->want, memory_order_relaxed);
 	n = ready_take(t);
 	if (n) {
-		int32_t left =
-			atomic_load_explicit(&t->nready, memory_order_relaxed);
-
-		/* The last one: nearly had to wait, keep more from now on. */
-		if (left <= 0)
-			want_grow(t, want);
-		if (left < (int32_t)want)
-			wake_flusher(t);
+		stock_check(t, want);
 	} else {
 		int ret;
 
@@ -505,14 +595,12 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 		want_grow(t, want);
 		wake_flusher(t);
 	}
-	/* Pairs with the acquire load of cur in jitring_trampolines_get(). */
+	JITRING_TESTPOINT(tramp_slow_cas, t);
+	/* Pairs with the acquire load of cur in get_copy(). */
 	if (atomic_compare_exchange_strong_explicit(&t->cur, &expect, n,
 						    memory_order_release,
 						    memory_order_relaxed)) {
-		/* Wake the waiters in wait_switch() (they re-read cur). */
-		atomic_fetch_add_explicit(&t->switched, 1,
-					  memory_order_relaxed);
-		jr_futex_wake(&t->switched, INT_MAX);
+		switched_to(t, old, n);
 		return 0;
 	}
 	/*
@@ -526,9 +614,11 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 
 bool jitring_trampolines_wanted(struct jitring *jr)
 {
-	/* Pairs with the acq_rel CAS that pushes a set. */
+	/* Pairs with the acq_rel CAS that pushes a set; seq_cst: with the
+	 * fence after that push, a Dekker pair with the flusher's store of
+	 * its sleep mode (a new set is seen, or its maker wakes us). */
 	for (struct jitring_trampolines *t = atomic_load_explicit(
-		     &jr->trampoline_sets, memory_order_acquire);
+		     &jr->trampoline_sets, memory_order_seq_cst);
 	     t; t = t->next)
 		/* Pairs with the seq_cst fetch_sub in ready_take().  A set
 		 * whose arenas cannot be made (warned) must not keep the
@@ -557,6 +647,9 @@ void jitring_trampolines_maintain(struct jitring *jr)
 			atomic_load_explicit(&t->want, memory_order_relaxed);
 
 		added = 0;
+		/* Pairs with the release CAS of cur in arena_advance(). */
+		succ_link(t,
+			  atomic_load_explicit(&t->cur, memory_order_acquire));
 		while (atomic_load_explicit(&t->nready, memory_order_relaxed) <
 		       (int32_t)want) {
 			ret = arena_make(t, &a);
@@ -803,6 +896,16 @@ int jitring_trampolines_new(struct jitring *jr,
 	} while (!atomic_compare_exchange_weak_explicit(
 		&jr->trampoline_sets, &head, t, memory_order_acq_rel,
 		memory_order_acquire));
+	/*
+	 * The stock beyond the first arenas is the flusher's to make: wake
+	 * it, or a flusher asleep without a timer leaves the set short until
+	 * the first switch (a storm's first copies then wait).  The fence is
+	 * the Dekker pair of the flusher's store of its sleep mode before
+	 * its check in jitring_trampolines_wanted(): it sees the set, or we
+	 * see it asleep.
+	 */
+	atomic_thread_fence(memory_order_seq_cst);
+	wake_flusher(t);
 	jitring_exit(jr);
 	jitring_count(&jr->c.trampoline_arenas_ahead, made);
 	*out = t;
@@ -830,16 +933,63 @@ static size_t parts_len(const struct jitring_str *parts, uint32_t n)
 }
 
 /* A copy named @name, or by @parts when @name is NULL. */
+/*
+ * Describe the copy @e->code_addr through the writer, with the dumped
+ * bytes salted into @dumped (room for t->code_size).
+ */
+static inline __attribute__((always_inline)) int64_t
+copy_write(struct jitring_trampolines *t, struct jitring_entry *e,
+	   unsigned char *dumped)
+{
+	struct jitring_group g = t->group;
+	int64_t idx;
+
+	if (t->salt_offset != JITRING_TRAMPOLINE_NO_SALT) {
+		uint64_t salt = salt_of(t, e->code_addr);
+
+		memcpy(dumped, t->code, t->code_size);
+		if (t->code_size >= JR_TRAMP_SALT_SIZE) {
+			memcpy(dumped + t->salt_offset, &salt, sizeof(salt));
+		} else {
+			const unsigned char *sb = (const unsigned char *)&salt;
+
+			for (uint32_t k = 0; k < t->code_size; k++)
+				dumped[k] ^= sb[k];
+		}
+		e->code_bytes = dumped;
+	}
+	idx = jitring_write_group(t->jr, &g, jitring_record_rename(&g, e));
+	if (idx > 0)
+		jitring_count(&t->jr->c.trampoline_copies, 1);
+	return idx;
+}
+
+/*
+ * Templates over COPY_STACK_MAX bytes (the built-in one has 16 or 28):
+ * their dumped bytes need a buffer of up to a page, kept out of the common
+ * path's frame, so that a fresh thread's first copy does not touch (and
+ * fault in) a new page of its stack.
+ */
+#define COPY_STACK_MAX 128u
+
+static JR_NOINLINE int64_t copy_write_big(struct jitring_trampolines *t,
+					  struct jitring_entry *e)
+{
+	unsigned char dumped[JITRING_TRAMPOLINE_MAX];
+
+	return copy_write(t, e, dumped);
+}
+
 static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 			const struct jitring_str *parts, uint32_t nparts,
 			void **addr)
 {
-	unsigned char dumped[JITRING_TRAMPOLINE_MAX];
+	unsigned char dumped[COPY_STACK_MAX];
 	struct jitring_entry e;
 	struct jitring *jr;
 	struct tr_arena *a;
 	uint8_t *code;
-	uint64_t i, salt;
+	uint64_t i;
 	size_t len;
 	uint32_t s;
 	int64_t idx;
@@ -884,29 +1034,12 @@ static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 	e.code_bytes = t->code;
 	e.eh_frame = t->eh_frame;
 	e.eh_frame_size = t->eh_frame_size;
-	if (t->salt_offset != JITRING_TRAMPOLINE_NO_SALT) {
-		salt = salt_of(t, code);
-		memcpy(dumped, t->code, t->code_size);
-		if (t->code_size >= JR_TRAMP_SALT_SIZE) {
-			memcpy(dumped + t->salt_offset, &salt, sizeof(salt));
-		} else {
-			const unsigned char *sb = (const unsigned char *)&salt;
-
-			for (uint32_t k = 0; k < t->code_size; k++)
-				dumped[k] ^= sb[k];
-		}
-		e.code_bytes = dumped;
-	}
-	{
-		struct jitring_group g = t->group;
-
-		idx = jitring_write_group(jr, &g,
-					  jitring_record_rename(&g, &e));
-	}
-	if (idx > 0) {
-		jitring_count(&jr->c.trampoline_copies, 1);
+	if (likely(t->code_size <= COPY_STACK_MAX))
+		idx = copy_write(t, &e, dumped);
+	else
+		idx = copy_write_big(t, &e);
+	if (idx > 0)
 		*addr = code;
-	}
 	return idx;
 }
 

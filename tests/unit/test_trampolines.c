@@ -45,6 +45,7 @@
 #include "harness.h"
 #include "jitring.h"
 #include "reader.h"
+#include "testpoint.h"
 #include "trampolines.h"
 
 #define ALIGN_UP(x, a) (((uint64_t)(x) + ((a) - 1)) / (a) * (a))
@@ -1112,6 +1113,112 @@ static void test_fork(uint32_t engine)
 
 /* ------------------------------------------------------------------ */
 
+/*
+ * Arena switches with their windows widened: a thread that read the
+ * linked successor yields before its CAS (tramp_succ_cas), so does one
+ * about to install an arena of its own (tramp_slow_cas) and a linker
+ * between taking an arena and linking it (tramp_succ_link), so that fast
+ * switches, slow ones and the flusher's links overlap.  Every copy is
+ * still handed out once (distinct addresses, each name once in the dump)
+ * (Without testpoints: the same bursts, unwidened.)
+ */
+static _Atomic unsigned long switch_yields;
+
+#ifdef JITRING_TESTPOINTS
+static void switch_hook(const char *name, void *arg)
+{
+	(void)arg;
+	if (!strcmp(name, "tramp_succ_cas") ||
+	    !strcmp(name, "tramp_slow_cas") ||
+	    !strcmp(name, "tramp_succ_link")) {
+		atomic_fetch_add(&switch_yields, 1);
+		sched_yield();
+	}
+}
+#endif
+
+static void test_switch_races(uint32_t engine)
+{
+	struct jitring_trampoline_template tmpl;
+	struct jitring_trampolines *set = NULL;
+	struct copies all = { 0 };
+	struct jitring_stats s;
+	struct tmpl_info ti;
+	struct jitring *jr;
+	struct t_dir d;
+	size_t total = 0;
+
+	t_dir_make(&d, "switch");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
+	ti = tmpl_info(&tmpl);
+	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
+	atomic_store(&switch_yields, 0);
+#ifdef JITRING_TESTPOINTS
+	atomic_store(&jitring_testpoint_hook, switch_hook);
+#endif
+	for (uint32_t phase = 0; phase < 3; phase++)
+		total += burst(set, 10 + phase, NR_THREADS, PER_THREAD, 0,
+			       &all);
+#ifdef JITRING_TESTPOINTS
+	atomic_store(&jitring_testpoint_hook, NULL);
+	T_CHECK(atomic_load(&switch_yields) > 0);
+#endif
+	T_CHECK_EQ(all.n, total);
+	check_layout(&all, &ti);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	check_dump(d.dump, &all, &ti);
+	s = t_stats(jr);
+	T_CHECK_EQ(s.trampoline_copies, total);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	free(all.v);
+	t_dir_remove(&d);
+}
+
+/*
+ * A set made while the flusher sleeps without a timer gets its whole stock
+ * ahead of demand anyway: jitring_trampolines_new() wakes it.  (It did not:
+ * the set had its first arenas only, and a thread storm's first copies
+ * then made and waited for arenas.)  jitring_pause() makes "asleep" exact:
+ * the flusher thread is gone until something wakes the engine.
+ */
+static void test_stock_woken(uint32_t engine)
+{
+	struct jitring_trampoline_template tmpl;
+	struct jitring_trampolines *set = NULL;
+	struct jitring_trampolines_state st;
+	struct jitring_config c;
+	struct jitring *jr = NULL;
+	struct t_dir d;
+	int i;
+
+	if (engine != JITRING_ENGINE_RINGS)
+		return; /* the mutex engine keeps no stock */
+	t_dir_make(&d, "stock");
+	jitring_config_init(&c);
+	c.engine = engine;
+	c.dir = d.path;
+	c.ready_copies = 100000;
+	T_REQUIRE(jitring_open(&c, &jr) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
+	T_CHECK_EQ(jitring_pause(jr), 0);
+	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
+	jitring_trampolines_state(set, &st);
+	T_CHECK(st.want > 3); /* more than the set makes itself */
+	/* Wait for a condition (bounded), not for time: 10 s at most. */
+	for (i = 0; i < 10000; i++) {
+		jitring_trampolines_state(set, &st);
+		if (st.nready >= (int32_t)st.want)
+			break;
+		nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
+	}
+	T_CHECK(st.nready >= (int32_t)st.want);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	t_dir_remove(&d);
+}
+
 int main(void)
 {
 	struct jitring_trampoline_template t;
@@ -1125,6 +1232,8 @@ int main(void)
 		t_run("templates", t_engines[i], test_templates);
 		t_run("close race", t_engines[i], test_close_race);
 		t_run("fork", t_engines[i], test_fork);
+		t_run("stock woken", t_engines[i], test_stock_woken);
+		t_run("switch races", t_engines[i], test_switch_races);
 	}
 	return t_report();
 }
