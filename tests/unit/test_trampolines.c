@@ -689,6 +689,19 @@ static void two_rounds(struct jitring *jr)
 	T_CHECK_EQ(jitring_flush(jr), 0);
 }
 
+/* @total copies handed out (@all): laid out apart, each in the dump once,
+ * and counted. */
+static void check_all(struct jitring *jr, const char *dump,
+		      struct copies *all, uint64_t total,
+		      const struct tmpl_info *ti)
+{
+	T_CHECK_EQ(all->n, total);
+	check_layout(all, ti);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	check_dump(dump, all, ti);
+	T_CHECK_EQ(t_stats(jr).trampoline_copies, total);
+}
+
 static void test_threads(uint32_t engine)
 {
 	struct jitring_trampoline_template tmpl;
@@ -801,12 +814,8 @@ static void test_threads(uint32_t engine)
 			(unsigned long long)w.wx[i].lo,
 			(unsigned long long)w.wx[i].hi, w.wx[i].perms);
 
-	T_CHECK_EQ(all.n, total);
-	check_layout(&all, &ti);
-	T_CHECK_EQ(jitring_flush(jr), 0);
-	check_dump(d.dump, &all, &ti);
+	check_all(jr, d.dump, &all, total, &ti);
 	s4 = t_stats(jr);
-	T_CHECK_EQ(s4.trampoline_copies, total);
 	T_CHECK_EQ(s4.entries_written, total);
 
 	T_CHECK_EQ(jitring_trampolines_free(set), -EBUSY);
@@ -1142,7 +1151,6 @@ static void test_switch_races(uint32_t engine)
 	struct jitring_trampoline_template tmpl;
 	struct jitring_trampolines *set = NULL;
 	struct copies all = { 0 };
-	struct jitring_stats s;
 	struct tmpl_info ti;
 	struct jitring *jr;
 	struct t_dir d;
@@ -1164,12 +1172,7 @@ static void test_switch_races(uint32_t engine)
 	atomic_store(&jitring_testpoint_hook, NULL);
 	T_CHECK(atomic_load(&switch_yields) > 0);
 #endif
-	T_CHECK_EQ(all.n, total);
-	check_layout(&all, &ti);
-	T_CHECK_EQ(jitring_flush(jr), 0);
-	check_dump(d.dump, &all, &ti);
-	s = t_stats(jr);
-	T_CHECK_EQ(s.trampoline_copies, total);
+	check_all(jr, d.dump, &all, total, &ti);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
 	free(all.v);
