@@ -120,6 +120,18 @@ def check_dump(path, sort=True):
     return p.returncode == 0, (p.stdout + p.stderr).strip().splitlines()[:1]
 
 
+def take_result(res, rc, out, err):
+    """A worker's last JSON line into @res, or how it ended (a crash is a
+    result: -X perf_jit crashes)."""
+    lines = [l for l in out.splitlines() if l.startswith("{")]
+    if rc == 0 and lines:
+        res.update(json.loads(lines[-1]))
+    else:
+        res["crash"] = rc if isinstance(rc, str) else (
+            "signal %d" % -rc if rc < 0 else "exit %d" % rc)
+        res["stderr"] = str(err)[-400:]
+
+
 def one(mode, nthreads, n):
     """A base, rings or mutex run; jitring's dump goes to a fresh dir."""
     d = tempfile.mkdtemp(prefix="jitring-pybench.", dir="/tmp")
@@ -131,13 +143,7 @@ def one(mode, nthreads, n):
         rc, out, err = p.returncode, p.stdout, p.stderr
     except subprocess.TimeoutExpired as e:
         rc, out, err = "timeout", e.stdout or "", e.stderr or ""
-    lines = [l for l in out.splitlines() if l.startswith("{")]
-    if rc == 0 and lines:
-        res.update(json.loads(lines[-1]))
-    else:
-        res["crash"] = rc if isinstance(rc, str) else (
-            "signal %d" % -rc if rc < 0 else "exit %d" % rc)
-        res["stderr"] = str(err)[-400:]
+    take_result(res, rc, out, err)
     dumps = [os.path.join(d, f) for f in os.listdir(d)
              if f.startswith("jit-") and f.endswith(".dump")]
     if mode != "base":
@@ -169,13 +175,7 @@ def one_perf_jit(nthreads, n):
         p.kill()
         out, err = p.communicate()
         rc = "timeout"
-    lines = [l for l in out.splitlines() if l.startswith("{")]
-    if rc == 0 and lines:
-        res.update(json.loads(lines[-1]))
-    else:
-        res["crash"] = rc if isinstance(rc, str) else (
-            "signal %d" % -rc if rc < 0 else "exit %d" % rc)
-        res["stderr"] = err[-400:]
+    take_result(res, rc, out, err)
     path = "/tmp/jit-%d.dump" % p.pid
     if os.path.exists(path):
         # CPython does not promise time order: judged by perf's rules, and
