@@ -60,11 +60,11 @@
  * cell, one arena's succ, or cur (a link to a retired arena fails on DEAD
  * and the linker parks the arena back; between the CAS that installs a
  * successor and the exchange that retires its link, it is both cur and
- * the old arena's succ, and every other CAS from the old arena fails); every slot index below nslots is claimed by
- * exactly one fetch_add; nready >= the number of filled cells (it is raised
- * before a put and lowered after a take), so nready == 0 proves the array
- * empty; every arena made is on the set's `all` list until
- * jitring_trampolines_free().
+ * the old arena's succ, and every other CAS from the old arena fails);
+ * every slot index below nslots is claimed by exactly one fetch_add;
+ * nready >= the number of filled cells (it is raised before a put and
+ * lowered after a take), so nready == 0 proves the array empty; every
+ * arena made is on the set's `all` list until jitring_trampolines_free().
  *
  * Ordering: the maker's writes to the slots and the arena header happen
  * before its release CAS into a ready cell (or into cur); a taker's acquire
@@ -72,17 +72,20 @@
  * of cur extend that to the threads that run the copies.  On x86_64 the
  * mprotect's TLB shootdown serialises other cores; elsewhere
  * __builtin___clear_cache() does the cache maintenance before publication.
- * Sets are pushed on jr->trampoline_sets with an acq_rel CAS and read by the flusher
- * from an acquire load of the head; `next` links are immutable while the
- * writer is open.
+ * Sets are pushed on jr->trampoline_sets with an acq_rel CAS and read by
+ * the flusher from a seq_cst load of the head; `next` links are immutable
+ * while the writer is open.
  *
  * Waking the flusher only touches jr->sleep (part of the handle, never
  * freed), so no jitring_enter() is needed on the get path.  No wake is
  * missed: a take lowers nready seq_cst and then reads the sleep word
- * seq_cst; the flusher stores its sleep mode seq_cst and then checks every
- * set's nready against its mark (jitring_trampolines_wanted()).  The mutex engine has no background thread:
+ * seq_cst; jitring_trampolines_new() pushes its set, fences seq_cst and
+ * reads the sleep word; the flusher stores its sleep mode seq_cst and then
+ * checks every set's nready against its mark (jitring_trampolines_wanted(),
+ * seq_cst loads).  The mutex engine has no background thread:
  * jitring_trampolines_new() makes the first arena and each later one is
- * made by the get() that exhausted the previous one (trampoline_arenas_waited).
+ * made by the get() that exhausted the previous one
+ * (trampoline_arenas_waited).
  *
  * Close and fork: the set and its arenas do not depend on the engine state,
  * so a get() racing jitring_close() touches only memory that stays valid
@@ -932,7 +935,6 @@ static size_t parts_len(const struct jitring_str *parts, uint32_t n)
 	return len;
 }
 
-/* A copy named @name, or by @parts when @name is NULL. */
 /*
  * Describe the copy @e->code_addr through the writer, with the dumped
  * bytes salted into @dumped (room for t->code_size).
@@ -980,6 +982,7 @@ static JR_NOINLINE int64_t copy_write_big(struct jitring_trampolines *t,
 	return copy_write(t, e, dumped);
 }
 
+/* A copy named @name, or by @parts when @name is NULL. */
 static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 			const struct jitring_str *parts, uint32_t nparts,
 			void **addr)
