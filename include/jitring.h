@@ -555,11 +555,11 @@ JITRING_API int jitring_flush(struct jitring *jr);
  * a runtime that forks right after sees one thread fewer (CPython warns on
  * fork() in a process with more than one).  The writer stays open, and the
  * engine resumes by itself: the next call that needs the flusher (a write
- * or move, a flush, a thread's first write, a trampoline arena, close)
- * starts it again before it returns.  With other threads writing all the
- * time the flusher may find no quiet round: after 50 ms this gives up,
- * leaves the flusher running and returns -EAGAIN.  The mutex engine has no
- * thread: 0 at once.
+ * or move, a flush, a thread's first write, a new trampoline set or
+ * arena, close) starts it again before it returns.  With other threads
+ * writing all the time the flusher may find no quiet round: after 50 ms
+ * this gives up, leaves the flusher running and returns -EAGAIN.  The
+ * mutex engine has no thread: 0 at once.
  *
  * Context: any thread, concurrently with every call; blocks; not
  * async-signal-safe.
