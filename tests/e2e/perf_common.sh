@@ -5,6 +5,9 @@
 #
 #   e2e_args "$@"         BUILD_DIR ENGINE: sets $build and $engine
 #                         (exit 2 on a bad command line)
+#   e2e_prog NAME         the x86_64 program tests/e2e/NAME under test:
+#                         sets $prog and $dumptool (jitring-dump); skip
+#                         on another architecture, fail if not built
 #   pass/fail/skip WHY    the harness's output: "ok:", "FAIL:" (keeps and
 #                         names the scratch directory) or "SKIP:", then
 #                         "N passed, N failed" last; exit 1 or 77
@@ -31,6 +34,14 @@ e2e_args() {
 	rings | mutex) ;;
 	*) echo "$0: unknown engine '$engine'" >&2; exit 2 ;;
 	esac
+}
+
+e2e_prog() {
+	prog=$build/tests/e2e/$1
+	dumptool=$build/tools/jitring-dump
+	[ "$(uname -m)" = x86_64 ] || skip "$1 generates x86_64 code only"
+	[ -x "$prog" ] || fail "$prog not built"
+	[ -x "$dumptool" ] || fail "$dumptool not built"
 }
 
 skip() {

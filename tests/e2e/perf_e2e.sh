@@ -41,12 +41,8 @@ RT_PREFIX='py::func_'	# testjit --mode runtime's default names
 
 . "$(dirname "$0")/perf_common.sh"
 e2e_args "$@"
-testjit=$build/tests/e2e/testjit
-dumptool=$build/tools/jitring-dump
-
-[ "$(uname -m)" = x86_64 ] || skip "testjit --mode asm generates x86_64 code only"
-[ -x "$testjit" ] || fail "$testjit not built"
-[ -x "$dumptool" ] || fail "$dumptool not built"
+e2e_prog testjit
+testjit=$prog
 e2e_perf e2e
 
 echo "engine $engine, $THREADS threads x $FUNCTIONS functions, ${SECONDS_RUN} s; scratch $scratch"

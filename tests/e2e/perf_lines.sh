@@ -35,12 +35,8 @@ MAX_UNKNOWN=10		# percent of the samples without a line
 
 . "$(dirname "$0")/perf_common.sh"
 e2e_args "$@"
-testjit=$build/tests/e2e/testjit
-dumptool=$build/tools/jitring-dump
-
-[ "$(uname -m)" = x86_64 ] || skip "testjit --mode asm generates x86_64 code only"
-[ -x "$testjit" ] || fail "$testjit not built"
-[ -x "$dumptool" ] || fail "$dumptool not built"
+e2e_prog testjit
+testjit=$prog
 e2e_perf lines addr2line nm
 
 # The "source" the table names: a line 20 and a line 30 to show.

@@ -26,12 +26,7 @@ MIN_JIT_SHARE=50
 
 . "$(dirname "$0")/perf_common.sh"
 e2e_args "$@"
-prog=$build/tests/e2e/reopenjit
-dumptool=$build/tools/jitring-dump
-
-[ "$(uname -m)" = x86_64 ] || skip "reopenjit generates x86_64 code only"
-[ -x "$prog" ] || fail "$prog not built"
-[ -x "$dumptool" ] || fail "$dumptool not built"
+e2e_prog reopenjit
 e2e_perf reopen
 
 # --- 1 ----------------------------------------------------------------------
