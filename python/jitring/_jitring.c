@@ -777,16 +777,20 @@ static COLD void *copy_publish(struct session *s, PyObject *co,
 
 /* The slow path of a call: @co has no copy of this session yet, or one is
  * being made. */
-static COLD void *code_copy(struct session *s, PyObject *co)
+static COLD void *code_copy(struct session *s, PyObject *co, uint64_t v)
 {
 	const uint64_t tag = s->tag << TAG_SHIFT;
 	uintptr_t key = (uintptr_t)co;
-	uint64_t h = key_hash(key), v;
+	uint64_t h = key_hash(key);
 	struct shard *sh = key_shard(h);
 	unsigned int waits = 0;
 	struct slot *sl;
 	uintptr_t tb;
 
+	/* Already this session's (failed, or another thread making it):
+	 * nothing to insert or claim, so no lock. */
+	if ((v & ~ADDR_MASK) == tag)
+		goto wait;
 	pthread_mutex_lock(&sh->mu);
 	sl = shard_slot(sh, key, h, true);
 	if (!sl) {
@@ -805,6 +809,7 @@ static COLD void *code_copy(struct session *s, PyObject *co)
 		return copy_publish(s, co, sh, h, tag, tb, sl);
 	}
 	pthread_mutex_unlock(&sh->mu);
+wait:
 	for (;;) {
 		if ((v & ~ADDR_MASK) != tag)	/* given back, or a new session */
 			return NULL;
@@ -888,7 +893,7 @@ static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
 		   (v & ADDR_MASK) > VAL_FAILED)) {
 		t = (void *)(uintptr_t)(v & ADDR_MASK);
 	} else {
-		t = code_copy(s, co);
+		t = code_copy(s, co, v);
 		if (!t)
 			goto plain;
 	}
@@ -1163,6 +1168,7 @@ static PyObject *jr_stats(PyObject *mod, PyObject *unused)
 		U(batches); U(late_entries); U(holdback_max_ns);
 		U(threads_attached); U(threads_total); U(rings_grown);
 		U(trampoline_copies); U(trampoline_arenas_ahead); U(trampoline_arenas_waited);
+		U(rings_grown_waited);
 #undef U
 		{
 			PyObject *io = PyLong_FromLong(st.io_error);
