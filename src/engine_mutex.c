@@ -18,7 +18,7 @@
  *    the lock after close sees the state and returns -ESHUTDOWN, instead of
  *    writing to a closed FILE as CPython's free_state race did.
  *  - code_index values come from the process-wide counter in blocks of
- *    JR_IDS_BLOCK (one atomic per 64 entries instead of one per entry), so
+ *    JR_ID_BLOCK (one atomic per 64 entries instead of one per entry), so
  *    they are unique across writers; the blocks are remembered, so a move
  *    of an index this writer never handed out is refused.
  *
@@ -300,7 +300,7 @@ static uint64_t id_next_locked(struct mutex_eng *m)
 		if (m->nblocks < m->blocks_cap)
 			m->blocks[m->nblocks++] = start;
 		m->id_next = start;
-		m->id_end = start + JR_IDS_BLOCK;
+		m->id_end = start + JR_ID_BLOCK;
 	}
 	return m->id_next++;
 }
@@ -319,10 +319,10 @@ static bool id_issued_locked(const struct mutex_eng *m, uint64_t id)
 		else
 			hi = mid;
 	}
-	if (!lo || id - m->blocks[lo - 1] >= JR_IDS_BLOCK)
+	if (!lo || id - m->blocks[lo - 1] >= JR_ID_BLOCK)
 		return false;
 	/* In the current block only what was handed out so far. */
-	return m->blocks[lo - 1] + JR_IDS_BLOCK != m->id_end || id < m->id_next;
+	return m->blocks[lo - 1] + JR_ID_BLOCK != m->id_end || id < m->id_next;
 }
 
 int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)

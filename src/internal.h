@@ -249,15 +249,14 @@ int jitring_file_claim(struct jitring *jr, enum jr_kind kind, const char *dir,
  * @from: what it gave in *@from: the descriptor goes back to that writer;
  *	if NULL, the new file is unlinked (if it still has @name) and closed.
  */
-void jitring_file_unclaim(struct jitring *jr, enum jr_kind kind,
-			  const char *dir, const char *name, int fd,
-			  struct jitring *from, bool child);
+void jitring_file_unclaim(enum jr_kind kind, const char *dir, const char *name,
+			  int fd, struct jitring *from, bool child);
 
 /* code_index blocks, process-wide, so that no two writers of the process
  * (open at once or one after the other) ever hand out the same index:
- * each call returns the first of JR_IDS_BLOCK fresh values, a multiple of
- * JR_IDS_BLOCK, never 0.  Lock-free. */
-#define JR_IDS_BLOCK 64u
+ * each call returns the first of JR_ID_BLOCK fresh values, a multiple of
+ * JR_ID_BLOCK, never 0.  Lock-free. */
+#define JR_ID_BLOCK 64u
 uint64_t jitring_ids_take(void);
 /* The first value no block has been taken from yet (a hint). */
 uint64_t jitring_ids_peek(void);

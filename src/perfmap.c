@@ -90,7 +90,7 @@ int jitring_perfmap_open(struct jitring *jr, bool child, struct jitring **from)
 	if (end < 0) {
 		int ret = -errno;
 
-		jitring_file_unclaim(jr, JR_KIND_MAP, "/tmp", name, fd, *from,
+		jitring_file_unclaim(JR_KIND_MAP, "/tmp", name, fd, *from,
 				     child);
 		return ret;
 	}
@@ -104,7 +104,7 @@ void jitring_perfmap_abandon(struct jitring *jr, struct jitring *from)
 	char name[32];
 
 	snprintf(name, sizeof(name), "perf-%u.map", jr->file.pid);
-	jitring_file_unclaim(jr, JR_KIND_MAP, "/tmp", name, jr->map_hold, from,
+	jitring_file_unclaim(JR_KIND_MAP, "/tmp", name, jr->map_hold, from,
 			     false);
 	jr->map_hold = jr->map_fd = -1;
 }

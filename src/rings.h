@@ -59,8 +59,6 @@ struct jr_jumbo {
 	uint64_t len;
 };
 
-#define JR_ID_BLOCK 64u /* code_index values reserved per refill */
-
 /*
  * The map of handed-out code_index values, so jitring_move() can refuse an
  * index that was reserved but never returned.  Blocks are 64-aligned, so a

@@ -209,16 +209,15 @@ int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
 /*
  * One counter for the process: two writers, open at once or one after the
  * other on the same dump, never hand out the same index (perf names each
- * injected ELF by it).  Blocks of JR_IDS_BLOCK, aligned: the rings engine
+ * injected ELF by it).  Blocks of JR_ID_BLOCK, aligned: the rings engine
  * keeps one idmap word per block.  Relaxed: uniqueness is the RMW's, and
  * nothing else is published through the counter.
  */
-_Static_assert(JR_IDS_BLOCK == JR_ID_BLOCK, "one block size for all");
-static _Atomic uint64_t jr_ids = JR_IDS_BLOCK;
+static _Atomic uint64_t jr_ids = JR_ID_BLOCK;
 
 uint64_t jitring_ids_take(void)
 {
-	return atomic_fetch_add_explicit(&jr_ids, JR_IDS_BLOCK,
+	return atomic_fetch_add_explicit(&jr_ids, JR_ID_BLOCK,
 					 memory_order_relaxed);
 }
 
@@ -568,9 +567,8 @@ out:
 	return ret;
 }
 
-void jitring_file_unclaim(struct jitring *jr, enum jr_kind kind,
-			  const char *dir, const char *name, int fd,
-			  struct jitring *from, bool child)
+void jitring_file_unclaim(enum jr_kind kind, const char *dir, const char *name,
+			  int fd, struct jitring *from, bool child)
 {
 	struct stat st;
 	int dirfd;
@@ -584,9 +582,8 @@ void jitring_file_unclaim(struct jitring *jr, enum jr_kind kind,
 	/* Still locked by us: nobody else removes it meanwhile. */
 	dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd >= 0) {
-		if (still_named(dirfd, name, fd, &st) &&
-		    st.st_dev == held_id(jr, kind)->dev &&
-		    st.st_ino == held_id(jr, kind)->ino)
+		/* Our claim made this file: its identity is fd's. */
+		if (still_named(dirfd, name, fd, &st))
 			unlinkat(dirfd, name, 0);
 		close(dirfd);
 	}
@@ -718,10 +715,14 @@ static int file_open(struct jitring *jr, bool child, struct jr_opening *op)
 		if (ret)
 			goto err_unclaim;
 	} else {
+		ssize_t n;
+
 		jitring_record_header(&h, jr->elf_mach, pid,
 				      jitring_clock_ns());
-		if (pwrite(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h)) {
-			ret = errno ? -errno : -EIO;
+		n = pwrite(fd, &h, sizeof(h), 0);
+		if (n != (ssize_t)sizeof(h)) {
+			/* A short write sets no errno. */
+			ret = n < 0 ? -errno : -EIO;
 			goto err_unclaim;
 		}
 		f->start = sizeof(h);
@@ -744,8 +745,7 @@ static int file_open(struct jitring *jr, bool child, struct jr_opening *op)
 err_uncut:
 	file_uncut(f, op);
 err_unclaim:
-	jitring_file_unclaim(jr, JR_KIND_DUMP, f->dir, name, fd, op->from,
-			     child);
+	jitring_file_unclaim(JR_KIND_DUMP, f->dir, name, fd, op->from, child);
 	f->fd = -1;
 	return ret;
 }
@@ -761,7 +761,7 @@ static void file_abandon(struct jitring *jr, struct jr_opening *op)
 	file_release(f);
 	file_uncut(f, op);
 	snprintf(name, sizeof(name), "jit-%u.dump", f->pid);
-	jitring_file_unclaim(jr, JR_KIND_DUMP, f->dir, name, f->fd, op->from,
+	jitring_file_unclaim(JR_KIND_DUMP, f->dir, name, f->fd, op->from,
 			     false);
 	f->fd = -1;
 }
@@ -1106,11 +1106,7 @@ int64_t jitring_write(struct jitring *jr, const struct jitring_entry *e)
 	if (unlikely(!handle_ok(jr)))
 		return -EINVAL;
 	ret = jitring_record_plan(&g, e);
-	if (unlikely(ret))
-		return refuse_args(jr, ret);
-	if (likely(jr->engine == JITRING_ENGINE_RINGS))
-		return jitring_rings_write(jr, &g);
-	return jitring_mutex_write(jr, &g);
+	return jitring_write_group(jr, &g, ret);
 }
 
 int jitring_move(struct jitring *jr, uint64_t code_index, const void *new_addr,
