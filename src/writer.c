@@ -458,8 +458,9 @@ static int claim_ours(struct jitring *jr, enum jr_kind kind,
  * Close what closed writers hold of files that are gone (unlinked, their
  * directory maybe too: nobody can continue them and their locks guard no
  * name), so a process that makes writers in ever new directories does not
- * pile up descriptors.  The fstat() calls run without the global lock; a
- * descriptor is closed only if its writer still holds it.
+ * pile up descriptors.  Once per jitring_open(), before its claims.  The
+ * fstat() calls run without the global lock; a descriptor is closed only if
+ * its writer still holds it.
  */
 static void drop_removed(void)
 {
@@ -506,8 +507,6 @@ int jitring_file_claim(struct jitring *jr, enum jr_kind kind, const char *dir,
 	int dirfd, fd, ret = -EEXIST;
 
 	*from = NULL;
-	if (!child)
-		drop_removed();
 	/* O_PATH: search permission is all the *at() calls need. */
 	dirfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (dirfd < 0)
@@ -964,6 +963,7 @@ int jitring_open(const struct jitring_config *cfg, struct jitring **out)
 		goto err_free;
 
 	/* No lock held: claiming the files may wait on the file system. */
+	drop_removed();
 	ret = file_open(jr, false, &op);
 	if (ret)
 		goto err_free;
