@@ -101,10 +101,9 @@ int jitring_perfmap_open(struct jitring *jr, bool child, struct jitring **from)
 
 void jitring_perfmap_abandon(struct jitring *jr, struct jitring *from)
 {
-	char name[32];
-
-	snprintf(name, sizeof(name), "perf-%u.map", jr->file.pid);
-	jitring_file_unclaim(JR_KIND_MAP, "/tmp", name, jr->map_hold, from,
+	/* jr->map_path is "/tmp/perf-<pid>.map" (jitring_perfmap_open()). */
+	jitring_file_unclaim(JR_KIND_MAP, "/tmp",
+			     strrchr(jr->map_path, '/') + 1, jr->map_hold, from,
 			     false);
 	jr->map_hold = jr->map_fd = -1;
 }

@@ -600,18 +600,6 @@ struct jr_opening {
 	struct jitdump_prefix close_rec;
 };
 
-static int dump_name(const struct jr_file *f, uint32_t pid, char *name,
-		     size_t len)
-{
-	char path[PATH_MAX];
-	int n = snprintf(path, sizeof(path), "%s/jit-%u.dump", f->dir, pid);
-
-	if (n < 0 || (size_t)n >= sizeof(path))
-		return -ENAMETOOLONG;
-	snprintf(name, len, "jit-%u.dump", pid);
-	return 0;
-}
-
 /*
  * Go on where the closed writer @from left the dump: after its last
  * complete record, less its CLOSE record (perf stops parsing at CLOSE).
@@ -694,10 +682,10 @@ static int file_open(struct jitring *jr, bool child, struct jr_opening *op)
 	int fd, ret;
 	void *map;
 
-	ret = dump_name(f, pid, name, sizeof(name));
-	if (ret)
-		return ret;
-	snprintf(path, sizeof(path), "%s/%s", f->dir, name);
+	snprintf(name, sizeof(name), "jit-%u.dump", pid);
+	ret = snprintf(path, sizeof(path), "%s/%s", f->dir, name);
+	if (ret < 0 || (size_t)ret >= sizeof(path))
+		return -ENAMETOOLONG;
 	free(f->path);
 	f->path = strdup(path);
 	if (!f->path)
@@ -753,15 +741,14 @@ err_unclaim:
 static void file_abandon(struct jitring *jr, struct jr_opening *op)
 {
 	struct jr_file *f = &jr->file;
-	char name[32];
 
 	if (jr->map_hold >= 0)
 		jitring_perfmap_abandon(jr, op->map_from);
 	file_release(f);
 	file_uncut(f, op);
-	snprintf(name, sizeof(name), "jit-%u.dump", f->pid);
-	jitring_file_unclaim(JR_KIND_DUMP, f->dir, name, f->fd, op->from,
-			     false);
+	/* f->path is "<dir>/jit-<pid>.dump" (file_open()). */
+	jitring_file_unclaim(JR_KIND_DUMP, f->dir, strrchr(f->path, '/') + 1,
+			     f->fd, op->from, false);
 	f->fd = -1;
 }
 /* ------------------------------------------------------------------ */
