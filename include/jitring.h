@@ -850,7 +850,7 @@ JITRING_API int64_t jitring_trampolines_get(struct jitring_trampolines *t,
  * Context: any thread, concurrently; not async-signal-safe.
  * Return: as jitring_trampolines_get(); -EINVAL also for @nr_parts 0 or
  * above JITRING_NAME_PARTS_MAX, a NULL piece with a non-zero length, or a
- * NUL byte in a piece (that copy's slot is then not reused).
+ * NUL byte in a piece (checked before a slot is taken: none is wasted).
  */
 JITRING_API int64_t jitring_trampolines_get_parts(
 	struct jitring_trampolines *t, const struct jitring_str *parts,

@@ -919,31 +919,15 @@ err:
 	return ret;
 }
 
-/* Bytes of a name given in pieces, or 0 if they cannot make one. */
-static size_t parts_len(const struct jitring_str *parts, uint32_t n)
-{
-	size_t len = 0;
-
-	if (!parts || !n || n > JITRING_NAME_PARTS_MAX)
-		return 0;
-	for (uint32_t i = 0; i < n; i++) {
-		if (parts[i].len > JITRING_NAME_MAX ||
-		    (parts[i].len && !parts[i].ptr))
-			return 0;
-		len += parts[i].len;
-	}
-	return len;
-}
-
 /*
- * Describe the copy @e->code_addr through the writer, with the dumped
- * bytes salted into @dumped (room for t->code_size).
+ * Describe the copy @e->code_addr (its group @g planned) through the
+ * writer, with the dumped bytes salted into @dumped (room for
+ * t->code_size).
  */
 static inline __attribute__((always_inline)) int64_t
-copy_write(struct jitring_trampolines *t, struct jitring_entry *e,
-	   unsigned char *dumped)
+copy_write(struct jitring_trampolines *t, struct jitring_group *g,
+	   struct jitring_entry *e, unsigned char *dumped)
 {
-	struct jitring_group g = t->group;
 	int64_t idx;
 
 	if (t->salt_offset != JITRING_TRAMPOLINE_NO_SALT) {
@@ -960,7 +944,7 @@ copy_write(struct jitring_trampolines *t, struct jitring_entry *e,
 		}
 		e->code_bytes = dumped;
 	}
-	idx = jitring_write_group(t->jr, &g, jitring_record_rename(&g, e));
+	idx = jitring_write_group(t->jr, g, 0);
 	if (idx > 0)
 		jitring_count(&t->jr->c.trampoline_copies, 1);
 	return idx;
@@ -975,11 +959,12 @@ copy_write(struct jitring_trampolines *t, struct jitring_entry *e,
 #define COPY_STACK_MAX 128u
 
 static JR_NOINLINE int64_t copy_write_big(struct jitring_trampolines *t,
+					  struct jitring_group *g,
 					  struct jitring_entry *e)
 {
 	unsigned char dumped[JITRING_TRAMPOLINE_MAX];
 
-	return copy_write(t, e, dumped);
+	return copy_write(t, g, e, dumped);
 }
 
 /* A copy named @name, or by @parts when @name is NULL. */
@@ -988,21 +973,31 @@ static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 			void **addr)
 {
 	unsigned char dumped[COPY_STACK_MAX];
+	struct jitring_group g;
 	struct jitring_entry e;
 	struct jitring *jr;
 	struct tr_arena *a;
-	uint8_t *code;
 	uint64_t i;
-	size_t len;
 	uint32_t s;
 	int64_t idx;
 
 	if (!t)
 		return -EINVAL;
 	jr = t->jr;
-	len = name ? strnlen(name, (size_t)JITRING_NAME_MAX + 1) :
-		     parts_len(parts, nparts);
-	if (!addr || !len || len > JITRING_NAME_MAX) {
+	memset(&e, 0, sizeof(e));
+	e.name = name;
+	if (!name) {
+		e.name_parts = parts;
+		e.nr_name_parts = nparts;
+	}
+	e.code_size = t->code_size;
+	e.code_bytes = t->code;
+	e.eh_frame = t->eh_frame;
+	e.eh_frame_size = t->eh_frame_size;
+	/* The set's group, planned once, renamed: the name's one check,
+	 * before a slot is claimed (a refused name wastes none). */
+	g = t->group;
+	if (!addr || jitring_record_rename(&g, &e)) {
 		jitring_count(&jr->c.refused_invalid, 1);
 		return -EINVAL;
 	}
@@ -1024,36 +1019,20 @@ static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 		if (idx)
 			return idx;
 	}
-	code = a->base + i * t->slot_size;
-
-	memset(&e, 0, sizeof(e));
-	e.name = name;
-	if (!name) {
-		e.name_parts = parts;
-		e.nr_name_parts = nparts;
-	}
-	e.code_addr = code;
-	e.code_size = t->code_size;
-	e.code_bytes = t->code;
-	e.eh_frame = t->eh_frame;
-	e.eh_frame_size = t->eh_frame_size;
+	e.code_addr = a->base + i * t->slot_size;
 	if (likely(t->code_size <= COPY_STACK_MAX))
-		idx = copy_write(t, &e, dumped);
+		idx = copy_write(t, &g, &e, dumped);
 	else
-		idx = copy_write_big(t, &e);
+		idx = copy_write_big(t, &g, &e);
 	if (idx > 0)
-		*addr = code;
+		*addr = (void *)e.code_addr;
 	return idx;
 }
 
 int64_t jitring_trampolines_get(struct jitring_trampolines *t, const char *name,
 				void **addr)
 {
-	if (!name) {
-		if (t)
-			jitring_count(&t->jr->c.refused_invalid, 1);
-		return -EINVAL;
-	}
+	/* A NULL @name with no pieces: refused by the name check. */
 	return get_copy(t, name, NULL, 0, addr);
 }
 
