@@ -269,6 +269,16 @@ int jitring_trampoline_builtin(struct jitring_trampoline_template *t)
 /* ------------------------------------------------------------------ */
 /* Arenas.                                                              */
 
+/* @len bytes of slots at @p: the template in each, the fill between. */
+static void slots_fill(const struct jitring_trampolines *t, uint8_t *p,
+		       size_t len)
+{
+	if (ARENA_FILL)
+		memset(p, ARENA_FILL, len);
+	for (uint64_t i = 0; i < len / t->slot_size; i++)
+		memcpy(p + i * t->slot_size, t->code, t->code_size);
+}
+
 /*
  * Map, fill and seal one arena, and put it on the set's `all` list.  Any
  * thread; makes system calls.
@@ -312,10 +322,7 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 	/* Every page is written below: fault them in with one call. */
 	(void)madvise(base, slots_len, MADV_POPULATE_WRITE);
 #endif
-	if (ARENA_FILL)
-		memset(base, ARENA_FILL, slots_len);
-	for (uint64_t i = 0; i < nslots; i++)
-		memcpy(base + i * t->slot_size, t->code, t->code_size);
+	slots_fill(t, base, slots_len);
 	__builtin___clear_cache((char *)base, (char *)base + slots_len);
 	if (mprotect(base, slots_len, PROT_READ | PROT_EXEC)) {
 		ret = -errno;
@@ -712,10 +719,7 @@ static int image_make(const struct jitring_trampolines *t, size_t len)
 	p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
 	if (p == MAP_FAILED)
 		goto err;
-	if (ARENA_FILL)
-		memset(p, ARENA_FILL, len);
-	for (uint64_t i = 0; i < len / t->slot_size; i++)
-		memcpy(p + i * t->slot_size, t->code, t->code_size);
+	slots_fill(t, p, len);
 	munmap(p, len);
 	if (fcntl(fd, F_ADD_SEALS,
 		  F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL))
