@@ -448,16 +448,26 @@ static void want_grow(struct jitring_trampolines *t, uint32_t seen)
 				      memory_order_relaxed);
 }
 
-/* An arena was taken from the stock: ask for more if it runs low. */
-static void stock_check(struct jitring_trampolines *t, uint32_t want)
+/*
+ * Take a ready arena (NULL if none).  A getter's take (@getter) also asks
+ * for more when the stock runs low: it wakes the flusher below the mark,
+ * and raises the mark when it took the last one or found none (demand
+ * outran the flusher).  The flusher's own takes do neither.
+ */
+static struct tr_arena *stock_take(struct jitring_trampolines *t, bool getter)
 {
-	int32_t left = atomic_load_explicit(&t->nready, memory_order_relaxed);
+	uint32_t want = atomic_load_explicit(&t->want, memory_order_relaxed);
+	struct tr_arena *a = ready_take(t);
+	int32_t left;
 
-	/* The last one: nearly had to wait, keep more from now on. */
+	if (!getter)
+		return a;
+	left = atomic_load_explicit(&t->nready, memory_order_relaxed);
 	if (left <= 0)
 		want_grow(t, want);
 	if (left < (int32_t)want)
 		wake_flusher(t);
+	return a;
 }
 
 /* succ of an arena that cur has left: no arena is linked to it any more. */
@@ -469,13 +479,14 @@ static void stock_check(struct jitring_trampolines *t, uint32_t want)
  * by the thread that installed @a and by the flusher.  A lost race (or an
  * @a already left) parks the arena back.
  */
-static void succ_link(struct jitring_trampolines *t, struct tr_arena *a)
+static void succ_link(struct jitring_trampolines *t, struct tr_arena *a,
+		      bool getter)
 {
 	struct tr_arena *none = NULL, *s;
 
 	if (atomic_load_explicit(&a->succ, memory_order_relaxed))
 		return;
-	s = ready_take(t);
+	s = stock_take(t, getter);
 	if (!s)
 		return;
 	JITRING_TESTPOINT(tramp_succ_link, t);
@@ -506,7 +517,7 @@ static void switched_to(struct jitring_trampolines *t, struct tr_arena *old,
 				     memory_order_acquire);
 	if (s && s != n && s != SUCC_DEAD)
 		ready_put(t, s);
-	succ_link(t, n);
+	succ_link(t, n, true);
 }
 
 /*
@@ -557,7 +568,6 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 {
 	struct jitring *jr = t->jr;
 	struct tr_arena *n, *expect = old;
-	uint32_t want;
 
 	/* Someone moved on already: use theirs. */
 	if (atomic_load_explicit(&t->cur, memory_order_relaxed) != old)
@@ -573,12 +583,8 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 		/* Pairs with the acquire load of cur in get_copy(). */
 		if (atomic_compare_exchange_strong_explicit(
 			    &t->cur, &expect, n, memory_order_release,
-			    memory_order_relaxed)) {
-			want = atomic_load_explicit(&t->want,
-						    memory_order_relaxed);
+			    memory_order_relaxed))
 			switched_to(t, old, n);
-			stock_check(t, want);
-		}
 		return 0;
 	}
 	/* None linked: the first to get here switches; the others wait. */
@@ -586,11 +592,8 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 				     memory_order_relaxed) &&
 	    wait_switch(t, old))
 		return 0;
-	want = atomic_load_explicit(&t->want, memory_order_relaxed);
-	n = ready_take(t);
-	if (n) {
-		stock_check(t, want);
-	} else {
+	n = stock_take(t, true);
+	if (!n) {
 		int ret;
 
 		/* Installed while we looked: no arena needed. */
@@ -602,8 +605,6 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 			return -ENOMEM;
 		}
 		jitring_count(&jr->c.trampoline_arenas_waited, 1);
-		want_grow(t, want);
-		wake_flusher(t);
 	}
 	JITRING_TESTPOINT(tramp_slow_cas, t);
 	/* Pairs with the acquire load of cur in get_copy(). */
@@ -659,7 +660,8 @@ void jitring_trampolines_maintain(struct jitring *jr)
 		added = 0;
 		/* Pairs with the release CAS of cur in arena_advance(). */
 		succ_link(t,
-			  atomic_load_explicit(&t->cur, memory_order_acquire));
+			  atomic_load_explicit(&t->cur, memory_order_acquire),
+			  false);
 		while (atomic_load_explicit(&t->nready, memory_order_relaxed) <
 		       (int32_t)want) {
 			ret = arena_make(t, &a);
