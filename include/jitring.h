@@ -150,7 +150,7 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  * @flags: JITRING_F_* bits.
  * @dir: directory for jit-<pid>.dump; NULL means $JITRING_DIR, else /tmp.
  * @ring_size: rings engine, bytes per thread ring (power of two, 4 KiB to
- *	64 MiB); 0 means adaptive: rings start at 64 KiB and a thread whose
+ *	64 MiB; rounded up to the page size); 0 means adaptive: rings start at 64 KiB and a thread whose
  *	ring keeps filling gets one twice as large, up to 4 MiB and up to its
  *	share of a quarter of @mem_budget (so few busy threads get large
  *	rings, thousands keep 64 KiB).

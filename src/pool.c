@@ -213,7 +213,8 @@ struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
 /*
  * Up to @k new registered ring_min rings in @out, their buffers carved
  * from one mapping (one system call and one VMA for the batch; each is
- * still unmapped on its own when freed).  The first @prefault of them get
+ * still unmapped and trimmed on its own, which is why ring_min is at least
+ * a page: config_load()).  The first @prefault of them get
  * their first page touched now; the others cost no resident memory until
  * a thread writes (a page fault on its first write).  Return: how many.
  */

@@ -901,6 +901,13 @@ static int config_load(struct jitring *jr, const struct jitring_config *ucfg)
 	jr->flags = cfg.flags;
 	jr->ring_min = cfg.ring_size ? cfg.ring_size : JR_RING_ADAPT_MIN;
 	jr->ring_max = cfg.ring_size ? cfg.ring_size : JR_RING_ADAPT_MAX;
+	/* Rings are mapped in batches but unmapped and trimmed one by one:
+	 * none may share a page (16 or 64 KiB pages on some kernels).  Both
+	 * are powers of two, so the result is too. */
+	if (jr->ring_min < (uint32_t)sysconf(_SC_PAGESIZE))
+		jr->ring_min = (uint32_t)sysconf(_SC_PAGESIZE);
+	if (jr->ring_max < jr->ring_min)
+		jr->ring_max = jr->ring_min;
 	jr->max_delay_ms = cfg.max_delay_ms ? cfg.max_delay_ms :
 					      JR_DELAY_DEFAULT;
 	jr->holdback_ms = cfg.holdback_ms ? cfg.holdback_ms :
