@@ -259,6 +259,7 @@ static void perfmap_batch(struct jr_rings *e, uint32_t ok)
 	jitring_perfmap_write(e->jr, buf, n);
 }
 
+/* Write the batch (whole groups only), count it, publish the heads. */
 static void write_batch(struct jr_rings *e)
 {
 	struct jitring *jr = e->jr;
@@ -266,8 +267,11 @@ static void write_batch(struct jr_rings *e)
 	uint64_t done = 0, good = m->bytes;
 	uint32_t ok = m->ngrp, records = 0;
 
-	if (!m->ngrp)
+	/* Nothing to write, but heads may still move (past padding). */
+	if (!m->ngrp) {
+		publish_heads(e);
 		return;
+	}
 	if (!e->failed) {
 		int ret = jitring_file_pwritev_all(
 			jr->file.fd, m->iov, (int)m->niov, e->file_off, &done);
@@ -671,8 +675,7 @@ static void round_merge(struct jr_rings *e, struct round *rd)
 		if (ring_peek(r))
 			heap_push(m, r);
 	}
-	write_batch(e);
-	publish_heads(e);
+	write_batch(e); /* and publishes the heads */
 }
 
 /* Step 4: complete the flush ticket once every head passed its target

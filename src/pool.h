@@ -27,7 +27,7 @@ struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
 void jitring_pool_remove(struct jr_rings *e, struct jr_ring *r);
 /* Hand a drained ring to the pool, or free it if the pool is full. */
 void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now);
-/* Refill the pool to its (adaptive) mark, trim it above four times it. */
+/* Refill the pool to its (adaptive) mark, trim it above twice it. */
 void jitring_pool_maintain(struct jr_rings *e, uint64_t now);
 /*
  * Register the rings threads made themselves (the attach stack).  False

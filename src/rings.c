@@ -223,7 +223,7 @@ int jitring_rings_restart(struct jitring *jr)
 	return s;
 }
 
-int jitring_rings_stop(struct jitring *jr, bool forked)
+int jitring_rings_stop(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
 
@@ -234,7 +234,6 @@ int jitring_rings_stop(struct jitring *jr, bool forked)
 	 * to drain them.  A fork child whose engine never started has
 	 * nothing of its own buffered.
 	 */
-	(void)forked;
 	if (e->paused && start_thread(e) == 0)
 		e->paused = false;
 	if (atomic_load_explicit(&e->running, memory_order_relaxed)) {

@@ -195,7 +195,7 @@ int jitring_rings_move(struct jitring *jr, uint64_t code_index,
 		       const void *new_addr, const void *old_addr,
 		       uint64_t code_size);
 int jitring_rings_flush(struct jitring *jr);
-int jitring_rings_stop(struct jitring *jr, bool forked);
+int jitring_rings_stop(struct jitring *jr);
 int jitring_rings_thread_detach(struct jitring *jr);
 void jitring_rings_kick(struct jitring *jr);
 void jitring_rings_fork_prepare(struct jitring *jr);

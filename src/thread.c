@@ -318,7 +318,7 @@ static void ring_switch(struct jitring *jr, struct jr_ring *r,
  * flusher has the larger ring ready in next_ring, asked for when the ring
  * passed half full (ask_grow()), already registered and pre-faulted: the
  * switch costs no system call.  If it is not there yet the thread makes
- * one itself (refills_waited) and pushes it to the attach stack.  Runs
+ * one itself (rings_grown_waited) and pushes it to the attach stack.  Runs
  * inside jitring_enter() so close cannot free the rings meanwhile.
  * Return: the new ring, or NULL (no growth: wait instead).
  */

@@ -1034,7 +1034,7 @@ int jitring_close(struct jitring *jr)
 	if (jr->engine == JITRING_ENGINE_MUTEX)
 		ret = jitring_mutex_stop(jr);
 	else
-		ret = jitring_rings_stop(jr, s == JR_FORKED);
+		ret = jitring_rings_stop(jr);
 	if (!ret)
 		ret = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 	file_release(&jr->file);
