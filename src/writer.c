@@ -268,8 +268,13 @@ static struct jr_ident *held_id(struct jitring *h, enum jr_kind kind)
 
 static void global_lock(bool child)
 {
-	/* A fork child runs single-threaded inside the atfork handler,
-	 * which already holds the lock. */
+	/*
+	 * A fork child runs single-threaded inside the atfork handler,
+	 * which already holds the lock, and holds it until the end: the
+	 * engines' locks atfork_prepare() took after it are released only
+	 * by their fork_child handlers, so taking it again meanwhile would
+	 * invert the order (TSan reports it).
+	 */
 	if (!child)
 		pthread_mutex_lock(&jr_global_lock);
 }
