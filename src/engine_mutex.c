@@ -278,7 +278,7 @@ static int commit_locked(struct jitring *jr, struct mutex_eng *m,
 static void blocks_grow(struct mutex_eng *m)
 {
 	size_t old = m->blocks_cap * sizeof(*m->blocks);
-	size_t len = old ? 2 * old : (size_t)sysconf(_SC_PAGESIZE);
+	size_t len = old ? 2 * old : jitring_page_size();
 	void *p = old ? mremap(m->blocks, old, len, MREMAP_MAYMOVE) :
 			mmap(NULL, len, PROT_READ | PROT_WRITE,
 			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);

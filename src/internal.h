@@ -23,6 +23,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/types.h>
+#include <unistd.h>
 
 #include "atomics.h"
 #include "compiler.h"
@@ -251,6 +252,12 @@ int jitring_file_claim(struct jitring *jr, enum jr_kind kind, const char *dir,
  */
 void jitring_file_unclaim(enum jr_kind kind, const char *dir, const char *name,
 			  int fd, struct jitring *from, bool child);
+
+/* The system's page size (ring sizes, trims, mappings). */
+static inline size_t jitring_page_size(void)
+{
+	return (size_t)sysconf(_SC_PAGESIZE);
+}
 
 /* code_index blocks, process-wide, so that no two writers of the process
  * (open at once or one after the other) ever hand out the same index:

@@ -682,7 +682,7 @@ static int file_open(struct jitring *jr, bool child, struct jr_opening *op)
 	struct jr_file *f = &jr->file;
 	struct jitdump_header h;
 	char name[32], path[PATH_MAX];
-	long page = sysconf(_SC_PAGESIZE);
+	size_t page = jitring_page_size();
 	uint32_t pid = (uint32_t)getpid();
 	int fd, ret;
 	void *map;
@@ -721,14 +721,13 @@ static int file_open(struct jitring *jr, bool child, struct jr_opening *op)
 	}
 	/* A marker for each writer: perf finds (and injects) the dump
 	 * through every executable mapping of it. */
-	map = mmap(NULL, (size_t)page, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd,
-		   0);
+	map = mmap(NULL, page, PROT_READ | PROT_EXEC, MAP_PRIVATE, fd, 0);
 	if (map == MAP_FAILED) {
 		ret = -errno;
 		goto err_uncut;
 	}
 	f->marker = map;
-	f->marker_len = (size_t)page;
+	f->marker_len = page;
 	/* bytes_written is the file's size (what earlier writers left too). */
 	atomic_store_explicit(&jr->c.bytes_written, f->start,
 			      memory_order_relaxed);
@@ -909,8 +908,8 @@ static int config_load(struct jitring *jr, const struct jitring_config *ucfg)
 	/* Rings are mapped in batches but unmapped and trimmed one by one:
 	 * none may share a page (16 or 64 KiB pages on some kernels).  Both
 	 * are powers of two, so the result is too. */
-	if (jr->ring_min < (uint32_t)sysconf(_SC_PAGESIZE))
-		jr->ring_min = (uint32_t)sysconf(_SC_PAGESIZE);
+	if (jr->ring_min < (uint32_t)jitring_page_size())
+		jr->ring_min = (uint32_t)jitring_page_size();
 	if (jr->ring_max < jr->ring_min)
 		jr->ring_max = jr->ring_min;
 	jr->max_delay_ms = cfg.max_delay_ms ? cfg.max_delay_ms :
