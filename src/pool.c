@@ -503,17 +503,44 @@ void jitring_idmap_free(struct jr_rings *e)
 		free(atomic_load_explicit(&e->idmap[i], memory_order_relaxed));
 		atomic_store_explicit(&e->idmap[i], NULL, memory_order_relaxed);
 	}
+	e->idmap_warm = 0;
 }
 
-/* Have the chunk for the next blocks ready before a producer needs it. */
+/*
+ * Have the words of the next JR_IDMAP_AHEAD ids resident before a producer
+ * needs them: a chunk is calloc()ed zero pages, so the first block on each
+ * fresh page used to cost its thread a page fault inside jitring_write()
+ * (one per 32768 ids: several in a storm of new threads, each taking a
+ * block).  Touched with an RMW of 0: atomic against the owner's store of
+ * its bits, and it changes no value.  Flusher only.
+ */
+static bool idmap_touch(struct jr_rings *e, uint64_t id)
+{
+	_Atomic uint64_t *chunk = jitring_idmap_chunk(e, id);
+
+	if (chunk)
+		atomic_fetch_or_explicit(
+			&chunk[(id >> 6) & (JR_IDMAP_WORDS - 1)], 0,
+			memory_order_relaxed);
+	return chunk != NULL;
+}
+
 void jitring_idmap_ahead(struct jr_rings *e)
 {
-	uint64_t next = jitring_ids_peek();
+	uint64_t next = jitring_ids_peek() & ~(uint64_t)63;
+	uint64_t end = next + JR_IDMAP_AHEAD;
 
-	jitring_idmap_chunk(e, next);
-	if ((next & ((1u << JR_IDMAP_SHIFT) - 1)) >
-	    (3u << (JR_IDMAP_SHIFT - 2)))
-		jitring_idmap_chunk(e, next + (1u << JR_IDMAP_SHIFT));
+	if (e->idmap_warm > next)
+		next = e->idmap_warm;
+	if (next >= end)
+		return;
+	/* Words a page (512 words) apart, and the last: every page between
+	 * has one of them. */
+	for (uint64_t id = next; id < end; id += 512 * 64)
+		if (!idmap_touch(e, id))
+			return;
+	if (idmap_touch(e, end - 64))
+		e->idmap_warm = end;
 }
 
 int jitring_pool_prefill(struct jr_rings *e)

@@ -69,6 +69,9 @@ struct jr_jumbo {
 #define JR_IDMAP_SHIFT 22u
 #define JR_IDMAP_WORDS (1u << (JR_IDMAP_SHIFT - 6))
 #define JR_IDMAP_CHUNKS 1024u
+/* Ids whose idmap words the flusher keeps resident ahead of the next block:
+ * a block for each of 4096 new threads (32 KiB of the map). */
+#define JR_IDMAP_AHEAD (4096u * JR_ID_BLOCK)
 
 struct jr_ring {
 	/* Producer line: written by the owning thread on every write. */
@@ -164,6 +167,7 @@ struct jr_rings {
 
 	_Atomic uint32_t stop; /* close asked the flusher to finish */
 	_Atomic(_Atomic uint64_t *) idmap[JR_IDMAP_CHUNKS];
+	uint64_t idmap_warm; /* flusher: idmap words resident below this id */
 	pthread_mutex_t fork_lock; /* held by the flusher during a round */
 	/*
 	 * Read-held by a producer from making a ring until it is on the

@@ -26,7 +26,10 @@
  *     rounds, which used to run back to back (a busy loop).
  *  5. pooled rings are not trimmed at birth: no MADV_DONTNEED in the
  *     flusher's first rounds (it used to drop the pre-faulted pages at
- *     once), and trimming still happens after the idle time.
+ *     once), and trimming still happens after the idle time; then a
+ *     ready ring (one a thread used and let go) keeps exactly the page
+ *     its next write lands on (it used to keep none, so the first write
+ *     after a long idle faulted), an idle thread's ring keeps none.
  *  6. a flush must not complete while a ring that holds entries written
  *     before it could not be registered (no memory, "attach_reg" fault).
  *  7. a jumbo entry the parent had not written when it forked is freed in
@@ -39,6 +42,10 @@
  *     producer backs out (-ESHUTDOWN) while the flusher is still awake,
  *     so its wake is a no-op; the flusher must count BUSY gone as news
  *     and not sleep forever in close (found by review: close hung).
+ * 10. a new thread's first write after idle takes no page fault, also
+ *     when its code_index block is the first on a fresh page of the
+ *     idmap (the flusher keeps the next blocks' words resident; the
+ *     first block on each page used to fault, one in 512 new threads).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -50,6 +57,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -91,6 +99,9 @@ static struct {
 	bool release;
 	uint64_t trims;
 	bool flush_done;
+	/* case 5: resident pages of trimmed rings, seen by the flusher */
+	bool pool_seen, idle_seen, pool_kept;
+	unsigned pool_resident, idle_resident;
 	/* case 7 */
 	bool hold_flusher;
 	bool flusher_held;
@@ -125,6 +136,43 @@ static bool page_mapped(void *p)
 	return mincore(p, 1, &v) == 0;
 }
 
+/* Is @r one of @jr's rings?  On the flusher only (its registry). */
+static bool ring_of(struct jitring *jr, struct jr_ring *r)
+{
+	struct jr_rings *e = jr ? jr->eng : NULL;
+
+	for (uint32_t i = 0; e && i < e->nreg; i++)
+		if (e->reg[i] == r)
+			return true;
+	return false;
+}
+
+/* Case 5: what a trim left resident (the ring is under TRIM: ours). */
+static void trim_seen(struct jr_ring *r)
+{
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t kept = (r->head_local & r->mask) / page;
+	uint32_t own = atomic_load(&r->own);
+	unsigned char vec[1024];
+	unsigned n = 0;
+
+	if (r->size / page > sizeof(vec) || mincore(r->buf, r->size, vec))
+		return;
+	for (size_t i = 0; i < r->size / page; i++)
+		n += vec[i] & 1;
+	pthread_mutex_lock(&tp.lock);
+	if (own == JR_OWN_POOLED && r->head_local) {
+		tp.pool_seen = true;
+		tp.pool_resident = n;
+		tp.pool_kept = vec[kept] & 1;
+	} else if (own == JR_OWN_ACTIVE) {
+		tp.idle_seen = true;
+		tp.idle_resident = n;
+	}
+	pthread_cond_broadcast(&tp.cond);
+	pthread_mutex_unlock(&tp.lock);
+}
+
 static void hook(const char *name, void *arg)
 {
 	struct jitring *jr;
@@ -155,8 +203,13 @@ static void hook(const char *name, void *arg)
 	} else if (!strcmp(name, "ring_trimmed")) {
 		struct jr_ring *r = arg;
 
-		if (r->jr == jr)
-			TP_SET(tp.trims++);
+		/* r->jr is the producer's field (a thread may be taking r):
+		 * ask the flusher's own registry instead. */
+		if (!ring_of(jr, r))
+			return;
+		TP_SET(tp.trims++);
+		if (which == 5)
+			trim_seen(r);
 	} else if (!strcmp(name, "close_orphan") && which == 1) {
 		struct jr_ring *r = arg;
 
@@ -509,6 +562,24 @@ static void case_flusher_sleeps(void)
 /* ------------------------------------------------------------------ */
 /* 5. No trim at birth.                                                 */
 
+/* Write past the ring's first page, then let the ring go. */
+static void *used_ring_main(void *arg)
+{
+	struct jitring *jr = arg;
+	static uint8_t code[1500];
+	struct jitring_entry e = {
+		.name = "used",
+		.code_addr = (const void *)0x600000,
+		.code_size = sizeof(code),
+		.code_bytes = code,
+	};
+
+	for (int i = 0; i < 4; i++)
+		T_CHECK(jitring_write(jr, &e) > 0);
+	T_CHECK_EQ(jitring_thread_detach(jr), 1);
+	return NULL;
+}
+
 static void case_no_trim_at_birth(void)
 {
 	struct jitring *jr;
@@ -528,9 +599,27 @@ static void case_no_trim_at_birth(void)
 	/* Idle for the trim time (1 s): the pool's pages do go. */
 	later = TP_WAIT(tp.trims > 0, 10);
 	T_CHECK(later);
+	/* A ring used past its first page and let go (back to the pool),
+	 * and a thread that stays attached, idle. */
+	T_REQUIRE(pthread_create(&tp.thread, NULL, used_ring_main, jr) == 0);
+	pthread_join(tp.thread, NULL);
+	T_REQUIRE(pthread_create(&tp.thread, NULL, holder_main, jr) == 0);
+	T_REQUIRE(TP_WAIT(tp.restart_go, 30));
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_REQUIRE(TP_WAIT(tp.pool_seen && tp.idle_seen, 10));
+	pthread_mutex_lock(&tp.lock);
+	T_CHECK(tp.pool_kept);
+	T_CHECK_EQ(tp.pool_resident, 1);
+	T_CHECK_EQ(tp.idle_resident, 0);
+	printf("trims in the first rounds: %" PRIu64 "; after idling: %s; "
+	       "a ready ring kept %u page(s)%s, an idle thread's %u\n",
+	       trims, later ? "yes" : "no", tp.pool_resident,
+	       tp.pool_kept ? " (its next write's)" : "", tp.idle_resident);
+	tp.thread_go = true;
+	pthread_cond_broadcast(&tp.cond);
+	pthread_mutex_unlock(&tp.lock);
+	pthread_join(tp.thread, NULL);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	printf("trims in the first rounds: %" PRIu64 "; after idling: %s\n",
-	       trims, later ? "yes" : "no");
 }
 
 /* ------------------------------------------------------------------ */
@@ -707,6 +796,82 @@ static void case_backout(void)
 	       "BUSY: %s\n", closed ? "returned" : "hung (bug)");
 }
 
+/* ------------------------------------------------------------------ */
+/* 10. A first write takes no page fault.                               */
+
+static void *first_fault_main(void *arg)
+{
+	struct jitring *jr = arg;
+	volatile char stack[16 << 10];
+	struct rusage r0, r1;
+	int64_t id;
+
+	/* Our own stack's pages are not the library's to have ready. */
+	memset((char *)stack, 1, sizeof(stack));
+	getrusage(RUSAGE_THREAD, &r0);
+	id = t_write_at(jr, "first", 0x500000);
+	getrusage(RUSAGE_THREAD, &r1);
+	T_CHECK(id > 0);
+	return (void *)(intptr_t)(r1.ru_minflt - r0.ru_minflt);
+}
+
+/*
+ * Forget the pages of the idmap from the word of id @from on (whole pages
+ * of the chunk, all for ids never handed out: nothing is lost), as if they
+ * had never been touched, whatever the allocator had in them before.
+ */
+static void idmap_forget(struct jitring *jr, uint64_t from)
+{
+	struct jr_rings *e = jr->eng;
+	size_t page = jitring_page_size();
+	_Atomic uint64_t *chunk =
+		atomic_load(&e->idmap[from >> JR_IDMAP_SHIFT]);
+	uintptr_t lo = (uintptr_t)&chunk[(from >> 6) & (JR_IDMAP_WORDS - 1)];
+	uintptr_t hi = (uintptr_t)&chunk[JR_IDMAP_WORDS] & ~(page - 1);
+
+	T_REQUIRE(chunk && lo % page == 0 && lo < hi);
+	T_CHECK_EQ(madvise((void *)lo, hi - lo, MADV_DONTNEED), 0);
+}
+
+static void case_first_write_faults(void)
+{
+	struct jitring *jr = open_in("c10", 0, 0);
+	struct jr_rings *e = jr->eng;
+	size_t page = jitring_page_size();
+	_Atomic uint64_t *chunk;
+	pthread_t t;
+	void *faults;
+
+	tp_reset(jr, 10);
+	/* The write path's code and the clock, warm (not what is tested). */
+	T_CHECK(t_write_at(jr, "warm", 0x400000) > 0);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	/*
+	 * Skip the ids the flusher already keeps resident, up to a block
+	 * whose idmap word starts a page: from there on the pages hold no
+	 * issued id, and are dropped.  Then one round, and a new thread.
+	 */
+	for (uint64_t i = 0; i < 2 * JR_IDMAP_AHEAD / JR_ID_BLOCK; i++)
+		(void)jitring_ids_take();
+	chunk = atomic_load(&e->idmap[jitring_ids_peek() >> JR_IDMAP_SHIFT]);
+	T_REQUIRE(chunk != NULL);
+	while ((uintptr_t)&chunk[(jitring_ids_peek() >> 6) &
+				 (JR_IDMAP_WORDS - 1)] %
+	       page)
+		(void)jitring_ids_take();
+	idmap_forget(jr, jitring_ids_peek());
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_REQUIRE(pthread_create(&t, NULL, first_fault_main, jr) == 0);
+	pthread_join(t, &faults);
+#ifndef T_SANITIZED
+	/* A sanitizer's runtime faults in its own memory for a new thread. */
+	T_CHECK_EQ((intptr_t)faults, 0);
+#endif
+	T_CHECK_EQ(jitring_close(jr), 0);
+	printf("page faults in a new thread's first write: %d\n",
+	       (int)(intptr_t)faults);
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/jitring-lifecycle-XXXXXX";
@@ -728,6 +893,7 @@ int main(void)
 	case_fork_jumbo();
 	case_drop_move();
 	case_backout();
+	case_first_write_faults();
 
 	t_rmtree(base);
 	return t_report();
