@@ -823,7 +823,7 @@ int jitring_trampolines_new(struct jitring *jr,
 	}
 	slot = jitring_trampoline_slot_size(tp.code_size, (uint64_t)eh_size);
 	t->slot_size = (uint32_t)slot;
-	t->page = (size_t)sysconf(_SC_PAGESIZE);
+	t->page = jitring_page_size();
 	{
 		size_t len = slot * JR_TRAMP_ARENA_MIN_SLOTS;
 		uint64_t stock = (uint64_t)jr->ready_copies * slot;
