@@ -172,15 +172,19 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  * @ready_rings: (version 2) rings engine, how many threads' rings to keep
  *	ready at least, for a runtime that knows how many threads may make
  *	their first write at once (a storm of new threads then finds a ring
- *	each instead of making one).  Ready rings cost address space within
- *	@mem_budget and about 0.4 KiB of resident memory each; their pages
- *	are touched only by the thread that takes one.  0 means 16.  The
- *	engine keeps more while threads keep taking them (the stock follows
- *	the measured demand) and gives the extra back once demand stops.
+ *	each instead of making one).  Each costs address space within
+ *	@mem_budget, a 320-byte control block and one resident page (the
+ *	one its first write lands on, touched ahead and kept through idle
+ *	trims).  0 means 64.  The engine keeps more while threads keep
+ *	taking them (the stock follows the measured demand; those extra
+ *	rings have no resident page until their thread writes) and gives
+ *	the extra back once demand stops.
  * @ready_copies: (version 2) trampoline copies to keep ready at least, per
  *	set of trampolines (see jitring_trampolines_new()); 0 means two
- *	arenas' worth.  Ready copies cost resident memory (each arena is
- *	written when made), about 96 bytes a copy for the built-in
+ *	arenas' worth.  Arenas map one sealed image of the set's copies and
+ *	cost no memory of their own; a larger stock gets a larger image (up
+ *	to 4 MiB, written once).  Where an executable memfd is refused, each
+ *	arena is written when made: about 96 bytes a copy for the built-in
  *	template.
  */
 struct jitring_config {
