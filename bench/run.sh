@@ -34,7 +34,7 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 bash scripts/deps.sh bench || echo "bench/run.sh: deps.sh failed; continuing" >&2
 ninja -C "$build" bench/bench_write bench/cg_driver bench/rss_driver \
-	bench/bench_check bench/stall_driver bench/storm_driver >/dev/null
+	bench/bench_check bench/stall_driver bench/storm_driver bench/wake_driver >/dev/null
 
 export JITRING_BENCH_DIR=${JITRING_BENCH_DIR:-/dev/shm}
 mkdir -p "$JITRING_BENCH_DIR"
@@ -169,11 +169,16 @@ storm_threads="64 512"
 for smode in write kit; do
 	for n in $storm_threads; do
 		for ready in 0 "$n"; do
-			timeout 600 "$build/bench/storm_driver" "$smode" "$n" \
+			# Idle past the flusher's 1 s trim: the harder case.
+			STORM_IDLE_MS=2000 timeout 600 \
+				"$build/bench/storm_driver" "$smode" "$n" \
 				"$ready" >>"$raw/rss.jsonl" || true
 		done
 	done
 done
+
+# What the storm's one waker of the idle flusher pays (a FUTEX_WAKE).
+"$build/bench/wake_driver" 200 >>"$raw/rss.jsonl" || true
 
 # ---- the flusher's CPU while a flush or close waits on a stalled producer
 log "flusher CPU behind a stalled producer"

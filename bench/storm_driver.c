@@ -12,16 +12,25 @@
  * READY: jitring_config.ready_rings and .ready_copies (0: the defaults),
  *	what a runtime that knows its thread count may say.
  *
- * The threads are created first and park (stacks pre-touched); the writer
- * then sits idle for 200 ms; then one futex wake releases them all.  Each
- * thread measures its first call and its later calls in thread CPU time
+ * The threads are created first and park (stacks pre-touched); the main
+ * thread makes one call (the writer has been in use: the library's code
+ * and the clock are warm; STORM_COLD=1 skips it), the writer then sits
+ * idle for STORM_IDLE_MS (200 ms; over 1 s the flusher has trimmed idle
+ * rings), then one futex wake releases them all.  Each thread measures its
+ * first call and its later calls in thread CPU time
  * (CLOCK_THREAD_CPUTIME_ID: waiting for a CPU among thousands of threads
- * does not count), then parks again, registered.  Reported, one JSON line:
+ * does not count), then parks again, registered.  A first call's cost is
+ * the smaller of its thread CPU time and its wall time: both bound it from
+ * above (thread CPU time also counts interrupts served meanwhile, wall
+ * time a preemption); first_cpu_p99_ns is the thread CPU time alone.
+ * STORM_DEBUG=1 prints each first call over 5 us with its minor faults
+ * and context switches.  Reported, one JSON line:
  *   own_ring_share    threads that found no ready ring and made their own
  *                     (refills_waited / THREADS);
  *   arena_caller_share  trampoline arenas a caller had to make itself
  *                     (trampoline_arenas_waited / all arenas made);
- *   first_p50_ns, first_p99_ns, later_ns (mean of the later calls);
+ *   first_p50_ns, first_p99_ns, first_cpu_p99_ns, later_ns (mean of the
+ *                     later calls);
  *   rss_peak_kib (ru_maxrss), idle_kib_per_thread (VmRSS after 2.5 s idle
  *   less VmRSS with the threads parked before the storm, per thread);
  *   flusher_cpu_ms over the storm, flusher_idle_cpu_share over the idle.
@@ -51,7 +60,12 @@ static int kit;
 static atomic_uint go;       /* 0: park; 1: storm; 2: leave */
 static atomic_uint arrived;  /* threads done with the storm */
 static atomic_ulong errors;
-static uint64_t *first_ns, *later_ns;
+static uint64_t *first_ns, *first_cpu_ns, *later_ns;
+/* STORM_DEBUG: the first call's minor faults and context switches. */
+static struct storm_dbg {
+	uint64_t ns;
+	long minflt, nvcsw, nivcsw;
+} *dbg;
 
 static void fwait(atomic_uint *a, unsigned v)
 {
@@ -64,6 +78,7 @@ static void fwake(atomic_uint *a)
 		NULL, 0);
 }
 
+static uint64_t now_ns(void);
 static uint64_t thread_cpu_ns(void)
 {
 	struct timespec ts;
@@ -95,20 +110,33 @@ static void *storm_thread(void *arg)
 	size_t i = (size_t)arg;
 	unsigned n = kit ? COPIES : WRITES;
 	volatile char stack[64 << 10];
-	uint64_t t0, t1, t2;
+	uint64_t t0, t1, t2, w0, w1;
+	struct rusage r0, r1;
 
 	memset((char *)stack, 1, sizeof(stack));
 	while (atomic_load(&go) == 0)
 		fwait(&go, 0);
+	if (dbg)
+		getrusage(RUSAGE_THREAD, &r0);
+	w0 = now_ns();
 	t0 = thread_cpu_ns();
 	if (!one_call())
 		atomic_fetch_add(&errors, 1);
 	t1 = thread_cpu_ns();
+	w1 = now_ns();
+	if (dbg) {
+		getrusage(RUSAGE_THREAD, &r1);
+		dbg[i] = (struct storm_dbg){ t1 - t0,
+					     r1.ru_minflt - r0.ru_minflt,
+					     r1.ru_nvcsw - r0.ru_nvcsw,
+					     r1.ru_nivcsw - r0.ru_nivcsw };
+	}
 	for (unsigned k = 1; k < n; k++)
 		if (!one_call())
 			atomic_fetch_add(&errors, 1);
 	t2 = thread_cpu_ns();
-	first_ns[i] = t1 - t0;
+	first_ns[i] = t1 - t0 < w1 - w0 ? t1 - t0 : w1 - w0;
+	first_cpu_ns[i] = t1 - t0;
 	later_ns[i] = (t2 - t1) / (n - 1);
 	if (atomic_fetch_add(&arrived, 1) + 1 == 0)
 		fwake(&arrived);
@@ -157,6 +185,9 @@ int main(int argc, char **argv)
 	pthread_t *th;
 	size_t n;
 	uint32_t ready = 0;
+	unsigned idle_ms = getenv("STORM_IDLE_MS") ?
+				   (unsigned)atoi(getenv("STORM_IDLE_MS")) :
+				   200;
 	uint64_t c0, c1, c2, t_idle0, t_idle1;
 	long rss_parked, rss_idle;
 	double later = 0;
@@ -183,7 +214,10 @@ int main(int argc, char **argv)
 	if (kit && (jitring_trampoline_builtin(&tmpl) ||
 		    jitring_trampolines_new(jr, &tmpl, &set)))
 		return 77;
+	if (getenv("STORM_DEBUG"))
+		dbg = calloc(n, sizeof(*dbg));
 	first_ns = calloc(n, sizeof(*first_ns));
+	first_cpu_ns = calloc(n, sizeof(*first_cpu_ns));
 	later_ns = calloc(n, sizeof(*later_ns));
 	th = calloc(n, sizeof(*th));
 	pthread_attr_init(&attr);
@@ -191,8 +225,10 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < n; i++)
 		if (pthread_create(&th[i], &attr, storm_thread, (void *)i))
 			return 1;
+	if (!getenv("STORM_COLD") && !one_call())
+		return 1;
 	/* Parked and idle: the baseline, then the writer sits idle. */
-	sleep_ms(200);
+	sleep_ms(idle_ms);
 	rss_parked = vm_rss_kib();
 	if (getenv("STORM_DEBUG"))
 		fprintf(stderr, "before the storm: arenas ahead %llu\n",
@@ -212,7 +248,15 @@ int main(int argc, char **argv)
 	rss_idle = vm_rss_kib();
 	t_idle1 = now_ns();
 	st = t_stats(jr);
+	for (size_t i = 0; dbg && i < n; i++)
+		if (dbg[i].ns > (getenv("STORM_ALL") ? 0 : 5000))
+			fprintf(stderr,
+				"slow first call: %llu ns, %ld faults, "
+				"%ld/%ld switches\n",
+				(unsigned long long)dbg[i].ns, dbg[i].minflt,
+				dbg[i].nvcsw, dbg[i].nivcsw);
 	qsort(first_ns, n, sizeof(*first_ns), cmp_u64);
+	qsort(first_cpu_ns, n, sizeof(*first_cpu_ns), cmp_u64);
 	for (size_t i = 0; i < n; i++)
 		later += (double)later_ns[i] / (double)n;
 	printf("{\"kind\": \"storm\", \"mode\": \"%s\", \"threads\": %zu, "
@@ -220,7 +264,9 @@ int main(int argc, char **argv)
 	       "\"own_ring_share\": %.4f, \"refills_waited\": %llu, "
 	       "\"arena_caller_share\": %.4f, \"arenas_waited\": %llu, "
 	       "\"arenas_ahead\": %llu, "
+	       "\"idle_ms\": %u, \"warm\": %d, "
 	       "\"first_p50_ns\": %llu, \"first_p99_ns\": %llu, "
+	       "\"first_cpu_p99_ns\": %llu, "
 	       "\"later_ns\": %.0f, \"rss_peak_kib\": %ld, "
 	       "\"idle_kib_per_thread\": %.2f, \"flusher_cpu_ms\": %.2f, "
 	       "\"flusher_idle_cpu_share\": %.5f}\n",
@@ -234,8 +280,10 @@ int main(int argc, char **argv)
 		       0.0,
 	       (unsigned long long)st.trampoline_arenas_waited,
 	       (unsigned long long)st.trampoline_arenas_ahead,
+	       idle_ms, !getenv("STORM_COLD"),
 	       (unsigned long long)first_ns[n / 2],
-	       (unsigned long long)first_ns[(n * 99) / 100], later,
+	       (unsigned long long)first_ns[(n * 99) / 100],
+	       (unsigned long long)first_cpu_ns[(n * 99) / 100], later,
 	       ru.ru_maxrss, (double)(rss_idle - rss_parked) / (double)n,
 	       (double)(c1 - c0) / 1e6,
 	       (double)(bench_flusher_cpu_ns() - c2) /

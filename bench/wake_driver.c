@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * What waking an idle flusher costs the thread that wakes it: one
+ * FUTEX_WAKE of a thread that has slept IDLE_MS, in the waker's wall time
+ * (the system call's own duration; no switch happens on the waker).
+ *
+ *   bench/wake_driver IDLE_MS [TRIES]
+ *
+ * Prints one JSON line: the tries' p50 and max in ns.  storm_driver's
+ * 64-thread p99 is the one thread of the storm that wakes the flusher
+ * (bench/README.md, Thread storms).
+ */
+#include <linux/futex.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define STOP 0xffffffffu
+
+static atomic_uint word;
+
+static void *sleeper(void *arg)
+{
+	unsigned v;
+
+	while ((v = atomic_load(&word)) != STOP)
+		syscall(SYS_futex, (unsigned *)&word, FUTEX_WAIT_PRIVATE, v,
+			NULL, NULL, 0);
+	return arg;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned idle_ms, tries;
+	uint64_t *ns;
+	pthread_t t;
+
+	if (argc < 2) {
+		fprintf(stderr, "usage: %s IDLE_MS [TRIES]\n", argv[0]);
+		return 2;
+	}
+	idle_ms = (unsigned)strtoul(argv[1], NULL, 10);
+	tries = argc > 2 ? (unsigned)strtoul(argv[2], NULL, 10) : 20;
+	if (!tries || !(ns = calloc(tries, sizeof(*ns))) ||
+	    pthread_create(&t, NULL, sleeper, NULL))
+		return 1;
+	for (unsigned i = 0; i < tries; i++) {
+		struct timespec idle = { idle_ms / 1000,
+					 (long)(idle_ms % 1000) * 1000000L };
+		uint64_t t0;
+
+		nanosleep(&idle, NULL);
+		t0 = now_ns();
+		atomic_fetch_add(&word, 1);
+		syscall(SYS_futex, (unsigned *)&word, FUTEX_WAKE_PRIVATE, 1,
+			NULL, NULL, 0);
+		ns[i] = now_ns() - t0;
+	}
+	atomic_store(&word, STOP);
+	syscall(SYS_futex, (unsigned *)&word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
+		0);
+	pthread_join(t, NULL);
+	qsort(ns, tries, sizeof(*ns), cmp_u64);
+	printf("{\"kind\": \"futex_wake\", \"idle_ms\": %u, \"tries\": %u, "
+	       "\"p50_ns\": %llu, \"max_ns\": %llu}\n",
+	       idle_ms, tries, (unsigned long long)ns[tries / 2],
+	       (unsigned long long)ns[tries - 1]);
+	return 0;
+}
