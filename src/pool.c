@@ -512,7 +512,8 @@ void jitring_idmap_free(struct jr_rings *e)
  * fresh page used to cost its thread a page fault inside jitring_write()
  * (one per 32768 ids: several in a storm of new threads, each taking a
  * block).  Touched with an RMW of 0: atomic against the owner's store of
- * its bits, and it changes no value.  Flusher only.
+ * its bits, and it changes no value.  On the flusher (or start, which
+ * holds the engine alone).
  */
 static bool idmap_touch(struct jr_rings *e, uint64_t id)
 {

@@ -161,11 +161,17 @@ static void trim_seen(struct jr_ring *r)
 	for (size_t i = 0; i < r->size / page; i++)
 		n += vec[i] & 1;
 	pthread_mutex_lock(&tp.lock);
+	/*
+	 * own is read after the trim: a fresh pooled ring a thread took
+	 * meanwhile reads ACTIVE (its first write waits for TRIM).  So the
+	 * idle thread's ring is one holding a commit (seen_tail) once the
+	 * holder has written; the ready ring the one given back after use.
+	 */
 	if (own == JR_OWN_POOLED && r->head_local) {
 		tp.pool_seen = true;
 		tp.pool_resident = n;
 		tp.pool_kept = vec[kept] & 1;
-	} else if (own == JR_OWN_ACTIVE) {
+	} else if (own == JR_OWN_ACTIVE && r->seen_tail && tp.restart_go) {
 		tp.idle_seen = true;
 		tp.idle_resident = n;
 	}
