@@ -198,7 +198,7 @@ int main(int argc, char **argv)
 	T_CHECK_EQ(st.threads_attached, 0);
 	T_CHECK_EQ(st.threads_total,
 		   opts.engine == JITRING_ENGINE_RINGS ? attaches : 0);
-	if (ST_SANITIZED) {
+	if (T_SANITIZED) {
 		printf("resident-set check skipped under a sanitizer\n");
 	} else if (rss10 && created >= 10 * opts.alive) {
 		T_CHECK(rss10 > 0 && rss_end > 0);

@@ -42,17 +42,6 @@
 /* Runs longer than this print a progress line each second. */
 #define ST_LONG_SECONDS 10.0
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define ST_SANITIZED 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define ST_SANITIZED 1
-#endif
-#endif
-#ifndef ST_SANITIZED
-#define ST_SANITIZED 0
-#endif
-
 /**
  * struct st_opts - Command line of a stress program.
  * @threads: --threads N: producer threads.

@@ -214,16 +214,6 @@ static _Atomic unsigned forkers_busy;
  * still run while the parent's writers write.  Plain and TSan builds use
  * --alive forking threads.
  */
-#if defined(__SANITIZE_ADDRESS__)
-#define ST_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define ST_ASAN 1
-#endif
-#endif
-#ifndef ST_ASAN
-#define ST_ASAN 0
-#endif
 
 static void *forker(void *arg)
 {
@@ -282,7 +272,7 @@ int main(int argc, char **argv)
 				 .entries = 50 };
 	st_setup(argc, argv, &opts, "stress_forkstorm");
 	T_REQUIRE(opts.alive > 0);
-#if ST_ASAN
+#if T_ASAN
 	if (opts.alive > 1) {
 		printf("ASan build: one forking thread instead of %u "
 		       "(clang 14's ASan is not fork-safe with several)\n",

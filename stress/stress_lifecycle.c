@@ -317,7 +317,7 @@ static void *worker_main(void *arg)
 		fflush(stdout);
 		pid = fork();
 		if (pid == 0)
-			_exit(ST_SANITIZED ? 0 :
+			_exit(T_SANITIZED ? 0 :
 					     child_main(jr, dir, w->log.thread));
 		if (pid < 0) {
 			w->bad++;

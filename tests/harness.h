@@ -34,14 +34,31 @@
 #include "jitring.h"
 #include "reader.h"
 
-/* Built with ASan or TSan (gcc says so one way, clang another). */
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define T_SANITIZED 1
+/*
+ * Built with ASan (T_ASAN) or TSan (T_TSAN): 0 or 1, for #if and for C
+ * conditions alike.  gcc says so one way, clang another.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define T_ASAN 1
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define T_SANITIZED 1
+#if __has_feature(address_sanitizer)
+#define T_ASAN 1
 #endif
 #endif
+#ifndef T_ASAN
+#define T_ASAN 0
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define T_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define T_TSAN 1
+#endif
+#endif
+#ifndef T_TSAN
+#define T_TSAN 0
+#endif
+#define T_SANITIZED (T_ASAN || T_TSAN)
 
 #define T_EXIT_PASS 0
 #define T_EXIT_FAIL 1

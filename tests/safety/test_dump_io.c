@@ -38,13 +38,6 @@
 #include "reader.h"
 #include "testpoint.h"
 
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-#define UNDER_SANITIZER 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-#define UNDER_SANITIZER 1
-#endif
-#endif
 
 static char dir[64];
 static char tool[512];
@@ -180,7 +173,7 @@ static struct child spawn(const char *const *args, int in, rlim_t as_limit)
 		    dup2(err[1], 2) < 0)
 			_exit(126);
 		alarm(60);
-#ifndef UNDER_SANITIZER
+#if !T_SANITIZED
 		if (as_limit) {
 			struct rlimit rl = { as_limit, as_limit };
 

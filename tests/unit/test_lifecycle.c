@@ -869,7 +869,7 @@ static void case_first_write_faults(void)
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_REQUIRE(pthread_create(&t, NULL, first_fault_main, jr) == 0);
 	pthread_join(t, &faults);
-#ifndef T_SANITIZED
+#if !T_SANITIZED
 	/* A sanitizer's runtime faults in its own memory for a new thread. */
 	T_CHECK_EQ((intptr_t)faults, 0);
 #endif

@@ -80,16 +80,6 @@
 #include "reader.h"
 #include "testpoint.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define TS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TS_TSAN 1
-#endif
-#endif
-#ifndef TS_TSAN
-#define TS_TSAN 0
-#endif
 
 static uint32_t my_tid(void)
 {
@@ -645,7 +635,7 @@ static void test_nested_space(void)
 /* ------------------------------------------------------------------ */
 /* 5. The mutex engine's lock, outside its in_write window.             */
 
-#if !TS_TSAN
+#if !T_TSAN
 typedef int (*mutex_fn)(pthread_mutex_t *);
 static mutex_fn real_lock, real_unlock;
 static _Thread_local int tl_arm; /* 1: after the next lock; 2: before the
@@ -904,7 +894,7 @@ int main(void)
 	test_nested_fault(JITRING_ENGINE_MUTEX);
 	test_other_code(JITRING_ENGINE_RINGS);
 	test_other_code(JITRING_ENGINE_MUTEX);
-#if !TS_TSAN
+#if !T_TSAN
 	test_mutex_window();
 	test_close_window(JITRING_ENGINE_MUTEX);
 	test_close_window(JITRING_ENGINE_RINGS);

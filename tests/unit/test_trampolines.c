@@ -58,12 +58,7 @@
  * slower too. */
 #define WORK_CALLS_PLAIN 4000
 
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define T_TSAN 1
-#endif
-#endif
-#if defined(__SANITIZE_THREAD__) || defined(T_TSAN)
+#if T_TSAN
 /* The fork test's child restarts the rings engine's flusher thread, which
  * TSan allows only with die_after_fork=0 (TSAN_OPTIONS still wins). */
 const char *__tsan_default_options(void);
@@ -73,7 +68,7 @@ const char *__tsan_default_options(void)
 }
 #endif
 
-#if defined(__SANITIZE_THREAD__) || defined(T_TSAN)
+#if T_TSAN
 #define WORK_CALLS (4 * WORK_CALLS_PLAIN)
 #else
 #define WORK_CALLS WORK_CALLS_PLAIN
