@@ -268,7 +268,9 @@ def main():
             kib(idle.get("per_thread_registered_bytes")), kib(idle.get("per_thread_idle_bytes")),
             (pk.get("errors", 0) or 0) + (idle.get("errors", 0) or 0)))
     L.append("")
-    storms = [x for x in rss if x.get("kind") == "storm"]
+    # rss_driver's registration storm and storm_driver's thread storms
+    # both print kind "storm"; only the latter has a mode.
+    storms = [x for x in rss if x.get("kind") == "storm" and "mode" not in x]
     if storms:
         L.append("Registration storm (4096 threads whose first jitring_write() is at the same moment, 64 entries each):")
         L.append("")
@@ -283,18 +285,28 @@ def main():
 
     st = [x for x in rss if x.get("kind") == "storm" and "mode" in x]
     if st:
-        L.append("Thread storms (`storm_driver MODE THREADS READY`: THREADS threads released at once after 200 ms idle; first call in thread CPU time; READY 0 = defaults, else `ready_rings` = THREADS, `ready_copies` = THREADS x 400):")
+        L.append("Thread storms (`storm_driver MODE THREADS READY`: THREADS threads released at once after the writer sat idle; a first call's cost is min(thread CPU, wall time); READY 0 = defaults, else `ready_rings` = THREADS, `ready_copies` = THREADS x 400):")
         L.append("")
-        L.append("| mode | threads | ready | own ring | arenas on a caller | first call p50 / p99 | later call | idle RSS per thread | flusher CPU (idle) |")
-        L.append("|:--|--:|--:|--:|--:|--:|--:|--:|--:|")
+        L.append("| mode | threads | ready | idle | own ring | arenas on a caller | first call p50 / p99 | later call | idle RSS per thread | flusher CPU (idle) |")
+        L.append("|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for x in st:
-            L.append("| %s | %d | %s | %.1f%% | %.1f%% | %.1f / %.1f us | %d ns | %.2f KiB | %.2f%% |" % (
+            if "exit" in x:
+                L.append("| %s | %d | %s | | exit %s | | | | | |" % (
+                    x["mode"], x["threads"], x["ready"] or "default", x["exit"]))
+                continue
+            L.append("| %s | %d | %s | %d ms | %.1f%% | %.1f%% | %.1f / %.1f us | %d ns | %.2f KiB | %.2f%% |" % (
                 x["mode"], x["threads"], x["ready"] or "default",
+                x.get("idle_ms", 200),
                 100 * x["own_ring_share"], 100 * x["arena_caller_share"],
                 x["first_p50_ns"] / 1000.0, x["first_p99_ns"] / 1000.0,
                 x["later_ns"], x["idle_kib_per_thread"],
                 100 * x["flusher_idle_cpu_share"]))
         L.append("")
+    for x in rss:
+        if x.get("kind") == "futex_wake":
+            L.append("Waking the idle flusher (`wake_driver %d`: one FUTEX_WAKE of a thread idle %d ms, %d tries): p50 %.1f us, max %.1f us of the waker's time." % (
+                x["idle_ms"], x["idle_ms"], x["tries"], x["p50_ns"] / 1000.0, x["max_ns"] / 1000.0))
+            L.append("")
 
     fc = [x for x in rss if x.get("kind") == "flusher_cpu" and "phase" in x]
     if fc:

@@ -30,7 +30,6 @@
  * Thread stacks are 256 KiB, as in bench_write.  Prints one JSON object.
  */
 #include <errno.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -53,29 +52,18 @@ static atomic_uint arrived;    /* threads done with the current phase */
 static atomic_ulong errors;
 static atomic_long last_error;
 
-static void futex_wait(atomic_uint *a, unsigned v)
-{
-	syscall(SYS_futex, (unsigned *)a, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
-}
-
-static void futex_wake(atomic_uint *a)
-{
-	syscall(SYS_futex, (unsigned *)a, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL,
-		NULL, 0);
-}
-
 static void wait_phase(unsigned want)
 {
 	unsigned p;
 
 	while ((p = atomic_load(&phase)) < want)
-		futex_wait(&phase, p);
+		bench_futex_wait(&phase, p);
 }
 
 static void arrive(void)
 {
 	atomic_fetch_add(&arrived, 1);
-	futex_wake(&arrived);
+	bench_futex_wake(&arrived);
 }
 
 static void wait_arrived(unsigned n)
@@ -83,14 +71,14 @@ static void wait_arrived(unsigned n)
 	unsigned a;
 
 	while ((a = atomic_load(&arrived)) < n)
-		futex_wait(&arrived, a);
+		bench_futex_wait(&arrived, a);
 }
 
 static void set_phase(unsigned p)
 {
 	atomic_store(&arrived, 0);
 	atomic_store(&phase, p);
-	futex_wake(&phase);
+	bench_futex_wake(&phase);
 }
 
 static void write_n(unsigned long n)
@@ -233,7 +221,7 @@ int main(int argc, char **argv)
 
 			atomic_store(&arrived, 0);
 			atomic_store(&phase, 1 + w);
-			futex_wake(&phase);
+			bench_futex_wake(&phase);
 			wait_arrived((unsigned)(hi - lo));
 		}
 		if (nwaves) {

@@ -172,7 +172,8 @@ for smode in write kit; do
 			# Idle past the flusher's 1 s trim: the harder case.
 			STORM_IDLE_MS=2000 timeout 600 \
 				"$build/bench/storm_driver" "$smode" "$n" \
-				"$ready" >>"$raw/rss.jsonl" || true
+				"$ready" >>"$raw/rss.jsonl" ||
+				echo "{\"kind\": \"storm\", \"mode\": \"$smode\", \"threads\": $n, \"ready\": $ready, \"exit\": $?}" >>"$raw/rss.jsonl"
 		done
 	done
 done

@@ -44,23 +44,6 @@ static uint8_t *page;
 static long pagesz;
 static char dir[] = "/tmp/jitring-stall-XXXXXX";
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000ull),
-			       (long)(ns % 1000000000ull) };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 static const uint8_t code[16] = { 0xc3 };
 
 static int64_t write_at(const char *name, uint64_t addr, const void *bytes)
@@ -120,9 +103,9 @@ static struct {
 static void *unstall_main(void *arg)
 {
 	(void)arg;
-	sleep_ns(stall.ns);
+	bench_sleep_ns(stall.ns);
 	stall.cpu = bench_flusher_cpu_ns() - stall.c0;
-	stall.wall = now_ns() - stall.t0;
+	stall.wall = bench_now_ns() - stall.t0;
 	unstall();
 	return NULL;
 }
@@ -188,11 +171,11 @@ int main(int argc, char **argv)
 		return 1;
 	/* idle: a second with nothing to do (after the first rounds; the
 	 * flusher has named itself by then). */
-	sleep_ns(100 * 1000000ull);
-	t0 = now_ns();
+	bench_sleep_ns(100 * 1000000ull);
+	t0 = bench_now_ns();
 	c0 = bench_flusher_cpu_ns();
-	sleep_ns(1000 * 1000000ull);
-	report("idle", argv[1], now_ns() - t0, bench_flusher_cpu_ns() - c0, 0);
+	bench_sleep_ns(1000 * 1000000ull);
+	report("idle", argv[1], bench_now_ns() - t0, bench_flusher_cpu_ns() - c0, 0);
 	if (cfg.engine == JITRING_ENGINE_MUTEX) {
 		/* No flusher thread: nothing more to measure. */
 		jitring_close(jr);
@@ -205,11 +188,11 @@ int main(int argc, char **argv)
 		return 1;
 	if (write_at("Q", 0x510000, code) <= 0)
 		return 1;
-	t0 = now_ns();
+	t0 = bench_now_ns();
 	c0 = bench_flusher_cpu_ns();
 	pthread_create(&f, NULL, flush_main, NULL);
 	pthread_join(f, &r);
-	report("flush", argv[1], now_ns() - t0, bench_flusher_cpu_ns() - c0,
+	report("flush", argv[1], bench_now_ns() - t0, bench_flusher_cpu_ns() - c0,
 	       (int)(intptr_t)r);
 
 	/*
@@ -218,7 +201,7 @@ int main(int argc, char **argv)
 	 * it (the flusher is gone once close returns).
 	 */
 	stall.ns = stall_ms * 1000000ull;
-	stall.t0 = now_ns();
+	stall.t0 = bench_now_ns();
 	stall.c0 = bench_flusher_cpu_ns();
 	pthread_create(&f, NULL, unstall_main, NULL);
 	ret = jitring_close(jr);

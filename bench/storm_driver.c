@@ -36,7 +36,6 @@
  *   flusher_cpu_ms over the storm, flusher_idle_cpu_share over the idle.
  */
 #include <errno.h>
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -59,6 +58,7 @@ static const struct jitring_entry *entry;
 static int kit;
 static atomic_uint go;       /* 0: park; 1: storm; 2: leave */
 static atomic_uint arrived;  /* threads done with the storm */
+static size_t nthreads;
 static atomic_ulong errors;
 static uint64_t *first_ns, *first_cpu_ns, *later_ns;
 /* STORM_DEBUG: the first call's minor faults and context switches. */
@@ -67,31 +67,11 @@ static struct storm_dbg {
 	long minflt, nvcsw, nivcsw;
 } *dbg;
 
-static void fwait(atomic_uint *a, unsigned v)
-{
-	syscall(SYS_futex, (unsigned *)a, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
-}
-
-static void fwake(atomic_uint *a)
-{
-	syscall(SYS_futex, (unsigned *)a, FUTEX_WAKE_PRIVATE, INT32_MAX, NULL,
-		NULL, 0);
-}
-
-static uint64_t now_ns(void);
 static uint64_t thread_cpu_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
@@ -115,15 +95,15 @@ static void *storm_thread(void *arg)
 
 	memset((char *)stack, 1, sizeof(stack));
 	while (atomic_load(&go) == 0)
-		fwait(&go, 0);
+		bench_futex_wait(&go, 0);
 	if (dbg)
 		getrusage(RUSAGE_THREAD, &r0);
-	w0 = now_ns();
+	w0 = bench_now_ns();
 	t0 = thread_cpu_ns();
 	if (!one_call())
 		atomic_fetch_add(&errors, 1);
 	t1 = thread_cpu_ns();
-	w1 = now_ns();
+	w1 = bench_now_ns();
 	if (dbg) {
 		getrusage(RUSAGE_THREAD, &r1);
 		dbg[i] = (struct storm_dbg){ t1 - t0,
@@ -138,41 +118,12 @@ static void *storm_thread(void *arg)
 	first_ns[i] = t1 - t0 < w1 - w0 ? t1 - t0 : w1 - w0;
 	first_cpu_ns[i] = t1 - t0;
 	later_ns[i] = (t2 - t1) / (n - 1);
-	if (atomic_fetch_add(&arrived, 1) + 1 == 0)
-		fwake(&arrived);
-	fwake(&arrived);
+	/* The last one wakes main (not each of thousands in turn). */
+	if (atomic_fetch_add(&arrived, 1) + 1 == nthreads)
+		bench_futex_wake(&arrived);
 	while (atomic_load(&go) != 2)
-		fwait(&go, 1);
+		bench_futex_wait(&go, 1);
 	return NULL;
-}
-
-static long vm_rss_kib(void)
-{
-	char line[256];
-	long v = -1;
-	FILE *f = fopen("/proc/self/status", "r");
-
-	while (f && fgets(line, sizeof(line), f))
-		if (!strncmp(line, "VmRSS:", 6))
-			v = strtol(line + 6, NULL, 10);
-	if (f)
-		fclose(f);
-	return v;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
 }
 
 int main(int argc, char **argv)
@@ -188,7 +139,7 @@ int main(int argc, char **argv)
 	unsigned idle_ms = getenv("STORM_IDLE_MS") ?
 				   (unsigned)atoi(getenv("STORM_IDLE_MS")) :
 				   200;
-	uint64_t c0, c1, c2, t_idle0, t_idle1;
+	uint64_t c0, c1, c2, c3, t_idle0, t_idle1;
 	long rss_parked, rss_idle;
 	double later = 0;
 	char dir[] = "/tmp/jitring-storm-XXXXXX";
@@ -199,7 +150,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	kit = !strcmp(argv[1], "kit");
-	n = strtoul(argv[2], NULL, 10);
+	n = nthreads = strtoul(argv[2], NULL, 10);
 	if (argc > 3)
 		ready = (uint32_t)strtoul(argv[3], NULL, 10);
 	if (!mkdtemp(dir))
@@ -228,35 +179,36 @@ int main(int argc, char **argv)
 	if (!getenv("STORM_COLD") && !one_call())
 		return 1;
 	/* Parked and idle: the baseline, then the writer sits idle. */
-	sleep_ms(idle_ms);
-	rss_parked = vm_rss_kib();
+	bench_sleep_ns(idle_ms * 1000000ull);
+	rss_parked = (long)(t_rss_bytes() / 1024);
 	if (getenv("STORM_DEBUG"))
 		fprintf(stderr, "before the storm: arenas ahead %llu\n",
 			(unsigned long long)t_stats(jr).trampoline_arenas_ahead);
 	c0 = bench_flusher_cpu_ns();
 	atomic_store(&go, 1);
-	fwake(&go);
+	bench_futex_wake(&go);
 	for (unsigned a; (a = atomic_load(&arrived)) < n;)
-		fwait(&arrived, a);
+		bench_futex_wait(&arrived, a);
 	c1 = bench_flusher_cpu_ns();
 	jitring_flush(jr);
 	getrusage(RUSAGE_SELF, &ru);
 	/* Idle, every thread registered and parked. */
-	t_idle0 = now_ns();
+	t_idle0 = bench_now_ns();
 	c2 = bench_flusher_cpu_ns();
-	sleep_ms(2500);
-	rss_idle = vm_rss_kib();
-	t_idle1 = now_ns();
+	bench_sleep_ns(2500 * 1000000ull);
+	c3 = bench_flusher_cpu_ns();
+	t_idle1 = bench_now_ns();
+	rss_idle = (long)(t_rss_bytes() / 1024);
 	st = t_stats(jr);
 	for (size_t i = 0; dbg && i < n; i++)
-		if (dbg[i].ns > (getenv("STORM_ALL") ? 0 : 5000))
+		if (dbg[i].ns > 5000)
 			fprintf(stderr,
 				"slow first call: %llu ns, %ld faults, "
 				"%ld/%ld switches\n",
 				(unsigned long long)dbg[i].ns, dbg[i].minflt,
 				dbg[i].nvcsw, dbg[i].nivcsw);
-	qsort(first_ns, n, sizeof(*first_ns), cmp_u64);
-	qsort(first_cpu_ns, n, sizeof(*first_cpu_ns), cmp_u64);
+	qsort(first_ns, n, sizeof(*first_ns), bench_cmp_u64);
+	qsort(first_cpu_ns, n, sizeof(*first_cpu_ns), bench_cmp_u64);
 	for (size_t i = 0; i < n; i++)
 		later += (double)later_ns[i] / (double)n;
 	printf("{\"kind\": \"storm\", \"mode\": \"%s\", \"threads\": %zu, "
@@ -286,10 +238,10 @@ int main(int argc, char **argv)
 	       (unsigned long long)first_cpu_ns[(n * 99) / 100], later,
 	       ru.ru_maxrss, (double)(rss_idle - rss_parked) / (double)n,
 	       (double)(c1 - c0) / 1e6,
-	       (double)(bench_flusher_cpu_ns() - c2) /
+	       (double)(c3 - c2) /
 		       (double)(t_idle1 - t_idle0));
 	atomic_store(&go, 2);
-	fwake(&go);
+	bench_futex_wake(&go);
 	for (size_t i = 0; i < n; i++)
 		pthread_join(th[i], NULL);
 	jitring_close(jr);

@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "benchlib.h"
+
 #define STOP 0xffffffffu
 
 static atomic_uint word;
@@ -32,21 +34,6 @@ static void *sleeper(void *arg)
 		syscall(SYS_futex, (unsigned *)&word, FUTEX_WAIT_PRIVATE, v,
 			NULL, NULL, 0);
 	return arg;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 int main(int argc, char **argv)
@@ -70,17 +57,17 @@ int main(int argc, char **argv)
 		uint64_t t0;
 
 		nanosleep(&idle, NULL);
-		t0 = now_ns();
+		t0 = bench_now_ns();
 		atomic_fetch_add(&word, 1);
 		syscall(SYS_futex, (unsigned *)&word, FUTEX_WAKE_PRIVATE, 1,
 			NULL, NULL, 0);
-		ns[i] = now_ns() - t0;
+		ns[i] = bench_now_ns() - t0;
 	}
 	atomic_store(&word, STOP);
 	syscall(SYS_futex, (unsigned *)&word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
 		0);
 	pthread_join(t, NULL);
-	qsort(ns, tries, sizeof(*ns), cmp_u64);
+	qsort(ns, tries, sizeof(*ns), bench_cmp_u64);
 	printf("{\"kind\": \"futex_wake\", \"idle_ms\": %u, \"tries\": %u, "
 	       "\"p50_ns\": %llu, \"max_ns\": %llu}\n",
 	       idle_ms, tries, (unsigned long long)ns[tries / 2],
