@@ -282,4 +282,20 @@ static inline void jitring_rings_wake(struct jitring *jr, bool force)
 	jitring_rings_wake_slow(jr, s);
 }
 
+/*
+ * jitring_rings_nudge() - Wake the flusher only from DEEP sleep: for news
+ * that does not need a flusher, such as a ring let go (it is recycled at
+ * the next round, whenever that is).  Unlike jitring_rings_wake() it never
+ * starts a paused engine's flusher again: a thread exiting after
+ * jitring_pause() must not undo the pause.
+ */
+static inline void jitring_rings_nudge(struct jitring *jr)
+{
+	/* seq_cst: pairs with the flusher's store of its sleep mode. */
+	uint32_t s = atomic_load_explicit(&jr->sleep, memory_order_seq_cst);
+
+	if (s == JR_DEEP)
+		jitring_rings_wake_slow(jr, s);
+}
+
 #endif /* JITRING_SRC_RINGS_H */

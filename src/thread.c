@@ -70,7 +70,7 @@ static void ring_release(struct jr_ring *r)
 		    memory_order_acquire)) {
 		atomic_fetch_sub_explicit(&jr->c.threads_attached, 1,
 					  memory_order_relaxed);
-		jitring_rings_wake(jr, false);
+		jitring_rings_nudge(jr);
 		return;
 	}
 	/*

@@ -15,7 +15,10 @@
  *     nothing lost, the file sorted, every pause returned 0;
  *  5. close while paused: 0, and the CLOSE record (JITRING_F_WRITE_CLOSE)
  *     is written though no flusher ran;
- *  6. the mutex engine: 0 and nothing changes; after close: -ESHUTDOWN.
+ *  6. the mutex engine: 0 and nothing changes; a NULL writer: -EINVAL.
+ *  7. threads that let go of their rings while paused (one detaches, one
+ *     exits) do not bring the flusher back: a thread's exit used to start
+ *     it again, undoing the pause before a fork.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -261,6 +264,48 @@ static void case_mutex(void)
 	T_CHECK_EQ(jitring_pause(NULL), -EINVAL);
 }
 
+static pthread_barrier_t c7_bar;
+
+/* Write, wait for the pause, then let go: by detaching, or by exiting. */
+static void *letgo_main(void *arg)
+{
+	struct jitring *jr = arg;
+	static _Atomic int detach = 1;
+
+	T_CHECK(t_write_at(jr, "letgo", 0x700000) > 0);
+	pthread_barrier_wait(&c7_bar); /* written */
+	pthread_barrier_wait(&c7_bar); /* paused */
+	if (atomic_exchange(&detach, 0))
+		T_CHECK_EQ(jitring_thread_detach(jr), 1);
+	return NULL;
+}
+
+static void case_letgo_paused(void)
+{
+	struct jitring *jr = open_in("c7", JITRING_ENGINE_RINGS, 0);
+	pthread_t th[2];
+	long paused;
+
+	T_REQUIRE(pthread_barrier_init(&c7_bar, NULL, 3) == 0);
+	for (int i = 0; i < 2; i++)
+		T_REQUIRE(pthread_create(&th[i], NULL, letgo_main, jr) == 0);
+	pthread_barrier_wait(&c7_bar);
+	T_CHECK_EQ(jitring_pause(jr), 0);
+	paused = nthreads();
+	pthread_barrier_wait(&c7_bar);
+	for (int i = 0; i < 2; i++)
+		pthread_join(th[i], NULL);
+	/* Both threads gone, and no flusher came back. */
+	T_CHECK_EQ(nthreads(), paused - 2);
+	T_CHECK(t_write_at(jr, "after", 0x710000) > 0);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_CHECK_EQ(loads_in("c7", getpid(), NULL), 3);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	pthread_barrier_destroy(&c7_bar);
+	printf("detach and exit while paused: threads %ld -> %ld\n", paused,
+	       nthreads());
+}
+
 int main(void)
 {
 	T_REQUIRE(mkdtemp(base) != NULL);
@@ -270,6 +315,7 @@ int main(void)
 	case_race();
 	case_close_paused();
 	case_mutex();
+	case_letgo_paused();
 	t_rmtree(base);
 	return t_report();
 }
