@@ -834,8 +834,9 @@ jitring_trampolines_new(struct jitring *jr,
  *
  * Context: any thread, concurrently; not async-signal-safe.
  * Return: the copy's code_index (> 0); -EINVAL for NULL arguments or a bad
- * name (empty, or longer than JITRING_NAME_MAX); -ENOMEM if no arena could
- * be had; or what jitring_write() returns.
+ * name (empty, or longer than JITRING_NAME_MAX), but -ESHUTDOWN instead
+ * once jitring_close() has started (as for jitring_write()); -ENOMEM if no
+ * arena could be had; or what jitring_write() returns.
  */
 JITRING_API int64_t jitring_trampolines_get(struct jitring_trampolines *t,
 					    const char *name, void **addr);

@@ -197,11 +197,9 @@ int jitring_struct_in(void *dst, size_t dsize, const void *src, uint32_t ssize,
 struct jitring_group;
 /*
  * jitring_write() of a group planned elsewhere (the trampoline kit plans
- * once per set): @plan_ret is what planning it returned (counted and
- * returned if non-zero, as jitring_write() does).
+ * once per set and renames per copy).
  */
-int64_t jitring_write_group(struct jitring *jr, struct jitring_group *g,
-			    int plan_ret);
+int64_t jitring_write_group(struct jitring *jr, struct jitring_group *g);
 
 /* Log through the caller's hook, if any. */
 void jitring_log(const struct jitring *jr, int level, const char *fmt, ...)
@@ -209,6 +207,9 @@ void jitring_log(const struct jitring *jr, int level, const char *fmt, ...)
 
 /* The -errno for a call that found state != JR_OPEN (counted). */
 int jitring_refuse_state(struct jitring *jr, uint32_t s);
+/* The answer for a bad argument @err (counted): -ESHUTDOWN once close has
+ * started, else @err. */
+int jitring_refuse_args(struct jitring *jr, int err);
 
 /* Record the file's first error and move an open writer to JR_FAILED. */
 void jitring_set_io_error(struct jitring *jr, int err);

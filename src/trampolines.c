@@ -950,7 +950,7 @@ copy_write(struct jitring_trampolines *t, struct jitring_group *g,
 		}
 		e->code_bytes = dumped;
 	}
-	idx = jitring_write_group(t->jr, g, 0);
+	idx = jitring_write_group(t->jr, g);
 	if (idx > 0)
 		jitring_count(&t->jr->c.trampoline_copies, 1);
 	return idx;
@@ -1003,10 +1003,8 @@ static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 	/* The set's group, planned once, renamed: the name's one check,
 	 * before a slot is claimed (a refused name wastes none). */
 	g = t->group;
-	if (!addr || jitring_record_rename(&g, &e)) {
-		jitring_count(&jr->c.refused_invalid, 1);
-		return -EINVAL;
-	}
+	if (!addr || jitring_record_rename(&g, &e))
+		return jitring_refuse_args(jr, -EINVAL);
 	/* An early out only: jitring_write() decides (a slot is wasted if
 	 * close starts in between). */
 	s = atomic_load_explicit(&jr->state, memory_order_relaxed);

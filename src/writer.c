@@ -1075,7 +1075,7 @@ int jitring_refuse_state(struct jitring *jr, uint32_t s)
  * the close (its own earlier call, or any synchronisation) sees CLOSING by
  * coherence and happens-before.
  */
-static JR_NOINLINE int refuse_args(struct jitring *jr, int err)
+JR_NOINLINE int jitring_refuse_args(struct jitring *jr, int err)
 {
 	if (atomic_load_explicit(&jr->state, memory_order_relaxed) >=
 	    JR_CLOSING) {
@@ -1086,11 +1086,8 @@ static JR_NOINLINE int refuse_args(struct jitring *jr, int err)
 	return err;
 }
 
-int64_t jitring_write_group(struct jitring *jr, struct jitring_group *g,
-			    int plan_ret)
+int64_t jitring_write_group(struct jitring *jr, struct jitring_group *g)
 {
-	if (unlikely(plan_ret))
-		return refuse_args(jr, plan_ret);
 	if (likely(jr->engine == JITRING_ENGINE_RINGS))
 		return jitring_rings_write(jr, g);
 	return jitring_mutex_write(jr, g);
@@ -1104,7 +1101,9 @@ int64_t jitring_write(struct jitring *jr, const struct jitring_entry *e)
 	if (unlikely(!handle_ok(jr)))
 		return -EINVAL;
 	ret = jitring_record_plan(&g, e);
-	return jitring_write_group(jr, &g, ret);
+	if (unlikely(ret))
+		return jitring_refuse_args(jr, ret);
+	return jitring_write_group(jr, &g);
 }
 
 int jitring_move(struct jitring *jr, uint64_t code_index, const void *new_addr,
@@ -1116,7 +1115,7 @@ int jitring_move(struct jitring *jr, uint64_t code_index, const void *new_addr,
 		return -EINVAL;
 	ret = jitring_record_move_check(new_addr, code_size);
 	if (ret)
-		return refuse_args(jr, ret);
+		return jitring_refuse_args(jr, ret);
 	if (jr->engine == JITRING_ENGINE_RINGS)
 		return jitring_rings_move(jr, code_index, new_addr, old_addr,
 					  code_size);

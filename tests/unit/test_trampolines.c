@@ -538,6 +538,9 @@ static void test_bad_input(uint32_t engine)
 	addr = NULL;
 	T_CHECK_EQ(jitring_trampolines_get(set, "late", &addr), -ESHUTDOWN);
 	T_CHECK(addr == NULL);
+	/* -ESHUTDOWN wins over a bad argument, as for jitring_write(). */
+	T_CHECK_EQ(jitring_trampolines_get(set, "", &addr), -ESHUTDOWN);
+	T_CHECK_EQ(jitring_trampolines_get(set, "late", NULL), -ESHUTDOWN);
 	T_CHECK_EQ(jitring_trampolines_new(jr, &good, &out), -ESHUTDOWN);
 	T_CHECK(out == (struct jitring_trampolines *)&good);
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
