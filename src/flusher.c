@@ -463,8 +463,7 @@ static void provide_growth(struct jr_rings *e, uint64_t T)
 		if (!g)
 			return;
 		/* Pre-fault: its owner is busy and will fill it. */
-		for (uint32_t off = 0; off < g->size; off += 4096)
-			g->buf[off] = 0;
+		jitring_prefault(g->buf, g->size);
 		atomic_store_explicit(&g->own, JR_OWN_NEXT,
 				      memory_order_relaxed);
 		/* Pairs with the acquire exchange in jitring_thread_grow(). */
@@ -480,8 +479,7 @@ static void drop_next(struct jr_rings *e, struct jr_ring *r)
 
 	if (g && atomic_load_explicit(&g->own, memory_order_acquire) ==
 			 JR_OWN_NEXT) {
-		jitring_pool_remove(e, g);
-		jitring_ring_free(g);
+		jitring_pool_drop(e, g);
 	}
 }
 
@@ -749,8 +747,7 @@ static void round_recycle(struct jr_rings *e, const struct round *rd)
 		 * idle rings are trimmed).  Grown rings go: every thread
 		 * starts at ring_min. */
 		if (r->size > e->jr->ring_min) {
-			jitring_pool_remove(e, r);
-			jitring_ring_free(r);
+			jitring_pool_drop(e, r);
 			continue;
 		}
 		jitring_pool_put(e, r, rd->T);

@@ -22,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <sys/types.h>
 #include <unistd.h>
 
@@ -258,6 +259,18 @@ void jitring_file_unclaim(enum jr_kind kind, const char *dir, const char *name,
 static inline size_t jitring_page_size(void)
 {
 	return (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Fault in every page of @len bytes at @p (writable, ours): one system call
+ * where the kernel has MADV_POPULATE_WRITE, else a write to each page. */
+static inline void jitring_prefault(uint8_t *p, size_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+	if (!madvise(p, len, MADV_POPULATE_WRITE))
+		return;
+#endif
+	for (size_t off = 0; off < len; off += jitring_page_size())
+		p[off] = 0;
 }
 
 /* code_index blocks, process-wide, so that no two writers of the process

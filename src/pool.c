@@ -82,13 +82,14 @@ static void ring_unaccount(struct jr_rings *e, uint32_t size)
 				  memory_order_relaxed);
 }
 
-void jitring_pool_remove(struct jr_rings *e, struct jr_ring *r)
+void jitring_pool_drop(struct jr_rings *e, struct jr_ring *r)
 {
 	struct jr_ring *last = e->reg[--e->nreg];
 
 	e->reg[r->reg_idx] = last;
 	last->reg_idx = r->reg_idx;
 	ring_unaccount(e, r->size);
+	jitring_ring_free(r);
 }
 
 static int reg_add(struct jr_rings *e, struct jr_ring *r)
@@ -271,8 +272,7 @@ void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
 	/* Pairs with the acquire load of own in ring_get() (thread.c). */
 	atomic_store_explicit(&r->own, JR_OWN_POOLED, memory_order_release);
 	if (!ck_ring_enqueue_spmc(&e->pool, e->pool_buf, r)) {
-		jitring_pool_remove(e, r);
-		jitring_ring_free(r);
+		jitring_pool_drop(e, r);
 	}
 }
 
@@ -352,8 +352,7 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 	while (n > 2 * low && ck_ring_dequeue_spmc(&e->pool, e->pool_buf, &r)) {
 		/* Pairs with the release store in jitring_pool_put(). */
 		(void)atomic_load_explicit(&r->own, memory_order_acquire);
-		jitring_pool_remove(e, r);
-		jitring_ring_free(r);
+		jitring_pool_drop(e, r);
 		n--;
 	}
 }

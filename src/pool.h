@@ -23,8 +23,8 @@ uint32_t jitring_ring_target(struct jr_rings *e);
 /* A new registered ring, idle since @now (flusher). */
 struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
 				      uint32_t size);
-/* Take a ring out of the registry and give its bytes back (flusher). */
-void jitring_pool_remove(struct jr_rings *e, struct jr_ring *r);
+/* Take a ring out of the registry, give its bytes back, free it (flusher). */
+void jitring_pool_drop(struct jr_rings *e, struct jr_ring *r);
 /* Hand a drained ring to the pool, or free it if the pool is full. */
 void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now);
 /* Refill the pool to its (adaptive) mark, trim it above twice it. */

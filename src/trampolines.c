@@ -318,10 +318,8 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 		ret = -errno;
 		goto err_unmap;
 	}
-#ifdef MADV_POPULATE_WRITE
-	/* Every page is written below: fault them in with one call. */
-	(void)madvise(base, slots_len, MADV_POPULATE_WRITE);
-#endif
+	/* Every page is written below: fault them in at once. */
+	jitring_prefault(base, slots_len);
 	slots_fill(t, base, slots_len);
 	__builtin___clear_cache((char *)base, (char *)base + slots_len);
 	if (mprotect(base, slots_len, PROT_READ | PROT_EXEC)) {
