@@ -26,8 +26,11 @@
  *      them at our own file offset in batches.  Only after a batch is in
  *      the file are the rings' heads published (seq_cst, paired with a
  *      producer waiting for space).
- *   5. complete flush tickets, recycle rings of threads that left, refill
- *      and trim the pool, trim idle rings' pages, then sleep.
+ *   5. complete flush tickets;
+ *   6. recycle the rings of threads that left;
+ *   7. make ready what threads will ask for (the pool, grow successors,
+ *      trampoline arenas, the idmap ahead) and trim idle rings' pages;
+ *   8. sleep.
  *
  * Invariants: groups leave each ring in ring order; every group written
  * has a timestamp >= every group written before it; head only moves past
@@ -675,7 +678,7 @@ static inline void scan_ring(struct jr_rings *e, struct round *rd,
 }
 
 /*
- * Step 3: settle the watermark (everything at close or after a failure;
+ * Steps 3-4: settle the watermark (everything at close or after a failure;
  * else mark stalled rings LATE), write every group stamped at or below
  * it in timestamp order, and publish the heads.
  */
@@ -700,7 +703,7 @@ static void round_merge(struct jr_rings *e, struct round *rd)
 	write_batch(e); /* and publishes the heads */
 }
 
-/* Step 4: complete the flush ticket once every head passed its target
+/* Step 5: complete the flush ticket once every head passed its target
  * (not while a ring with entries is unregistered). */
 static void round_flush_ticket(struct jr_rings *e, const struct round *rd)
 {
@@ -716,7 +719,7 @@ static void round_flush_ticket(struct jr_rings *e, const struct round *rd)
 }
 
 /*
- * Step 5: recycle the drained rings of threads that left.  Collected
+ * Step 6: recycle the drained rings of threads that left.  Collected
  * first (into the busy array, done with for this round): recycling one
  * can remove another from the registry (its unused successor), which an
  * index walk over the registry must not see.
@@ -755,7 +758,7 @@ static void round_recycle(struct jr_rings *e, const struct round *rd)
 }
 
 /*
- * Step 7: how to sleep.  Someone waiting (flush, close) gets DEEP with a
+ * Step 8: how to sleep.  Someone waiting (flush, close) gets DEEP with a
  * timer only for what no commit announces; streaming data none at all;
  * pending data a NAP of max_delay_ms (or to a hold-back deadline); an
  * idle engine DEEP until the next trim is due.
@@ -819,7 +822,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	round_flush_ticket(e, &rd);
 	round_recycle(e, &rd);
 
-	/* Step 6: make ready what threads will ask for. */
+	/* Step 7: make ready what threads will ask for. */
 	jitring_pool_maintain(e, rd.T);
 	if (!rd.stopping) {
 		provide_growth(e, rd.T);

@@ -17,7 +17,7 @@
  *   3. sets BUSY in pub with a seq_cst RMW                           (A)
  *   4. re-reads the writer state (seq_cst); closing -> back out        (B)
  *   5. reads CLOCK_MONOTONIC: the group's timestamp, and publishes it in
- *      stamp (relaxed) as the bound the flusher may use while we are BUSY;
+ *      stamp (release) as the bound the flusher may use while we are BUSY;
  *   6. takes a code_index from its private block of JR_ID_BLOCK;
  *   7. encodes the group straight into the ring (a PAD record first if it
  *      would cross the end of the buffer);
@@ -325,9 +325,10 @@ struct jr_slot {
 };
 
 /*
- * Step 1: room for the group between tail and head, before announcing
- * anything: in the ring as it is, in a larger ring the thread grows into,
- * or after waiting (lossless) -- or -EAGAIN in drop mode.
+ * Step 2 (the numbers are the algorithm's, above): room for the group
+ * between tail and head, before announcing anything: in the ring as it is,
+ * in a larger ring the thread grows into, or after waiting (lossless) --
+ * or -EAGAIN in drop mode.
  */
 static inline __attribute__((always_inline)) int
 slot_reserve(struct jitring *jr, struct jr_slot *sl)
@@ -363,7 +364,7 @@ slot_reserve(struct jitring *jr, struct jr_slot *sl)
 }
 
 /*
- * Step 2: announce the write -- BUSY (A) -- then check the writer is still
+ * Steps 3-4: announce the write -- BUSY (A) -- then check the writer is still
  * open (B).  Closing: back out without touching the buffer.
  */
 static inline __attribute__((always_inline)) int slot_begin(struct jitring *jr,
@@ -387,7 +388,7 @@ static inline __attribute__((always_inline)) int slot_begin(struct jitring *jr,
 }
 
 /*
- * Step 3: the timestamp, published in stamp, and the group encoded in
+ * Steps 5-7: the timestamp, published in stamp, and the group encoded in
  * place (a PAD record first if it would cross the end of the buffer).
  * Return: the code_index (0 for a move).
  */
@@ -453,7 +454,7 @@ slot_fill(struct jitring *jr, struct jr_slot *sl, const struct jitring_group *g,
 }
 
 /*
- * Step 4: commit (C) -- the new tail and BUSY cleared in one CAS, or the
+ * Steps 8-9: commit (C) -- the new tail and BUSY cleared in one CAS, or the
  * late path if the flusher marked us LATE -- then wake the flusher if it
  * sleeps (D), and ask for a larger ring once this one passed half full.
  */

@@ -3,14 +3,19 @@
  * The runtime kit: executable copies of a trampoline template, one per JIT
  * function, handed out lock-free from arenas made ready ahead of demand.
  *
- * Layout.  An arena is one anonymous mapping [guard][slots][guard]: the two
- * guard pages stay PROT_NONE for the arena's life, so the kernel never
- * merges the slots with a neighbouring executable mapping (an mprotect that
- * merged two arenas would report one mmap event covering both, and perf
- * would drop the loads of the older one).  The slots are filled while
- * PROT_READ|PROT_WRITE, the instruction cache is synchronised, and the
- * slots are switched to PROT_READ|PROT_EXEC once, before any copy in them is
- * handed out; they are never written, remapped or re-protected again (W^X).
+ * Layout.  An arena is one anonymous reservation [guard][slots][guard]: the
+ * two guard pages stay PROT_NONE for the arena's life, so the kernel never
+ * merges the slots with a neighbouring executable mapping (a merge of two
+ * arenas would report one mmap event covering both, and perf would drop
+ * the loads of the older one).  Every copy has the same executable bytes,
+ * so the slots are normally the set's image -- a sealed memfd written once
+ * by jitring_trampolines_new() -- mapped PROT_READ|PROT_EXEC over the
+ * middle of the reservation: no memory of its own, never writable.  Where
+ * an executable memfd is refused, the slots are written while
+ * PROT_READ|PROT_WRITE, the instruction cache is synchronised, and they are
+ * switched to PROT_READ|PROT_EXEC once, before any copy in them is handed
+ * out.  Either way they are never written, remapped or re-protected while
+ * copies are out (W^X).
  * A slot is jitring_trampoline_slot_size() bytes, 16-aligned and large enough
  * for perf's extended mapping of the copy, [addr, addr + ALIGN_8(code_size)
  * + mapped_size), so no copy lies inside another one's mapping (96 bytes
@@ -48,11 +53,14 @@
  *            by two threads is impossible: the exchange hands each value
  *            to exactly one of them.
  * So the steady-state cost of a copy is one relaxed fetch_add on the
- * arena's counter and one jitring_write(); mmap and mprotect run on the
+ * arena's counter, one jitring_write() and one relaxed fetch_add on the
+ * writer's trampoline_copies counter; mmap and mprotect run on the
  * flusher, which keeps at least `want` arenas ready per set and is woken
- * when a taker leaves fewer than that.  `want` starts at 2 and doubles, up
- * to 16, whenever a caller had to make an arena or took the last ready one
- * (demand outran the flusher).
+ * when a taker leaves fewer than that.  `want` starts at 2 (or what
+ * ready_copies asks) and doubles whenever a caller had to make an arena or
+ * took the last ready one (demand outran the flusher): up to 16, and on up
+ * to JR_TRAMP_READY_CAP / 2 with an image (its arenas cost no memory);
+ * written arenas instead grow their slots (want_grow()).
  *
  * Invariants: cur never goes back to an arena it left (only fresh arenas
  * are ever installed, so the CAS has no ABA); an installed arena is never
@@ -126,7 +134,7 @@ struct tr_arena {
 	/* Claimed slots; may run past nslots once exhausted. */
 	alignas(JITRING_CACHELINE) _Atomic uint64_t next;
 	_Atomic uint32_t switching; /* a thread is replacing this arena */
-	/* The arena that follows, linked ahead (see "Successor"). */
+	/* The arena that follows, linked ahead (see "succ" above). */
 	_Atomic(struct tr_arena *) succ;
 
 	/* Immutable once published. */
@@ -873,8 +881,9 @@ int jitring_trampolines_new(struct jitring *jr,
 	for (uint32_t i = 0; i < JR_TRAMP_READY_CAP; i++)
 		atomic_init(&t->ready[i], NULL);
 
-	/* The first arena now; with the rings engine the low-water mark's
-	 * worth too, so the first switch finds one ready. */
+	/* The first arena now; with the rings engine JR_TRAMP_WANT_INIT
+	 * more, so the first switch finds one ready (the flusher makes the
+	 * rest of `want`: jitring_trampolines_new() wakes it). */
 	ret = arena_make(t, &a);
 	if (ret)
 		goto err;

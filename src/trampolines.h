@@ -22,8 +22,10 @@
  * cost no memory of their own; the image, once, does). */
 #define JR_TRAMP_IMAGE_SCALE 4u
 #define JR_TRAMP_IMAGE_MAX (4u << 20)
-/* Ready arenas kept per set: the low-water mark starts here, doubles each
- * time a caller had to make an arena itself, and stops at the maximum. */
+/* Ready arenas kept per set: the low-water mark starts here (unless
+ * ready_copies says), doubles each time a caller had to make an arena or
+ * took the last one, up to the maximum (JR_TRAMP_READY_CAP / 2 with an
+ * image, see want_grow()). */
 #define JR_TRAMP_WANT_INIT 2u
 #define JR_TRAMP_WANT_MAX 16u
 /* Capacity of a set's ready array (above the maximum: losers of the race
