@@ -50,8 +50,9 @@ def start(dir=None, engine="rings", perf_map=False):
     ``$JITRING_DIR``, else ``/tmp``.  It must stay writable and the dump
     must still exist when ``perf inject --jit`` runs.
     *engine*: ``"rings"`` (per-thread lock-free rings and a background
-    flusher) or ``"mutex"`` (one lock around every write: the design
-    CPython's ``-X perf_jit`` uses, kept as a yardstick).
+    flusher) or ``"mutex"`` (one lock around each copy's allocation and
+    write: the design CPython's ``-X perf_jit`` uses, kept as a
+    yardstick).
     *perf_map*: also write ``/tmp/perf-<pid>.map``.
 
     Raises RuntimeError if already active or if another eval-frame function

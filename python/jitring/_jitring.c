@@ -12,7 +12,8 @@
  *
  * The copy of each code object is cached in a map keyed by the code
  * object's address (see "Code map" below): lock-free lookups on every call,
- * a shard mutex only when a code object is first seen or destroyed, and
+ * a shard mutex only to claim a code object's copy and publish it (once
+ * each per code object and session) and when one is destroyed, and
  * exactly one copy (one CODE_LOAD) per code object and session however many
  * threads enter it at once.  PyUnstable_Code_SetExtra() is not used:
  * it reallocates co_extra without a lock, so two threads entering the same
@@ -276,8 +277,11 @@ out:
  * first call takes it twice and no later call takes it.  An insert stores
  * the value before the key (release), and reuses DEAD slots.  A shard that
  * fills up is rehashed into a new table, published with a release store;
- * the old one is kept (a reader may still be probing it), so retired
- * tables add up to less than the live ones.  A value changed after a
+ * the old one is kept (a reader may still be probing it).  While a shard
+ * only grows, its retired tables add up to less than the live one; a
+ * shard whose code objects churn (made and destroyed during a session)
+ * fills with DEAD slots and is rehashed at the same size, and each such
+ * rehash retires a table for good.  A value changed after a
  * rehash is changed in the new table only: a reader still on the old table
  * sees the value it had (never one that is wrong for the session: values
  * only go from PENDING to a copy, or to another session's tag), takes the
@@ -668,7 +672,10 @@ static int64_t get_copy(struct session *s, const struct jitring_str *p,
 static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 				       void **addr)
 {
-	struct jitring_str p[NAME_PARTS];
+	struct jitring_str p[NAME_PARTS], one;
+	const struct jitring_str *pp = p;
+	unsigned int np = NAME_PARTS;
+	char buf[JITRING_NAME_MAX];
 	PyObject *tmp[2];
 	long waited = 0, delay = 20 * 1000;
 	enum copy_result res = COPY_OK;
@@ -684,17 +691,17 @@ static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 	}
 	name_parts(co, p, tmp);
 	for (;;) {
-		r = get_copy(s, p, NAME_PARTS, addr);
+		r = get_copy(s, pp, np, addr);
 		if (r > 0)
 			break;
-		if (r == -EINVAL) {
-			char buf[JITRING_NAME_MAX];
-			struct jitring_str one = { buf, 0 };
-
+		if (r == -EINVAL && pp == p) {
+			/* A NUL in a piece: the name without it, from now on
+			 * (a retry does not ask with the pieces again). */
+			one.ptr = buf;
 			one.len = name_without_nul(p, buf);
-			r = get_copy(s, &one, 1, addr);
-			if (r > 0)
-				break;
+			pp = &one;
+			np = 1;
+			continue;
 		}
 		if (r != -EAGAIN && r != -EDEADLK) {
 			count(&pyc.copy_errors);
@@ -736,11 +743,10 @@ out:
 #define PENDING_SPINS 256
 #define PENDING_YIELDS 64
 
-/* Make @co's copy (the claim is ours: its value is @tag | VAL_PENDING in
- * @claimed, a slot of table @tb) and publish it, or what became of it. */
+/* Make @co's copy (the claim is ours: its value is @tag | VAL_PENDING)
+ * and publish it, or what became of it. */
 static COLD void *copy_publish(struct session *s, PyObject *co,
-			       struct shard *sh, uint64_t h, uint64_t tag,
-			       uintptr_t tb, struct slot *claimed)
+			       struct shard *sh, uint64_t h, uint64_t tag)
 {
 	uintptr_t key = (uintptr_t)co;
 	enum copy_result res;
@@ -756,16 +762,9 @@ static COLD void *copy_publish(struct session *s, PyObject *co,
 	else
 		v = tag | VAL_FAILED;
 	pthread_mutex_lock(&sh->mu);
-	/* In the current table: the slot claimed if no rehash came in
-	 * between and it still holds the key (it does: we run its code, so
-	 * no watcher deletes it; checked anyway), else found again.
-	 * Only if the claim is still ours: a session started since then may
-	 * have claimed it again. */
-	if (atomic_load_explicit(&sh->tb, memory_order_relaxed) == tb &&
-	    atomic_load_explicit(&claimed->key, memory_order_relaxed) == key)
-		sl = claimed;
-	else
-		sl = shard_slot(sh, key, h, false);
+	/* Found again (a rehash may have moved it), and only if the claim is
+	 * still ours: a session started since then may have claimed it. */
+	sl = shard_slot(sh, key, h, false);
 	if (sl && atomic_load_explicit(&sl->val, memory_order_relaxed) ==
 			  (tag | VAL_PENDING))
 		/* Pairs with the acquire load in map_get(): the copy (handed
@@ -785,7 +784,6 @@ static COLD void *code_copy(struct session *s, PyObject *co, uint64_t v)
 	struct shard *sh = key_shard(h);
 	unsigned int waits = 0;
 	struct slot *sl;
-	uintptr_t tb;
 
 	/* Already this session's (failed, or another thread making it):
 	 * nothing to insert or claim, so no lock. */
@@ -804,9 +802,8 @@ static COLD void *code_copy(struct session *s, PyObject *co, uint64_t v)
 		 * a reader that sees PENDING does nothing with it. */
 		atomic_store_explicit(&sl->val, tag | VAL_PENDING,
 				      memory_order_relaxed);
-		tb = atomic_load_explicit(&sh->tb, memory_order_relaxed);
 		pthread_mutex_unlock(&sh->mu);
-		return copy_publish(s, co, sh, h, tag, tb, sl);
+		return copy_publish(s, co, sh, h, tag);
 	}
 	pthread_mutex_unlock(&sh->mu);
 wait:
