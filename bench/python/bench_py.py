@@ -230,14 +230,16 @@ def summarise(runs, threads):
             if m in ("rings", "mutex"):
                 row[m]["stats"] = {k: med([r["stats"][k] for r in ok])
                                    for k in COUNTERS} if ok else {}
+        wall = {}
         for m in MODES[1:]:
             x = row[m]
             for k in ("wall", "cpu", "thr_cpu"):
                 c = paired(runs, m, t, k + "_ns")
                 x[k + "_costs_us"] = sorted(c.values())
                 x[k + "_cost_us"] = med(list(c.values()))
-        rw = paired(runs, "rings", t, "wall_ns")
-        mw = paired(runs, "mutex", t, "wall_ns")
+                if k == "wall":
+                    wall[m] = c
+        rw, mw = wall["rings"], wall["mutex"]
         row["ratios"] = sorted(mw[k] / rw[k] for k in rw
                                if k in mw and rw[k] > 0)
         rows.append(row)
