@@ -365,6 +365,31 @@ static inline unsigned char *t_slurp(const char *path, size_t *len)
 		t_ok_;                                                      \
 	})
 
+/* Run @stmt under @lock, then wake every waiter on @cond. */
+#define T_COND_SET(lock, cond, stmt)                                        \
+	do {                                                                \
+		pthread_mutex_lock(lock);                                   \
+		stmt;                                                       \
+		pthread_cond_broadcast(cond);                               \
+		pthread_mutex_unlock(lock);                                 \
+	} while (0)
+
+/*
+ * A thread parked in a testpoint hook: *@parked is true (and @cond
+ * broadcast) while it waits for *@go, under @lock.
+ */
+static inline void t_cond_park(pthread_mutex_t *lock, pthread_cond_t *cond,
+			       bool *parked, const bool *go)
+{
+	pthread_mutex_lock(lock);
+	*parked = true;
+	pthread_cond_broadcast(cond);
+	while (!*go)
+		pthread_cond_wait(cond, lock);
+	*parked = false;
+	pthread_mutex_unlock(lock);
+}
+
 /* ------------------------------------------------------------------ */
 /* Fields of dumps and .eh_frame data: host order, any alignment.      */
 

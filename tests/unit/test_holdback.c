@@ -75,13 +75,7 @@ static void hook(const char *name, void *arg)
 		pthread_mutex_unlock(&tp.lock);
 	} else if (!strcmp(name, "write_stamped") && tl_park) {
 		tl_park = false;
-		pthread_mutex_lock(&tp.lock);
-		tp.parked = true;
-		pthread_cond_broadcast(&tp.cond);
-		while (!tp.release)
-			pthread_cond_wait(&tp.cond, &tp.lock);
-		tp.parked = false;
-		pthread_mutex_unlock(&tp.lock);
+		t_cond_park(&tp.lock, &tp.cond, &tp.parked, &tp.release);
 	}
 }
 
@@ -99,10 +93,7 @@ static void tp_reset(void)
 
 static void tp_release(void)
 {
-	pthread_mutex_lock(&tp.lock);
-	tp.release = true;
-	pthread_cond_broadcast(&tp.cond);
-	pthread_mutex_unlock(&tp.lock);
+	T_COND_SET(&tp.lock, &tp.cond, tp.release = true);
 }
 
 /* ------------------------------------------------------------------ */

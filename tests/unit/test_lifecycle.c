@@ -113,7 +113,8 @@ static struct {
 	.cond = PTHREAD_COND_INITIALIZER,
 };
 
-static __thread bool tl_park;
+/* The testpoint where this thread's next write parks (until release). */
+static __thread const char *tl_park_at;
 /* Faults the library asks about from its own threads. */
 static _Atomic int fail_attach, pool_empty, fail_restart;
 
@@ -121,13 +122,7 @@ static _Atomic int fail_attach, pool_empty, fail_restart;
 #define TP_WAIT(cond_expr, sec) \
 	T_COND_WAIT(&tp.lock, &tp.cond, cond_expr, sec)
 
-#define TP_SET(stmt)                                                        \
-	do {                                                                \
-		pthread_mutex_lock(&tp.lock);                               \
-		stmt;                                                       \
-		pthread_cond_broadcast(&tp.cond);                           \
-		pthread_mutex_unlock(&tp.lock);                             \
-	} while (0)
+#define TP_SET(stmt) T_COND_SET(&tp.lock, &tp.cond, stmt)
 
 static bool page_mapped(void *p)
 {
@@ -150,7 +145,7 @@ static bool ring_of(struct jitring *jr, struct jr_ring *r)
 /* Case 5: what a trim left resident (the ring is under TRIM: ours). */
 static void trim_seen(struct jr_ring *r)
 {
-	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+	size_t page = jitring_page_size();
 	size_t kept = (r->head_local & r->mask) / page;
 	uint32_t own = atomic_load(&r->own);
 	unsigned char vec[1024];
@@ -262,24 +257,9 @@ static void hook(const char *name, void *arg)
 		while (!tp.closing)
 			pthread_cond_wait(&tp.cond, &tp.lock);
 		pthread_mutex_unlock(&tp.lock);
-	} else if (!strcmp(name, "write_busy") && tl_park && which == 9) {
-		tl_park = false;
-		pthread_mutex_lock(&tp.lock);
-		tp.parked = true;
-		pthread_cond_broadcast(&tp.cond);
-		while (!tp.release)
-			pthread_cond_wait(&tp.cond, &tp.lock);
-		tp.parked = false;
-		pthread_mutex_unlock(&tp.lock);
-	} else if (!strcmp(name, "write_stamped") && tl_park) {
-		tl_park = false;
-		pthread_mutex_lock(&tp.lock);
-		tp.parked = true;
-		pthread_cond_broadcast(&tp.cond);
-		while (!tp.release)
-			pthread_cond_wait(&tp.cond, &tp.lock);
-		tp.parked = false;
-		pthread_mutex_unlock(&tp.lock);
+	} else if (tl_park_at && !strcmp(name, tl_park_at)) {
+		tl_park_at = NULL;
+		t_cond_park(&tp.lock, &tp.cond, &tp.parked, &tp.release);
 	}
 }
 
@@ -480,10 +460,16 @@ static void case_fork(int which)
 /* ------------------------------------------------------------------ */
 /* 4. The flusher sleeps while a flush or close waits on a stall.       */
 
+/* A write "P" at @addr that parks at testpoint @at until tp.release. */
+static intptr_t park_write(struct jitring *jr, const char *at, uint64_t addr)
+{
+	tl_park_at = at;
+	return (intptr_t)t_write_at(jr, "P", addr);
+}
+
 static void *parked_main(void *arg)
 {
-	tl_park = true;
-	return (void *)(intptr_t)t_write_at(arg, "P", 0x500000);
+	return (void *)park_write(arg, "write_stamped", 0x500000);
 }
 
 static void *flush_main(void *arg)
@@ -496,7 +482,10 @@ static void *flush_main(void *arg)
 
 static void *close_main(void *arg)
 {
-	return (void *)(intptr_t)jitring_close(arg);
+	intptr_t r = jitring_close(arg);
+
+	TP_SET(tp.closed = true);
+	return (void *)r;
 }
 
 static uint64_t rounds_now(void)
@@ -754,16 +743,7 @@ static void *settled_parked_main(void *arg)
 {
 	if (t_write_at(arg, "P0", 0xa10000) <= 0 || jitring_flush(arg))
 		return (void *)(intptr_t)-1;
-	tl_park = true;
-	return (void *)(intptr_t)t_write_at(arg, "P", 0xa20000);
-}
-
-static void *close_note_main(void *arg)
-{
-	intptr_t r = jitring_close(arg);
-
-	TP_SET(tp.closed = true);
-	return (void *)r;
+	return (void *)park_write(arg, "write_busy", 0xa20000);
 }
 
 static void case_backout(void)
@@ -780,7 +760,7 @@ static void case_backout(void)
 	T_REQUIRE(pthread_create(&p, NULL, settled_parked_main, jr) == 0);
 	T_REQUIRE(TP_WAIT(tp.parked, 30));
 	/* Close; its flusher's stopping round sees P BUSY, then parks. */
-	T_REQUIRE(pthread_create(&c, NULL, close_note_main, jr) == 0);
+	T_REQUIRE(pthread_create(&c, NULL, close_main, jr) == 0);
 	T_REQUIRE(TP_WAIT(tp.flusher_held, 30));
 	/* P reads CLOSING at (B) and backs out; the flusher is awake. */
 	TP_SET(tp.release = true);
@@ -821,30 +801,20 @@ static void *first_fault_main(void *arg)
 	return (void *)(intptr_t)(r1.ru_minflt - r0.ru_minflt);
 }
 
-/*
- * Forget the pages of the idmap from the word of id @from on (whole pages
- * of the chunk, all for ids never handed out: nothing is lost), as if they
- * had never been touched, whatever the allocator had in them before.
- */
-static void idmap_forget(struct jitring *jr, uint64_t from)
+/* The idmap word of @id (its chunk must exist). */
+static _Atomic uint64_t *idmap_word(struct jitring *jr, uint64_t id)
 {
 	struct jr_rings *e = jr->eng;
-	size_t page = jitring_page_size();
-	_Atomic uint64_t *chunk =
-		atomic_load(&e->idmap[from >> JR_IDMAP_SHIFT]);
-	uintptr_t lo = (uintptr_t)&chunk[(from >> 6) & (JR_IDMAP_WORDS - 1)];
-	uintptr_t hi = (uintptr_t)&chunk[JR_IDMAP_WORDS] & ~(page - 1);
+	_Atomic uint64_t *chunk = atomic_load(&e->idmap[id >> JR_IDMAP_SHIFT]);
 
-	T_REQUIRE(chunk && lo % page == 0 && lo < hi);
-	T_CHECK_EQ(madvise((void *)lo, hi - lo, MADV_DONTNEED), 0);
+	T_REQUIRE(chunk != NULL);
+	return &chunk[(id >> 6) & (JR_IDMAP_WORDS - 1)];
 }
 
 static void case_first_write_faults(void)
 {
 	struct jitring *jr = open_in("c10", 0, 0);
-	struct jr_rings *e = jr->eng;
-	size_t page = jitring_page_size();
-	_Atomic uint64_t *chunk;
+	uintptr_t page = jitring_page_size(), lo, hi;
 	pthread_t t;
 	void *faults;
 
@@ -854,18 +824,20 @@ static void case_first_write_faults(void)
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	/*
 	 * Skip the ids the flusher already keeps resident, up to a block
-	 * whose idmap word starts a page: from there on the pages hold no
-	 * issued id, and are dropped.  Then one round, and a new thread.
+	 * whose idmap word starts a page.  From there to the chunk's end the
+	 * pages hold no issued id: drop them, as if never touched, whatever
+	 * the allocator had in them.  Then one round, and a new thread.
 	 */
 	for (uint64_t i = 0; i < 2 * JR_IDMAP_AHEAD / JR_ID_BLOCK; i++)
 		(void)jitring_ids_take();
-	chunk = atomic_load(&e->idmap[jitring_ids_peek() >> JR_IDMAP_SHIFT]);
-	T_REQUIRE(chunk != NULL);
-	while ((uintptr_t)&chunk[(jitring_ids_peek() >> 6) &
-				 (JR_IDMAP_WORDS - 1)] %
-	       page)
+	while ((uintptr_t)idmap_word(jr, jitring_ids_peek()) % page)
 		(void)jitring_ids_take();
-	idmap_forget(jr, jitring_ids_peek());
+	lo = (uintptr_t)idmap_word(jr, jitring_ids_peek());
+	hi = ((uintptr_t)idmap_word(jr, jitring_ids_peek() |
+					    ((1ull << JR_IDMAP_SHIFT) - 1)) +
+	      8) & ~(page - 1);
+	T_REQUIRE(lo < hi);
+	T_CHECK_EQ(madvise((void *)lo, hi - lo, MADV_DONTNEED), 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_REQUIRE(pthread_create(&t, NULL, first_fault_main, jr) == 0);
 	pthread_join(t, &faults);
