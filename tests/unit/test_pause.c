@@ -12,7 +12,8 @@
  *  3. a fork right after a pause from a single-threaded process: the
  *     child counts one thread, and its first write works;
  *  4. pause racing writers and other pauses: 4 writers and 2 pausers;
- *     nothing lost, the file sorted, every pause returned 0;
+ *     nothing lost, the file sorted, every pause returned 0 or -EAGAIN
+ *     (no quiet round in 50 ms);
  *  5. close while paused: 0, and the CLOSE record (JITRING_F_WRITE_CLOSE)
  *     is written though no flusher ran;
  *  6. the mutex engine: 0 and nothing changes; a NULL writer: -EINVAL.
@@ -36,8 +37,6 @@
 #include "jitring.h"
 #include "reader.h"
 
-static char base[] = "/tmp/jitring-pause-XXXXXX";
-
 /* Field 20 of /proc/self/stat: the kernel's count of our threads. */
 static long nthreads(void)
 {
@@ -58,27 +57,26 @@ static long nthreads(void)
 	return n;
 }
 
-static struct jitring *open_in(const char *sub, uint32_t engine,
+/* A writer in a fresh scratch directory @d. */
+static struct jitring *open_in(struct t_dir *d, uint32_t engine,
 			       uint32_t flags)
 {
 	struct jitring *jr = NULL;
-	char dir[256];
 
-	snprintf(dir, sizeof(dir), "%s/%s", base, sub);
-	mkdir(dir, 0755);
-	T_REQUIRE(t_open(engine, dir, flags, &jr) == 0);
+	t_dir_make(d, "pause");
+	T_REQUIRE(t_open(engine, d->path, flags, &jr) == 0);
 	return jr;
 }
 
-/* CODE_LOADs in @sub's dump of @pid if it checks out sorted, else -1;
+/* CODE_LOADs in @d's dump of @pid if it checks out sorted, else -1;
  * *@has_close says whether it holds a CLOSE record. */
-static long loads_in(const char *sub, pid_t pid, bool *has_close)
+static long loads_in(const struct t_dir *d, pid_t pid, bool *has_close)
 {
-	char path[320];
+	char path[sizeof(d->path) + 32];
 	uint64_t closes = 0;
 	long n;
 
-	snprintf(path, sizeof(path), "%s/%s/jit-%d.dump", base, sub, (int)pid);
+	snprintf(path, sizeof(path), "%s/jit-%d.dump", d->path, (int)pid);
 	n = t_dump_loads(path, "", &closes);
 	if (has_close)
 		*has_close = closes == 1;
@@ -91,17 +89,18 @@ static long loads_in(const char *sub, pid_t pid, bool *has_close)
  */
 static void case_basic(void)
 {
+	struct t_dir d;
 	struct jitring *jr;
 	long before, paused, after;
 
-	jr = open_in("c1", JITRING_ENGINE_RINGS, 0);
+	jr = open_in(&d, JITRING_ENGINE_RINGS, 0);
 	for (int i = 0; i < 100; i++)
 		T_CHECK(t_write_at(jr, "a", 0x100000 + (uint64_t)i * 64) > 0);
 	before = nthreads() - 1;
 	T_CHECK_EQ(jitring_pause(jr), 0);
 	paused = nthreads();
 	T_CHECK_EQ(paused, before);
-	T_CHECK_EQ(loads_in("c1", getpid(), NULL), 100);
+	T_CHECK_EQ(loads_in(&d, getpid(), NULL), 100);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_CHECK_EQ(nthreads(), before);
 	/* A second pause is a no-op. */
@@ -111,10 +110,11 @@ static void case_basic(void)
 	after = nthreads();
 	T_CHECK_EQ(after, before + 1);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	T_CHECK_EQ(loads_in("c1", getpid(), NULL), 101);
+	T_CHECK_EQ(loads_in(&d, getpid(), NULL), 101);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	printf("pause: threads %ld -> %ld paused -> %ld after a write\n",
 	       before + 1, paused, after);
+	t_dir_remove(&d);
 }
 
 static void *first_write_main(void *arg)
@@ -124,7 +124,8 @@ static void *first_write_main(void *arg)
 
 static void case_attach(void)
 {
-	struct jitring *jr = open_in("c2", JITRING_ENGINE_RINGS, 0);
+	struct t_dir d;
+	struct jitring *jr = open_in(&d, JITRING_ENGINE_RINGS, 0);
 	pthread_t th;
 	void *r;
 
@@ -133,19 +134,20 @@ static void case_attach(void)
 	pthread_join(th, &r);
 	T_CHECK((intptr_t)r > 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	T_CHECK_EQ(loads_in("c2", getpid(), NULL), 1);
+	T_CHECK_EQ(loads_in(&d, getpid(), NULL), 1);
 	T_CHECK_EQ(jitring_close(jr), 0);
+	t_dir_remove(&d);
 }
 
 static void case_fork(void)
 {
-	struct jitring *jr = open_in("c3", JITRING_ENGINE_RINGS, 0);
+	struct t_dir d;
+	struct jitring *jr = open_in(&d, JITRING_ENGINE_RINGS, 0);
 	int status = 0;
 	long n;
 	pid_t pid;
 
 	T_CHECK(t_write_at(jr, "parent", 0x400000) > 0);
-	n = nthreads();
 	T_CHECK_EQ(jitring_pause(jr), 0);
 	/* Only this thread is ours now (1 without a sanitizer's). */
 	n = nthreads();
@@ -159,13 +161,14 @@ static void case_fork(void)
 
 		bad |= t_write_at(jr, "child", 0x410000) <= 0;
 		bad |= jitring_close(jr) != 0;
-		bad |= loads_in("c3", getpid(), NULL) != 1;
+		bad |= loads_in(&d, getpid(), NULL) != 1;
 		_exit(bad);
 	}
 	T_REQUIRE(waitpid(pid, &status, 0) == pid);
 	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(loads_in("c3", getpid(), NULL), 1);
+	T_CHECK_EQ(loads_in(&d, getpid(), NULL), 1);
+	t_dir_remove(&d);
 }
 
 struct racer {
@@ -210,10 +213,11 @@ static void *pauser_main(void *arg)
 
 static void case_race(void)
 {
-	struct jitring *jr = open_in("c4", JITRING_ENGINE_RINGS, 0);
+	struct t_dir d;
+	struct jitring *jr = open_in(&d, JITRING_ENGINE_RINGS, 0);
 	struct racer r[6];
 	pthread_t th[6];
-	long total = 0;
+	long total = 0, paused = 0;
 	int bad = 0;
 
 	for (int i = 0; i < 6; i++) {
@@ -227,32 +231,39 @@ static void case_race(void)
 		bad += r[i].bad;
 		if (i < 4)
 			total += r[i].ok;
+		else
+			paused += r[i].ok;
 	}
 	T_CHECK_EQ(bad, 0);
 	T_CHECK_EQ(total, 4 * 3000);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(loads_in("c4", getpid(), NULL), total);
-	printf("4 writers and 2 pausers (100 pauses): %ld entries, all in\n",
-	       total);
+	T_CHECK_EQ(loads_in(&d, getpid(), NULL), total);
+	printf("4 writers and 2 pausers (100 pauses, %ld returned 0): %ld "
+	       "entries, all in\n",
+	       paused, total);
+	t_dir_remove(&d);
 }
 
 static void case_close_paused(void)
 {
-	struct jitring *jr = open_in("c5", JITRING_ENGINE_RINGS,
+	struct t_dir d;
+	struct jitring *jr = open_in(&d, JITRING_ENGINE_RINGS,
 				     JITRING_F_WRITE_CLOSE);
 	bool closed = false;
 
 	T_CHECK(t_write_at(jr, "x", 0x500000) > 0);
 	T_CHECK_EQ(jitring_pause(jr), 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(loads_in("c5", getpid(), &closed), 1);
+	T_CHECK_EQ(loads_in(&d, getpid(), &closed), 1);
 	T_CHECK(closed);
 	T_CHECK_EQ(jitring_pause(jr), -ESHUTDOWN);
+	t_dir_remove(&d);
 }
 
 static void case_mutex(void)
 {
-	struct jitring *jr = open_in("c6", JITRING_ENGINE_MUTEX, 0);
+	struct t_dir d;
+	struct jitring *jr = open_in(&d, JITRING_ENGINE_MUTEX, 0);
 	long n = nthreads();
 
 	T_CHECK(t_write_at(jr, "m", 0x600000) > 0);
@@ -260,8 +271,9 @@ static void case_mutex(void)
 	T_CHECK_EQ(nthreads(), n);
 	T_CHECK(t_write_at(jr, "m2", 0x610000) > 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(loads_in("c6", getpid(), NULL), 2);
+	T_CHECK_EQ(loads_in(&d, getpid(), NULL), 2);
 	T_CHECK_EQ(jitring_pause(NULL), -EINVAL);
+	t_dir_remove(&d);
 }
 
 static pthread_barrier_t c7_bar;
@@ -282,7 +294,8 @@ static void *letgo_main(void *arg)
 
 static void case_letgo_paused(void)
 {
-	struct jitring *jr = open_in("c7", JITRING_ENGINE_RINGS, 0);
+	struct t_dir d;
+	struct jitring *jr = open_in(&d, JITRING_ENGINE_RINGS, 0);
 	pthread_t th[2];
 	long paused;
 
@@ -299,16 +312,16 @@ static void case_letgo_paused(void)
 	T_CHECK_EQ(nthreads(), paused - 2);
 	T_CHECK(t_write_at(jr, "after", 0x710000) > 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	T_CHECK_EQ(loads_in("c7", getpid(), NULL), 3);
+	T_CHECK_EQ(loads_in(&d, getpid(), NULL), 3);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	pthread_barrier_destroy(&c7_bar);
 	printf("detach and exit while paused: threads %ld -> %ld\n", paused,
 	       nthreads());
+	t_dir_remove(&d);
 }
 
 int main(void)
 {
-	T_REQUIRE(mkdtemp(base) != NULL);
 	case_basic();
 	case_attach();
 	case_fork();
@@ -316,6 +329,5 @@ int main(void)
 	case_close_paused();
 	case_mutex();
 	case_letgo_paused();
-	t_rmtree(base);
 	return t_report();
 }
