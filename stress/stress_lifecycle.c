@@ -76,7 +76,7 @@ struct worker {
 	struct st_log log;
 	enum role role;
 	unsigned bad;     /* unexpected results */
-	unsigned flush_refused;
+	unsigned shutdown_refused; /* flush or pause: -ESHUTDOWN */
 	unsigned child_fail;
 	bool forked;
 	pthread_t th;
@@ -278,30 +278,25 @@ static void *worker_main(void *arg)
 		write_until_refused(jr, w, 0);
 		jitring_thread_detach(jr);
 		return NULL;
-	case R_PAUSE:
-		/* A pause (each may wait 50 ms for a quiet round while
-		 * the others write), then write until refused. */
-		for (int n = 0; n < 1; n++) {
-			int ret = jitring_pause(jr);
+	case R_PAUSE: {
+		/* A pause (it may wait 50 ms for a quiet round while the
+		 * others write; -EAGAIN if none came), then write (the
+		 * next write starts the flusher again) until refused. */
+		int ret = jitring_pause(jr);
 
-			if (ret == -ESHUTDOWN) {
-				w->flush_refused++;
-				break;
-			}
-			/* -EAGAIN: no quiet round while others write. */
-			if (ret && ret != -EAGAIN)
-				w->bad++;
-			if (st_write(jr, &spec, &w->log) == -ESHUTDOWN)
-				return NULL;
-		}
+		if (ret == -ESHUTDOWN)
+			w->shutdown_refused++;
+		else if (ret && ret != -EAGAIN)
+			w->bad++;
 		write_until_refused(jr, w, 0);
 		return NULL;
+	}
 	case R_FLUSH:
 		for (;;) {
 			int ret = jitring_flush(jr);
 
 			if (ret == -ESHUTDOWN) {
-				w->flush_refused++;
+				w->shutdown_refused++;
 				break;
 			}
 			if (ret)
@@ -349,7 +344,7 @@ static unsigned run_round(uint64_t *written, unsigned *roles, unsigned *forks)
 	struct worker *w = calloc(opts.threads, sizeof(*w));
 	struct st_log **lp = calloc(opts.threads, sizeof(*lp));
 	struct jitring *jr = NULL;
-	unsigned fails = 0, flush_refused = 0;
+	unsigned fails = 0, shutdown_refused = 0;
 	char dir[4200], path[4300];
 	int ret;
 
@@ -394,7 +389,7 @@ static unsigned run_round(uint64_t *written, unsigned *roles, unsigned *forks)
 	for (unsigned i = 0; i < opts.threads; i++) {
 		pthread_join(w[i].th, NULL);
 		fails += w[i].bad + w[i].child_fail;
-		flush_refused += w[i].flush_refused;
+		shutdown_refused += w[i].shutdown_refused;
 		forks[1] += w[i].forked;
 	}
 	jitring_stats(jr, &st);
@@ -412,7 +407,7 @@ static unsigned run_round(uint64_t *written, unsigned *roles, unsigned *forks)
 		.nlogs = opts.threads,
 		.stats = &st,
 		/* Flushes refused with -ESHUTDOWN count there too. */
-		.extra_shutdown = flush_refused,
+		.extra_shutdown = shutdown_refused,
 		.engine = opts.engine,
 		.quiet = true,
 	};
