@@ -365,6 +365,30 @@ static inline unsigned char *t_slurp(const char *path, size_t *len)
 		t_ok_;                                                      \
 	})
 
+/* Sleep @ms whole, across signals. */
+static inline void t_sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+}
+
+/*
+ * Wait for @pred, checked each millisecond, at most @ms milliseconds (a
+ * bounded wait for a condition, not a sleep standing in for one); the
+ * value of @pred then.
+ */
+#define T_POLL_UNTIL(pred, ms)                                              \
+	({                                                                  \
+		unsigned t_w_ = 0;                                          \
+		while (!(pred) && t_w_ < (ms)) {                            \
+			t_sleep_ms(1);                                      \
+			t_w_++;                                             \
+		}                                                           \
+		(bool)(pred);                                               \
+	})
+
 /* Run @stmt under @lock, then wake every waiter on @cond. */
 #define T_COND_SET(lock, cond, stmt)                                        \
 	do {                                                                \

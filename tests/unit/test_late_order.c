@@ -122,14 +122,7 @@ static uint64_t written(void)
 
 static bool wait_written(uint64_t want)
 {
-	for (int i = 0; i < 5000; i++) {
-		struct timespec ts = { 0, 1000000 };
-
-		if (written() >= want)
-			return true;
-		nanosleep(&ts, NULL);
-	}
-	return false;
+	return T_POLL_UNTIL(written() >= want, 5000);
 }
 
 static int64_t write_one(const char *name, uint64_t addr)

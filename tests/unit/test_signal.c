@@ -86,13 +86,6 @@ static uint32_t my_tid(void)
 	return (uint32_t)syscall(SYS_gettid);
 }
 
-static void sleep_ms(unsigned ms)
-{
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
 
 /* ------------------------------------------------------------------ */
 /* Directories, writers and dumps.                                      */
@@ -407,7 +400,7 @@ static void test_other_code(uint32_t engine)
 	install(SIGUSR2, other_handler, SA_RESTART);
 	T_REQUIRE(pthread_create(&th, NULL, spinner, NULL) == 0);
 	while (!atomic_load(&n3_tid))
-		sleep_ms(1);
+		t_sleep_ms(1);
 
 	for (unsigned k = 0; k < N3_SIGNALS && !timeout; k++) {
 		uint64_t t0 = (uint64_t)time(NULL);
@@ -432,7 +425,7 @@ static void test_other_code(uint32_t engine)
 				resent++;
 				T_CHECK_EQ(pthread_kill(th, SIGUSR2), 0);
 			}
-			sleep_ms(1);
+			t_sleep_ms(1);
 		}
 	}
 	if (resent)
@@ -517,15 +510,6 @@ static void *space_producer(void *arg)
 }
 
 /* Wait for @pred, polling, at most @ms; returns the predicate. */
-#define POLL_UNTIL(pred, ms)                                                \
-	({                                                                  \
-		unsigned w_ = 0;                                            \
-		while (!(pred) && w_ < (ms)) {                              \
-			sleep_ms(1);                                        \
-			w_++;                                               \
-		}                                                           \
-		(bool)(pred);                                               \
-	})
 
 static int space_child(void)
 {
@@ -547,20 +531,20 @@ static int space_child(void)
 	T_REQUIRE(pthread_create(&th, NULL, space_producer, NULL) == 0);
 
 	/* The producer's ring is full and it waits for space. */
-	waiting = POLL_UNTIL(t_stats(jr).ring_full_waits >= 1, 5000);
+	waiting = T_POLL_UNTIL(t_stats(jr).ring_full_waits >= 1, 5000);
 	T_CHECK(waiting);
 	/* Anywhere inside that wait (spinning or on the futex) is inside
 	 * the outer jitring_write(). */
 	T_CHECK_EQ(pthread_kill(th, SIGUSR1), 0);
 	/* Documented: the handler's call returns -EDEADLK at once. */
-	entered = POLL_UNTIL(atomic_load(&n4_state) == 2, 1000);
+	entered = T_POLL_UNTIL(atomic_load(&n4_state) == 2, 1000);
 	printf("space: handler %s; ring_full_waits %" PRIu64 "\n",
 	       entered ? "returned while the outer write waited" :
 	       atomic_load(&n4_state) == 1 ? "is blocked inside jitring_write" :
 	       "has not run", t_stats(jr).ring_full_waits);
 	t_iogate_set(true);
 	pthread_join(th, NULL);
-	T_CHECK(POLL_UNTIL(atomic_load(&n4_state) == 2, 5000));
+	T_CHECK(T_POLL_UNTIL(atomic_load(&n4_state) == 2, 5000));
 	uninstall(SIGUSR1);
 
 	nested = atomic_load(&n4_nested);

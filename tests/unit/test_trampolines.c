@@ -1192,7 +1192,6 @@ static void test_stock_woken(uint32_t engine)
 	struct jitring_config c;
 	struct jitring *jr = NULL;
 	struct t_dir d;
-	int i;
 
 	if (engine != JITRING_ENGINE_RINGS)
 		return; /* the mutex engine keeps no stock */
@@ -1208,13 +1207,9 @@ static void test_stock_woken(uint32_t engine)
 	jitring_trampolines_state(set, &st);
 	T_CHECK(st.want > 3); /* more than the set makes itself */
 	/* Wait for a condition (bounded), not for time: 10 s at most. */
-	for (i = 0; i < 10000; i++) {
-		jitring_trampolines_state(set, &st);
-		if (st.nready >= (int32_t)st.want)
-			break;
-		nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
-	}
-	T_CHECK(st.nready >= (int32_t)st.want);
+	T_CHECK(T_POLL_UNTIL((jitring_trampolines_state(set, &st),
+			      st.nready >= (int32_t)st.want),
+			     10000));
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
 	t_dir_remove(&d);
