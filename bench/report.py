@@ -114,6 +114,16 @@ def ratio(a, b):
     return a / b
 
 
+def md_table(L, title, head, rows):
+    """Append a Markdown table to L: head is [(name, align)], align ':--'
+    or '--:'; rows are lists of cells (str() each)."""
+    L += [title, ""]
+    L.append("| " + " | ".join(n for n, _ in head) + " |")
+    L.append("|" + "|".join(a for _, a in head) + "|")
+    L += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    L.append("")
+
+
 def main():
     raw, out, mode = sys.argv[1:4]
     os.makedirs(out, exist_ok=True)
@@ -272,36 +282,30 @@ def main():
     # both print kind "storm"; only the latter has a mode.
     storms = [x for x in rss if x.get("kind") == "storm" and "mode" not in x]
     if storms:
-        L.append("Registration storm (4096 threads whose first jitring_write() is at the same moment, 64 entries each):")
-        L.append("")
-        L.append("| engine | seconds | calls refused | last error | refused_nomem | refills_waited |")
-        L.append("|:--|--:|--:|--:|--:|--:|")
-        for x in storms:
-            L.append("| %s | %s | %s | %s | %s | %s |" % (
-                x.get("engine"), fmt(x.get("write_seconds")), x.get("errors", "n/a"),
-                x.get("last_error", "exit %s" % x.get("exit")), x.get("refused_nomem", "n/a"),
-                x.get("refills_waited", "n/a")))
-        L.append("")
+        md_table(L, "Registration storm (4096 threads whose first jitring_write() is at the same moment, 64 entries each):",
+                 [("engine", ":--"), ("seconds", "--:"), ("calls refused", "--:"), ("last error", "--:"),
+                  ("refused_nomem", "--:"), ("refills_waited", "--:")],
+                 [[x.get("engine"), fmt(x.get("write_seconds")), x.get("errors", "n/a"),
+                   x.get("last_error", "exit %s" % x.get("exit")), x.get("refused_nomem", "n/a"),
+                   x.get("refills_waited", "n/a")] for x in storms])
 
     st = [x for x in rss if x.get("kind") == "storm" and "mode" in x]
+    def storm_row(x):
+        row = [x["mode"], x["threads"], x["ready"] or "default"]
+        if "exit" in x:
+            return row + ["", "exit %s" % x["exit"]] + [""] * 5
+        return row + [
+            "%d ms" % x.get("idle_ms", 200),
+            "%.1f%%" % (100 * x["own_ring_share"]), "%.1f%%" % (100 * x["arena_caller_share"]),
+            "%.1f / %.1f us" % (x["first_p50_ns"] / 1000.0, x["first_p99_ns"] / 1000.0),
+            "%d ns" % x["later_ns"], "%.2f KiB" % x["idle_kib_per_thread"],
+            "%.2f%%" % (100 * x["flusher_idle_cpu_share"])]
     if st:
-        L.append("Thread storms (`storm_driver MODE THREADS READY`: THREADS threads released at once after the writer sat idle; a first call's cost is min(thread CPU, wall time); READY 0 = defaults, else `ready_rings` = THREADS, `ready_copies` = THREADS x 400):")
-        L.append("")
-        L.append("| mode | threads | ready | idle | own ring | arenas on a caller | first call p50 / p99 | later call | idle RSS per thread | flusher CPU (idle) |")
-        L.append("|:--|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
-        for x in st:
-            if "exit" in x:
-                L.append("| %s | %d | %s | | exit %s | | | | | |" % (
-                    x["mode"], x["threads"], x["ready"] or "default", x["exit"]))
-                continue
-            L.append("| %s | %d | %s | %d ms | %.1f%% | %.1f%% | %.1f / %.1f us | %d ns | %.2f KiB | %.2f%% |" % (
-                x["mode"], x["threads"], x["ready"] or "default",
-                x.get("idle_ms", 200),
-                100 * x["own_ring_share"], 100 * x["arena_caller_share"],
-                x["first_p50_ns"] / 1000.0, x["first_p99_ns"] / 1000.0,
-                x["later_ns"], x["idle_kib_per_thread"],
-                100 * x["flusher_idle_cpu_share"]))
-        L.append("")
+        md_table(L, "Thread storms (`storm_driver MODE THREADS READY`: THREADS threads released at once after the writer sat idle; a first call's cost is min(thread CPU, wall time); READY 0 = defaults, else `ready_rings` = THREADS, `ready_copies` = THREADS x 400):",
+                 [("mode", ":--")] + [(h, "--:") for h in (
+                     "threads", "ready", "idle", "own ring", "arenas on a caller", "first call p50 / p99",
+                     "later call", "idle RSS per thread", "flusher CPU (idle)")],
+                 [storm_row(x) for x in st])
     for x in rss:
         if x.get("kind") == "futex_wake":
             L.append("Waking the idle flusher (`wake_driver %d`: one FUTEX_WAKE of a thread idle %d ms, %d tries): p50 %.1f us, max %.1f us of the waker's time." % (
@@ -310,15 +314,10 @@ def main():
 
     fc = [x for x in rss if x.get("kind") == "flusher_cpu" and "phase" in x]
     if fc:
-        L.append("The flusher's CPU (`stall_driver rings 500 500`: a producer stalled by a page fault after its timestamp; holdback 500 ms):")
-        L.append("")
-        L.append("| phase | wall | flusher CPU | share of one CPU |")
-        L.append("|:--|--:|--:|--:|")
-        for x in fc:
-            L.append("| %s | %.0f ms | %.2f ms | %.3f%% |" % (
-                x["phase"], x["wall_ms"], x["flusher_cpu_ms"],
-                100.0 * x["cpu_share"]))
-        L.append("")
+        md_table(L, "The flusher's CPU (`stall_driver rings 500 500`: a producer stalled by a page fault after its timestamp; holdback 500 ms):",
+                 [("phase", ":--"), ("wall", "--:"), ("flusher CPU", "--:"), ("share of one CPU", "--:")],
+                 [[x["phase"], "%.0f ms" % x["wall_ms"], "%.2f ms" % x["flusher_cpu_ms"],
+                   "%.3f%%" % (100.0 * x["cpu_share"])] for x in fc])
 
     # ---- targets -------------------------------------------------------
     tg = []
