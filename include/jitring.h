@@ -560,8 +560,8 @@ JITRING_API int jitring_flush(struct jitring *jr);
  * fork() in a process with more than one).  The writer stays open, and the
  * engine resumes by itself: the next call that needs the flusher (a write
  * or move, a flush, a thread's first write, a new trampoline set or
- * arena, close) starts it again before it returns.  With other threads
- * writing all the time the flusher may find no quiet round: after 50 ms
+ * arena, close) starts it again before it returns; a thread that exits
+ * or detaches meanwhile does not.  With other threads writing all the time the flusher may find no quiet round: after 50 ms
  * this gives up, leaves the flusher running and returns -EAGAIN.  The
  * mutex engine has no thread: 0 at once.
  *
