@@ -178,7 +178,11 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	trims).  0 means 64.  The engine keeps more while threads keep
  *	taking them (the stock follows the measured demand; those extra
  *	rings have no resident page until their thread writes) and gives
- *	the extra back once demand stops.
+ *	the extra back once demand stops.  Beyond these it keeps 1024
+ *	spare rings (within an eighth of @mem_budget; a control block
+ *	each, no resident page) for storms nobody announced: a thread that
+ *	takes one faults in one page on its first write, but makes no
+ *	system call.
  * @ready_copies: (version 2) trampoline copies to keep ready at least, per
  *	set of trampolines (see jitring_trampolines_new()); 0 means two
  *	arenas' worth.  Arenas map one sealed image of the set's copies and
@@ -335,10 +339,10 @@ struct jitring_entry {
  *	because the file failed; they are not in the file.
  * @flushes: jitring_flush() calls that completed.
  * @ring_full_waits: times a thread waited for ring space (lossless mode).
- * @refills_ahead: rings made ready by the background thread before any
- *	thread asked for one.
- * @refills_waited: threads whose first write found no ready ring, so
- *	that the thread made its own (~0 in steady state; see
+ * @refills_ahead: rings made ready (pooled or spare) by the background
+ *	thread before any thread asked for one.
+ * @refills_waited: threads whose first write found no ready ring, pooled
+ *	or spare, so that the thread made its own (~0 in steady state; see
  *	@ready_rings of struct jitring_config for storms of new threads).
  * @batches: write(2)/writev(2) calls that put entries in the file.
  * @late_entries: entries re-stamped because their thread stalled between

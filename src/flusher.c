@@ -28,8 +28,9 @@
  *      producer waiting for space).
  *   5. complete flush tickets;
  *   6. recycle the rings of threads that left;
- *   7. make ready what threads will ask for (the pool, grow successors,
- *      trampoline arenas, the idmap ahead) and trim idle rings' pages;
+ *   7. make ready what threads will ask for (the pool, the spare rings,
+ *      grow successors, trampoline arenas, the idmap ahead) and trim idle
+ *      rings' pages;
  *   8. sleep.
  *
  * Invariants: groups leave each ring in ring order; every group written
@@ -825,6 +826,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	/* Step 7: make ready what threads will ask for. */
 	jitring_pool_maintain(e, rd.T);
 	if (!rd.stopping) {
+		jitring_spare_maintain(e);
 		provide_growth(e, rd.T);
 		jitring_trampolines_maintain(e->jr);
 	}

@@ -1,15 +1,19 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Rings engine: the ring pool, the registry of every ring, the memory
- * budget and the code_index map.  Everything here but jitring_ring_alloc(),
- * jitring_ring_target() and jitring_idmap_chunk() runs on the flusher (or
+ * Rings engine: the ring pool, the spare rings, the registry of every
+ * ring, the memory budget and the code_index map.  Everything here but
+ * jitring_ring_alloc(), jitring_ring_target(), jitring_spare_take() and
+ * jitring_idmap_chunk() runs on the flusher (or
  * on a thread that holds the engine exclusively: start, close, the fork
  * child), so the registry and the pool's bookkeeping need no lock.
  *
  * Ownership of a ring (struct jr_ring.own, see rings.h):
  *   POOLED   in the pool, the flusher's; a registering thread dequeues it
  *            (ck_ring SPMC: the flusher enqueues, threads dequeue) and
- *            stores ACTIVE (release) before its first write;
+ *            stores ACTIVE (release) before its first write.  Also a
+ *            spare ring (not registered, no page touched): dequeued the
+ *            same way from its own ck_ring, then pushed to the attach
+ *            stack like a ring the thread made;
  *   ACTIVE   a thread's; it lets go with a CAS to DETACHED (thread.c), and
  *            the flusher recycles the ring once drained;
  *   ORPHAN   close won the CAS instead: close owns the buffer (unmaps it
@@ -18,8 +22,9 @@
  *   NEXT     a larger successor the flusher made for a ring whose owner
  *            asked to grow, registered before the owner can see it.
  * Every ring the engine made is in the registry from the round it becomes
- * reachable to the flusher (threads' own rings arrive on the attach stack,
- * taken in one exchange after fence (F), see flusher.c) until it is freed.
+ * reachable to the flusher (threads' own rings and spares arrive on the
+ * attach stack, taken in one exchange after fence (F), see flusher.c)
+ * until it is freed.
  *
  * Budget: ring_bytes counts every buffer, grow_bytes what is above
  * ring_min per ring; both are reserved with an RMW before a buffer is made
@@ -212,15 +217,18 @@ struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
 }
 
 /*
- * Up to @k new registered ring_min rings in @out, their buffers carved
- * from one mapping (one system call and one VMA for the batch; each is
- * still unmapped and trimmed on its own, which is why ring_min is at least
- * a page: config_load()).  The first @prefault of them get
- * their first page touched now; the others cost no resident memory until
- * a thread writes (a page fault on its first write).  Return: how many.
+ * Up to @k new ring_min rings in @out, their buffers carved from one
+ * mapping (one system call and one VMA for the batch; each is still
+ * unmapped and trimmed on its own, which is why ring_min is at least a
+ * page: config_load()).  Registered if @reg (the pool's), else not (the
+ * spares', which their thread pushes to the attach stack).  The first
+ * @prefault of them get their first page touched now; the others cost no
+ * resident memory until a thread writes (a page fault on its first
+ * write).  Return: how many.
  */
 static uint32_t ring_new_batch(struct jr_rings *e, uint64_t now, uint32_t k,
-			       uint32_t prefault, struct jr_ring **out)
+			       uint32_t prefault, bool reg,
+			       struct jr_ring **out)
 {
 	uint32_t size = e->jr->ring_min, n = 0, made = 0;
 	uint8_t *map;
@@ -241,7 +249,7 @@ static uint32_t ring_new_batch(struct jr_rings *e, uint64_t now, uint32_t k,
 		struct jr_ring *r = made == i ? ring_init(e, buf, size, now) :
 						NULL;
 
-		if (r && reg_add(e, r)) {
+		if (r && reg && reg_add(e, r)) {
 			free(r);
 			r = NULL;
 		}
@@ -326,7 +334,7 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 		/* The floor's rings are warm; a storm's extra ones are not
 		 * (their pages would be resident while they wait). */
 		uint32_t warm = n < e->pool_floor ? e->pool_floor - n : 0;
-		uint32_t got = ring_new_batch(e, now, k, warm, batch);
+		uint32_t got = ring_new_batch(e, now, k, warm, true, batch);
 
 		for (uint32_t i = 0; i < got; i++)
 			jitring_pool_put(e, batch[i], now);
@@ -355,6 +363,55 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 		jitring_pool_drop(e, r);
 		n--;
 	}
+}
+
+/*
+ * Keep spare_target spare rings (see struct jr_rings).  Made unregistered
+ * and with no page touched, each costs its control block and address
+ * space within the budget, so the stock can be deep enough for a storm of
+ * new threads without a scan of it every round or resident pages.  Their
+ * lb is 0 like a ring a thread makes: the thread pushes it to the attach
+ * stack, and the ordering argument for those holds unchanged.
+ */
+void jitring_spare_maintain(struct jr_rings *e)
+{
+	struct jr_ring *batch[JR_POOL_BATCH];
+	uint32_t n = ck_ring_size(&e->spare), added = 0;
+
+	while (n < e->spare_target) {
+		uint32_t k = e->spare_target - n < JR_POOL_BATCH ?
+				     e->spare_target - n :
+				     JR_POOL_BATCH;
+		uint32_t got = ring_new_batch(e, 0, k, 0, false, batch);
+
+		for (uint32_t i = 0; i < got; i++) {
+			/* Pairs with the acquire load of own in
+			 * jitring_spare_take(). */
+			atomic_store_explicit(&batch[i]->own, JR_OWN_POOLED,
+					      memory_order_release);
+			/* Never full: spare_buf holds more than the target. */
+			ck_ring_enqueue_spmc(&e->spare, e->spare_buf, batch[i]);
+		}
+		n += got;
+		added += got;
+		if (got < k)
+			break;
+	}
+	if (added)
+		jitring_count(&e->jr->c.refills_ahead, added);
+}
+
+struct jr_ring *jitring_spare_take(struct jr_rings *e)
+{
+	struct jr_ring *r;
+
+	if (JITRING_FAULT(spare_empty, e->jr) ||
+	    !ck_ring_dequeue_spmc(&e->spare, e->spare_buf, &r))
+		return NULL;
+	/* Pairs with the release store in jitring_spare_maintain(): TSan
+	 * cannot see ck_ring's own ordering. */
+	(void)atomic_load_explicit(&r->own, memory_order_acquire);
+	return r;
 }
 
 /*
@@ -433,6 +490,8 @@ static void ring_free_jumbos(struct jr_ring *r)
  */
 void jitring_pool_release(struct jr_rings *e, bool child)
 {
+	struct jr_ring *spare;
+
 	jitring_pool_attach(e, 0);
 	for (uint32_t i = 0; i < e->nreg; i++) {
 		struct jr_ring *r = e->reg[i];
@@ -456,6 +515,10 @@ void jitring_pool_release(struct jr_rings *e, bool child)
 		}
 		jitring_ring_free(r);
 	}
+	/* Spares: no thread holds one (close waited for every user; a fork
+	 * child has none between take and push, see make_lock). */
+	while (ck_ring_dequeue_spmc(&e->spare, e->spare_buf, &spare))
+		jitring_ring_free(spare);
 	/* Rings we could not register (only after running out of memory). */
 	while (e->attach_pending) {
 		struct jr_ring *r = e->attach_pending;

@@ -29,6 +29,10 @@ void jitring_pool_drop(struct jr_rings *e, struct jr_ring *r);
 void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now);
 /* Refill the pool to its (adaptive) mark, trim it above twice it. */
 void jitring_pool_maintain(struct jr_rings *e, uint64_t now);
+/* Refill the spare rings to their target (flusher). */
+void jitring_spare_maintain(struct jr_rings *e);
+/* A spare ring, or NULL (any thread, under make_lock read side). */
+struct jr_ring *jitring_spare_take(struct jr_rings *e);
 /*
  * Register the rings threads made themselves (the attach stack).  False
  * if one could not be registered (no memory): it may hold entries older

@@ -32,6 +32,9 @@
 /* Ready rings: at most (a ck_ring's size is a power of two), at least. */
 #define JR_POOL_CAP 8192u
 #define JR_POOL_FLOOR 64u
+/* Spare rings (cold, unregistered), within an eighth of the budget. */
+#define JR_SPARE_TARGET 1024u
+#define JR_SPARE_CAP 2048u
 /* How long jitring_pause() waits for the flusher to find a quiet round. */
 #define JR_PAUSE_WAIT_NS (50 * 1000000ull)
 
@@ -136,6 +139,15 @@ int jitring_rings_start(struct jitring *jr)
 	if (!e->pool_floor)
 		e->pool_floor = 1;
 	atomic_init(&e->pool_low, e->pool_floor);
+	e->spare_buf = calloc(JR_SPARE_CAP, sizeof(*e->spare_buf));
+	if (!e->spare_buf) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	ck_ring_init(&e->spare, JR_SPARE_CAP);
+	e->spare_target = JR_SPARE_TARGET;
+	if ((uint64_t)e->spare_target * jr->ring_min > jr->mem_budget / 8)
+		e->spare_target = (uint32_t)(jr->mem_budget / 8 / jr->ring_min);
 	pthread_mutex_init(&e->fork_lock, NULL);
 	pthread_mutex_init(&e->run_lock, NULL);
 	jitring_thread_make_lock_init(e);
@@ -160,6 +172,7 @@ err_fini:
 	jitring_idmap_free(e);
 err_free:
 	jr->eng = NULL;
+	free(e->spare_buf);
 	free(e->pool_buf);
 	free(e);
 	return ret;
@@ -254,6 +267,7 @@ int jitring_rings_stop(struct jitring *jr)
 	jitring_pool_release(e, false);
 	jitring_flusher_fini(e);
 	jitring_idmap_free(e);
+	free(e->spare_buf);
 	free(e->pool_buf);
 	free(e);
 	jr->eng = NULL;
@@ -439,6 +453,7 @@ void jitring_rings_fork_child(struct jitring *jr)
 	/* The child's file has none of the parent's loads to move. */
 	jitring_idmap_free(e);
 	ck_ring_init(&e->pool, e->pool_cap);
+	ck_ring_init(&e->spare, JR_SPARE_CAP);
 	atomic_store_explicit(&e->pool_want, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->pool_missed, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->pool_taken, 0, memory_order_relaxed);

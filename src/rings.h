@@ -154,6 +154,15 @@ struct jr_rings {
 	_Atomic uint32_t pool_want;   /* the pool ran low: refill now */
 	_Atomic uint32_t pool_missed; /* rings threads had to make themselves */
 	uint32_t grow_seen;           /* flusher: jr->grow_asks last served */
+	/*
+	 * Spare rings: ring_min rings with a control block but no resident
+	 * page, not registered.  The flusher enqueues; a thread that finds
+	 * the pool empty dequeues one under make_lock and pushes it to the
+	 * attach stack, as if it had made it, without mmap or malloc.
+	 */
+	ck_ring_t spare;
+	ck_ring_buffer_t *spare_buf;
+	uint32_t spare_target; /* keep this many (budget-bound, fixed) */
 	/* Rings threads made themselves, for the flusher to register. */
 	_Atomic(struct jr_ring *) attach;
 	_Atomic uint64_t ring_bytes; /* bytes of ring buffers allocated */

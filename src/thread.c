@@ -6,7 +6,8 @@
  *
  * A thread's first write (jitring_thread_attach()) takes a ready ring from
  * the pool the flusher keeps filled (pool.c), or, when a burst emptied it,
- * makes one and pushes it onto the flusher's attach stack; a thread whose
+ * takes a spare ring or makes one, and pushes it onto the flusher's attach
+ * stack; a thread whose
  * ring keeps filling trades it for a larger one (jitring_thread_grow()),
  * normally the successor the flusher made ahead.  Both run inside
  * jitring_enter(), so close cannot free the engine meanwhile.
@@ -19,13 +20,14 @@
  *    never touches the ring again; if close's CAS to ORPHAN won instead,
  *    the thread frees the control block and nothing else (close has the
  *    buffer, see pool.c);
- *  - a ring the thread made itself is reachable from the attach stack
- *    before the thread's first timestamp on it: the push (release CAS) is
- *    followed by a seq_cst fence, paired with the flusher's fence (F), so
- *    a round either registers it or sees only later stamps from it;
+ *  - a ring the thread made itself (or took as a spare) is reachable from
+ *    the attach stack before the thread's first timestamp on it: the push
+ *    (release CAS) is followed by a seq_cst fence, paired with the
+ *    flusher's fence (F), so a round either registers it or sees only
+ *    later stamps from it;
  *  - no ring is ever reachable from nowhere across a fork: the making
- *    thread read-holds make_lock from the allocation to the push, and
- *    fork() takes the write side.
+ *    thread read-holds make_lock from the allocation (or the spare's
+ *    dequeue) to the push, and fork() takes the write side.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -125,16 +127,28 @@ void jitring_thread_make_lock_init(struct jr_rings *e)
 	pthread_rwlockattr_destroy(&a);
 }
 
-/* A ring made by a producer, make_lock read-held on success: push it to
- * the attach stack (ring_push_attach()) and then call make_done(). */
-static struct jr_ring *make_ring(struct jr_rings *e, uint32_t size)
+/*
+ * A ring for a producer to push to the attach stack itself, make_lock
+ * read-held on success: push it (ring_push_attach()) and then call
+ * make_done().  With @spare, a spare ring if there is one (*@spare says
+ * whether it was), else one made now.
+ */
+static struct jr_ring *make_ring(struct jr_rings *e, uint32_t size, bool *spare)
 {
-	struct jr_ring *r;
+	struct jr_ring *r = NULL;
 
 	pthread_rwlock_rdlock(&e->make_lock);
-	r = jitring_ring_alloc(e, size, 0);
+	if (spare) {
+		r = jitring_spare_take(e);
+		*spare = r != NULL;
+	}
 	if (!r)
+		r = jitring_ring_alloc(e, size, 0);
+	if (!r) {
 		pthread_rwlock_unlock(&e->make_lock);
+		return NULL;
+	}
+	JITRING_TESTPOINT(ring_made, r);
 	return r;
 }
 
@@ -147,9 +161,11 @@ static void make_done(struct jr_rings *e)
  * Take a ready ring.  The flusher keeps the pool above its low-water mark;
  * in a burst of new threads it may fall behind, and a thread that then
  * waited for it could wait long (the flusher is one thread among many
- * runnable ones).  So the thread makes its own ring instead: the "refill a
- * producer had to wait for" case, counted in refills_waited.  *@made says
- * the ring is new and must be pushed to the attach stack.
+ * runnable ones).  So the thread takes a spare ring (cold: its first write
+ * faults one page in, but no system call) or, when those ran out too,
+ * makes its own: the "refill a producer had to wait for" case, counted in
+ * refills_waited.  *@made says the ring must be pushed to the attach
+ * stack.
  */
 static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 				bool *made, int *err)
@@ -189,9 +205,12 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 			atomic_store_explicit(&e->pool_want, 1,
 					      memory_order_seq_cst);
 			jitring_rings_wake(jr, true);
-			r = make_ring(e, jr->ring_min);
+			bool spare;
+
+			r = make_ring(e, jr->ring_min, &spare);
 			if (r) {
-				jitring_count(&jr->c.refills_waited, 1);
+				if (!spare)
+					jitring_count(&jr->c.refills_waited, 1);
 				*made = true;
 				return r;
 			}
@@ -342,7 +361,7 @@ struct jr_ring *jitring_thread_grow(struct jitring *jr, struct jr_ring *r)
 	if (n) {
 		ring_switch(jr, r, n);
 	} else if (r->size * 2 <= jitring_ring_target(e) &&
-		   (n = make_ring(e, r->size * 2))) {
+		   (n = make_ring(e, r->size * 2, NULL))) {
 		/* Before the switch: the attach push fences. */
 		ring_push_attach(e, n);
 		make_done(e);

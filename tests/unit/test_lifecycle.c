@@ -46,6 +46,12 @@
  *     when its code_index block is the first on a fresh page of the
  *     idmap (the flusher keeps the next blocks' words resident; the
  *     first block on each page used to fault, one in 512 new threads).
+ * 11. a thread that finds the ready pool empty takes a spare ring (not
+ *     counted in refills_waited: no mmap), and makes its own only once the
+ *     spares are out too; and a fork while a thread holds a spare it took
+ *     but has not pushed to the attach stack ("ring_made") waits for the
+ *     push: fork() does not return while the thread is parked, and the
+ *     child's close frees the ring (LeakSanitizer in the ASan build).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -116,7 +122,7 @@ static struct {
 /* The testpoint where this thread's next write parks (until release). */
 static __thread const char *tl_park_at;
 /* Faults the library asks about from its own threads. */
-static _Atomic int fail_attach, pool_empty, fail_restart;
+static _Atomic int fail_attach, pool_empty, spare_empty, fail_restart;
 
 /* Wait under tp.lock for @cond_expr; false after @sec seconds. */
 #define TP_WAIT(cond_expr, sec) \
@@ -270,6 +276,8 @@ static int fault(const char *name, void *arg)
 		return atomic_load(&fail_attach);
 	if (!strcmp(name, "pool_empty"))
 		return atomic_load(&pool_empty);
+	if (!strcmp(name, "spare_empty"))
+		return atomic_load(&spare_empty);
 	if (!strcmp(name, "fork_restart")) /* once */
 		return atomic_exchange(&fail_restart, 0);
 	return 0;
@@ -850,6 +858,126 @@ static void case_first_write_faults(void)
 	       (int)(intptr_t)faults);
 }
 
+/* ------------------------------------------------------------------ */
+/* 11. Spare rings: taken when the pool is empty; a fork in between.    */
+
+static void *spare_parked_main(void *arg)
+{
+	return (void *)park_write(arg, "ring_made", 0x510000);
+}
+
+/* The forking thread (main) and whether its fork() returned. */
+static struct {
+	pid_t tid;
+	_Atomic bool forked;
+	bool forked_early;
+} fk;
+
+/* Is thread @tid of this process asleep (state S)? */
+static bool thread_sleeping(pid_t tid);
+
+/* Release the parked writer once main sleeps in fork() (or forked). */
+static void *releaser_main(void *arg)
+{
+	(void)arg;
+	T_POLL_UNTIL(atomic_load(&fk.forked) || thread_sleeping(fk.tid), 10000);
+	fk.forked_early = atomic_load(&fk.forked);
+	TP_SET(tp.release = true);
+	return NULL;
+}
+
+/* Is thread @tid of this process asleep (state S)? */
+static bool thread_sleeping(pid_t tid)
+{
+	char path[64], buf[256], *p;
+	FILE *f;
+	bool s = false;
+
+	snprintf(path, sizeof(path), "/proc/self/task/%d/stat", (int)tid);
+	f = fopen(path, "r");
+	if (!f)
+		return false;
+	if (fgets(buf, sizeof(buf), f) && (p = strrchr(buf, ')')))
+		s = p[1] == ' ' && p[2] == 'S';
+	fclose(f);
+	return s;
+}
+
+static uint64_t refills_waited(struct jitring *jr)
+{
+	struct jitring_stats st = { .struct_size = sizeof(st) };
+
+	jitring_stats(jr, &st);
+	return st.refills_waited;
+}
+
+static void case_spares(void)
+{
+	struct jitring *jr = open_in("c11", 0, 0);
+	struct jr_rings *e = jr->eng;
+	pthread_t w, f;
+	void *wr;
+	uint64_t w0;
+	uint32_t kept;
+	int status = 0;
+	pid_t pid;
+
+	tp_reset(jr, 11);
+	/* Two rounds: the first one's step 7 made the spares. */
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	kept = ck_ring_size(&e->spare);
+	T_CHECK_EQ(kept, e->spare_target);
+	T_REQUIRE(kept > 0);
+
+	atomic_store(&pool_empty, 1);
+	w0 = refills_waited(jr);
+	T_REQUIRE(pthread_create(&w, NULL, writer_main, jr) == 0);
+	pthread_join(w, &wr);
+	T_CHECK((intptr_t)wr > 0);
+	T_CHECK_EQ(refills_waited(jr), w0);
+
+	atomic_store(&spare_empty, 1);
+	T_REQUIRE(pthread_create(&w, NULL, writer_main, jr) == 0);
+	pthread_join(w, &wr);
+	T_CHECK((intptr_t)wr > 0);
+	T_CHECK_EQ(refills_waited(jr), w0 + 1);
+	atomic_store(&spare_empty, 0);
+
+	/*
+	 * A thread holds a spare between take and push; main forks (so the
+	 * child has main's thread-local rings), and a helper lets the
+	 * thread go once main is asleep in fork().
+	 */
+	fk.tid = gettid();
+	atomic_store(&fk.forked, false);
+	T_REQUIRE(pthread_create(&w, NULL, spare_parked_main, jr) == 0);
+	T_REQUIRE(TP_WAIT(tp.parked, 30));
+	T_REQUIRE(pthread_create(&f, NULL, releaser_main, NULL) == 0);
+	fflush(stdout);
+	pid = fork();
+	if (pid == 0) {
+		/* exit(), not _exit(): LeakSanitizer runs at exit. */
+		exit(jitring_close(jr) == 0 ? 0 : 1);
+	}
+	atomic_store(&fk.forked, true);
+	T_REQUIRE(pid > 0);
+	T_REQUIRE(waitpid(pid, &status, 0) == pid);
+	pthread_join(f, NULL);
+	pthread_join(w, &wr);
+	T_CHECK((intptr_t)wr > 0);
+	T_CHECK(!fk.forked_early);
+	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	atomic_store(&pool_empty, 0);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(count_loads("c11"), 3);
+	printf("spare rings: %u kept; a pool miss took one (refills_waited "
+	       "+0), with none left it made one (+1); a fork %s the "
+	       "thread holding one; child exit %d\n",
+	       kept, fk.forked_early ? "did not wait for" : "waited for",
+	       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/jitring-lifecycle-XXXXXX";
@@ -872,6 +1000,7 @@ int main(void)
 	case_drop_move();
 	case_backout();
 	case_first_write_faults();
+	case_spares();
 
 	t_rmtree(base);
 	return t_report();
