@@ -185,9 +185,10 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	system call.
  * @ready_copies: (version 2) trampoline copies to keep ready at least, per
  *	set of trampolines (see jitring_trampolines_new()); 0 means two
- *	arenas' worth.  Arenas map one sealed image of the set's copies and
- *	cost no memory of their own; a larger stock gets a larger image (up
- *	to 4 MiB, written once).  Where an executable memfd is refused, each
+ *	arenas' worth (86,016 copies of the built-in x86_64 template).
+ *	Arenas map one sealed image of the set's copies, 16 times back to
+ *	back, and cost no memory of their own (address space: 4 MiB each).
+ *	Where an executable memfd is refused, each
  *	arena is written when made: about 96 bytes a copy for the built-in
  *	template.
  */
@@ -801,8 +802,9 @@ jitring_trampoline_builtin(struct jitring_trampoline_template *t);
  * Copies are carved from executable arenas made ahead of demand: by the
  * rings engine's background thread, or, with the mutex engine, by the
  * jitring_trampolines_get() call that finds none ready (lock-free).  Each
- * arena maps one sealed image of the set's slots read-execute (written
- * once here, into a memfd; where an executable memfd is refused, each
+ * arena maps one sealed image of the set's slots read-execute, normally 16
+ * times back to back (written once here, into a memfd; where an
+ * executable memfd is refused, each
  * arena is written read-write and switched to read-execute once), never
  * remapped, between PROT_NONE guard pages so the kernel never merges two.
  * Copies are spaced so perf's extended mapping of one (code + ALIGN_8 + the

@@ -10,7 +10,12 @@
  * the loads of the older one).  Every copy has the same executable bytes,
  * so the slots are normally the set's image -- a sealed memfd written once
  * by jitring_trampolines_new() -- mapped PROT_READ|PROT_EXEC over the
- * middle of the reservation: no memory of its own, never writable.  Where
+ * middle of the reservation: no memory of its own, never writable.  An
+ * image that is a whole number of slots (and pages) is mapped
+ * JR_TRAMP_IMAGE_MAPS times back to back, one run of slots 16 times as
+ * long for the same memory, so a storm switches arenas 16 times less
+ * often and the default stock covers tens of thousands of copies; the kernel does not merge those mappings (each starts at offset
+ * 0 of the file), so each is one mmap event for perf.  Where
  * an executable memfd is refused, the slots are written while
  * PROT_READ|PROT_WRITE, the instruction cache is synchronised, and they are
  * switched to PROT_READ|PROT_EXEC once, before any copy in them is handed
@@ -158,13 +163,16 @@ struct jitring_trampolines {
 	/* Bytes of slots new arenas get: grows under demand (want_grow()). */
 	_Atomic size_t slots_len;
 	/*
-	 * The arena image: a sealed memfd holding one arena's slots, filled
+	 * The arena image: a sealed memfd holding a run of slots, filled
 	 * once.  Every arena then maps it read-execute at its own address,
-	 * so an arena costs two system calls and no memory of its own (the
-	 * copies are identical bytes; the salt goes only into the dump).
+	 * slots_len / image_len times back to back, so an arena costs one
+	 * system call more than that and no memory of its own (the copies
+	 * are identical bytes; the salt goes only into the dump).
 	 * -1 where that is not allowed: arenas are then written one by one.
 	 */
 	int image;
+	size_t image_len;    /* bytes of the image */
+	uint32_t image_maps; /* times an arena maps it, back to back */
 	size_t page;
 	uint64_t serial; /* set number, mixed into the salt */
 	/* The copies' group, planned (and its eh_frame checked) once. */
@@ -314,12 +322,16 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 	}
 	base = map + t->page;
 	if (t->image >= 0) {
-		/* The image over the middle of the reservation. */
-		if (mmap(base, slots_len, PROT_READ | PROT_EXEC,
-			 MAP_SHARED | MAP_FIXED, t->image, 0) == MAP_FAILED) {
-			ret = -errno;
-			goto err_unmap;
-		}
+		/* The image over the middle of the reservation, as many
+		 * times as fit: one run of slots (a whole number in each
+		 * image, see jitring_trampoline_image_len()). */
+		for (size_t off = 0; off < slots_len; off += t->image_len)
+			if (mmap(base + off, t->image_len,
+				 PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED,
+				 t->image, 0) == MAP_FAILED) {
+				ret = -errno;
+				goto err_unmap;
+			}
 		goto publish;
 	}
 	if (mprotect(base, slots_len, PROT_READ | PROT_WRITE)) {
@@ -841,18 +853,32 @@ int jitring_trampolines_new(struct jitring *jr,
 		{
 			/*
 			 * Mapped, not written, arenas can be larger at no
-			 * cost: the image is made once.  A large stock gets
-			 * a larger image (up to JR_TRAMP_IMAGE_MAX), so it
-			 * is at most about 64 arenas.
+			 * cost: the image is made once, and each arena maps
+			 * it JR_TRAMP_IMAGE_MAPS times (a storm's first
+			 * threads find tens of thousands of copies ready).
+			 * Where it cannot be repeated (see
+			 * jitring_trampoline_image_len(); or a test's fault,
+			 * for arenas that run out quickly), a large stock
+			 * gets a larger image (up to JR_TRAMP_IMAGE_MAX), so
+			 * it is at most about 64 arenas.
 			 */
-			size_t ilen = len * JR_TRAMP_IMAGE_SCALE;
+			uint32_t maps;
+			size_t ilen = jitring_trampoline_image_len(
+				len * JR_TRAMP_IMAGE_SCALE, slot, t->page,
+				&maps);
 
-			while (ilen < JR_TRAMP_IMAGE_MAX &&
+			if (JITRING_FAULT(tramp_image_once, jr))
+				maps = 1;
+
+			while (maps == 1 && ilen < JR_TRAMP_IMAGE_MAX &&
 			       ilen * 4 * JR_TRAMP_WANT_MAX < stock)
 				ilen *= 2;
 			t->image = image_make(t, ilen);
-			if (t->image >= 0)
-				len = ilen;
+			if (t->image >= 0) {
+				t->image_len = ilen;
+				t->image_maps = maps;
+				len = ilen * maps;
+			}
 		}
 		/*
 		 * The runtime said how many copies to keep ready: enough

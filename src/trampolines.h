@@ -22,6 +22,10 @@
  * cost no memory of their own; the image, once, does). */
 #define JR_TRAMP_IMAGE_SCALE 4u
 #define JR_TRAMP_IMAGE_MAX (4u << 20)
+/* An image whose length is a whole number of slots and pages (see
+ * jitring_trampoline_image_len()) is mapped this many times back to back
+ * in each arena: as many more slots, for the same memory. */
+#define JR_TRAMP_IMAGE_MAPS 16u
 /* Ready arenas kept per set: the low-water mark starts here (unless
  * ready_copies says), doubles each time a caller had to make an arena or
  * took the last one, up to the maximum (JR_TRAMP_READY_CAP / 2 with an
@@ -55,6 +59,40 @@ static inline uint64_t jitring_trampoline_slot_size(uint64_t code_size,
 
 	return (ext + JR_TRAMP_SLOT_ALIGN - 1) &
 	       ~(uint64_t)(JR_TRAMP_SLOT_ALIGN - 1);
+}
+
+/*
+ * jitring_trampoline_image_len() - Image length for arenas of @maps images.
+ * @want: the length wanted (a whole number of pages).
+ * @slot: bytes per slot; @page: the page size.
+ * @maps: out: how many times each arena maps the image.
+ *
+ * Images mapped back to back keep one run of slots only if the image is a
+ * whole number of slots (and it is a whole number of pages to be mapped):
+ * @want rounded down to a multiple of lcm(@slot, @page), mapped
+ * JR_TRAMP_IMAGE_MAPS times.  Where that multiple exceeds @want, @want as
+ * it is, mapped once.
+ */
+static inline uint64_t jitring_trampoline_image_len(uint64_t want,
+						    uint64_t slot,
+						    uint64_t page,
+						    uint32_t *maps)
+{
+	uint64_t a = slot, b = page, lcm;
+
+	while (b) {
+		uint64_t r = a % b;
+
+		a = b;
+		b = r;
+	}
+	lcm = slot / a * page;
+	if (lcm > want) {
+		*maps = 1;
+		return want;
+	}
+	*maps = JR_TRAMP_IMAGE_MAPS;
+	return want - want % lcm;
 }
 
 struct jitring_trampolines;
