@@ -14,8 +14,9 @@
  * image that is a whole number of slots (and pages) is mapped
  * JR_TRAMP_IMAGE_MAPS times back to back, one run of slots 16 times as
  * long for the same memory, so a storm switches arenas 16 times less
- * often and the default stock covers tens of thousands of copies; the kernel does not merge those mappings (each starts at offset
- * 0 of the file), so each is one mmap event for perf.  Where
+ * often and the default stock covers tens of thousands of copies; the
+ * kernel does not merge those mappings (each starts at offset 0 of the
+ * file), so each is one mmap event for perf.  Where
  * an executable memfd is refused, the slots are written while
  * PROT_READ|PROT_WRITE, the instruction cache is synchronised, and they are
  * switched to PROT_READ|PROT_EXEC once, before any copy in them is handed
