@@ -65,8 +65,9 @@
  * when a taker leaves fewer than that.  `want` starts at 2 (or what
  * ready_copies asks) and doubles whenever a caller had to make an arena or
  * took the last ready one (demand outran the flusher): up to 16, and on up
- * to JR_TRAMP_READY_CAP / 2 with an image (its arenas cost no memory);
- * written arenas instead grow their slots (want_grow()).
+ * to JR_TRAMP_READY_CAP / 2 with an image mapped once per arena (its
+ * arenas cost no memory); written arenas instead grow their slots
+ * (want_grow()).
  *
  * Invariants: cur never goes back to an arena it left (only fresh arenas
  * are ever installed, so the CAS has no ABA); an installed arena is never
@@ -446,11 +447,14 @@ static void want_grow(struct jitring_trampolines *t, uint32_t seen)
 		return;
 	}
 	/* No flusher (mutex engine): callers make every arena anyway.  With
-	 * an image, arenas cost no memory: keep more ready instead. */
+	 * an image, arenas cost no memory: keep more ready instead, if they
+	 * are small (an image mapped once); 16 arenas of 16 mappings are
+	 * already 688,128 copies of the built-in template, and more would
+	 * only hold mmap_lock against a storm's page faults. */
 	if (t->jr->engine != JITRING_ENGINE_RINGS)
 		return;
 	if (t->image >= 0) {
-		if (seen < JR_TRAMP_READY_CAP / 2)
+		if (t->image_maps == 1 && seen < JR_TRAMP_READY_CAP / 2)
 			atomic_compare_exchange_strong_explicit(
 				&t->want, &seen, seen * 2, memory_order_relaxed,
 				memory_order_relaxed);

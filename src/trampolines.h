@@ -29,7 +29,7 @@
 /* Ready arenas kept per set: the low-water mark starts here (unless
  * ready_copies says), doubles each time a caller had to make an arena or
  * took the last one, up to the maximum (JR_TRAMP_READY_CAP / 2 with an
- * image, see want_grow()). */
+ * image mapped once per arena, see want_grow()). */
 #define JR_TRAMP_WANT_INIT 2u
 #define JR_TRAMP_WANT_MAX 16u
 /* Capacity of a set's ready array (above the maximum: losers of the race
