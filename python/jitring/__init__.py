@@ -43,7 +43,8 @@ def _exit_flushing(status):
     _real_exit(status)
 
 
-def start(dir=None, engine="rings", perf_map=False):
+def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
+          ready_copies=0):
     """Start profiling: open ``jit-<pid>.dump`` in *dir*.
 
     *dir*: a directory (str, bytes or path-like); None means
@@ -54,13 +55,18 @@ def start(dir=None, engine="rings", perf_map=False):
     write: the design CPython's ``-X perf_jit`` uses, kept as a
     yardstick).
     *perf_map*: also write ``/tmp/perf-<pid>.map``.
+    *ready_rings*, *ready_copies*: for a program that starts many threads
+    at once, how many threads' rings and how many trampoline copies (about
+    one per new code object) to keep ready; 0 keeps the library's
+    defaults (64 rings, 1024 spare ones, 86,016 copies).  ValueError
+    outside [0, 2**32).
 
     Raises RuntimeError if already active or if another eval-frame function
     (a debugger, ``-X perf``) is installed, OSError if the dump cannot be
     created.
     """
     global _real_exit
-    _jitring.start(dir, engine, perf_map)
+    _jitring.start(dir, engine, perf_map, ready_rings, ready_copies)
     if _real_exit is None and _os._exit is not _exit_flushing:
         _real_exit = _os._exit
         _os._exit = _exit_flushing

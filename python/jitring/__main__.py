@@ -1,10 +1,13 @@
 # SPDX-License-Identifier: MIT
 """python -m jitring [--dir D] [--engine rings|mutex] [--perf-map]
+                     [--ready-rings N] [--ready-copies N]
                      (script.py | -m module) [args...]
 
 Runs a script or module as ``python script.py`` / ``python -m module``
 would, with jitring profiling active from before its first line until the
-interpreter exits.
+interpreter exits.  --ready-rings and --ready-copies are jitring.start()'s
+ready_rings and ready_copies: for a program that starts many threads at
+once.
 """
 
 import atexit
@@ -15,11 +18,14 @@ import sys
 import jitring
 
 USAGE = ("usage: python -m jitring [--dir D] [--engine rings|mutex] "
-         "[--perf-map] (script.py | -m module) [args...]")
+         "[--perf-map] [--ready-rings N] [--ready-copies N] "
+         "(script.py | -m module) [args...]")
+COUNTS = ("--ready-rings", "--ready-copies")
 
 
 def parse(argv):
-    opts = {"dir": None, "engine": "rings", "perf_map": False}
+    opts = {"dir": None, "engine": "rings", "perf_map": False,
+            "ready_rings": 0, "ready_copies": 0}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -36,6 +42,17 @@ def parse(argv):
                 sys.exit(USAGE)
             opts[a[2:]] = argv[i + 1]
             i += 1
+        elif a in COUNTS or a.split("=", 1)[0] in COUNTS:
+            name, _, val = a.partition("=")
+            if not _:
+                if i + 1 >= len(argv):
+                    sys.exit(USAGE)
+                val = argv[i + 1]
+                i += 1
+            try:
+                opts[name[2:].replace("-", "_")] = int(val)
+            except ValueError:
+                sys.exit("jitring: %s needs a number\n%s" % (name, USAGE))
         elif a == "--perf-map":
             opts["perf_map"] = True
         elif a == "-m":

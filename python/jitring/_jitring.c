@@ -948,11 +948,13 @@ static PyObject *raise_errno(int err, const char *what, PyObject *path)
 
 static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 {
-	static const char *const kwlist[] = { "dir", "engine", "perf_map",
-					      NULL };
+	static const char *const kwlist[] = { "dir",	     "engine",
+					      "perf_map",    "ready_rings",
+					      "ready_copies", NULL };
 	PyObject *dir_obj = Py_None, *dir_bytes = NULL;
 	const char *engine = "rings";
 	int perf_map = 0, ret, watcher = -1;
+	Py_ssize_t ready_rings = 0, ready_copies = 0;
 	struct jitring_config cfg;
 	struct jitring_trampoline_template tt;
 	struct jitring *jr = NULL;
@@ -962,9 +964,17 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	_PyFrameEvalFunction old;
 
 	(void)mod;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Osp:start", (char **)kwlist,
-					 &dir_obj, &engine, &perf_map))
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Ospnn:start",
+					 (char **)kwlist, &dir_obj, &engine,
+					 &perf_map, &ready_rings, &ready_copies))
 		return NULL;
+	if (ready_rings < 0 || ready_rings > UINT32_MAX || ready_copies < 0 ||
+	    ready_copies > UINT32_MAX) {
+		PyErr_SetString(PyExc_ValueError,
+				"ready_rings and ready_copies must be in "
+				"[0, 2**32)");
+		return NULL;
+	}
 	if (interp != PyInterpreterState_Main()) {
 		PyErr_SetString(PyExc_RuntimeError,
 				"jitring runs in the main interpreter only");
@@ -986,6 +996,10 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	}
 	if (perf_map)
 		cfg.flags |= JITRING_F_PERF_MAP;
+	/* A program that starts many threads at once may say so (0: the
+	 * library's defaults; see jitring_config). */
+	cfg.ready_rings = (uint32_t)ready_rings;
+	cfg.ready_copies = (uint32_t)ready_copies;
 	{
 		const char *d = getenv("JITRING_PY_TEST_COPY_DELAY_US");
 

@@ -83,7 +83,15 @@ def test_api(t):
     except OSError as e:
         t.check(e.errno == errno.ENOENT,
                 "a missing dir raises OSError(ENOENT)", e)
+    for bad in ({"ready_rings": -1}, {"ready_copies": 1 << 32}):
+        try:
+            jitring.start(dir=d, **bad)
+            t.check(False, "%r raises ValueError" % bad)
+        except ValueError:
+            t.check(True, "%r raises ValueError" % bad)
     t.check(not jitring.is_active(), "still inactive after failed starts")
+    t.check(jrtest.dumps(d) == [], "failed starts left no dump",
+            jrtest.dumps(d))
 
     jitring.start(dir=d)
     t.check(jitring.is_active(), "active after start()")
@@ -126,6 +134,24 @@ def test_api(t):
                 names.count(want))
     t.check(os.path.basename(files[0]) == "jit-%d.dump" % os.getpid(),
             "the dump is jit-<pid>.dump")
+    os.unlink(files[0])
+
+    # A program that says how many threads start at once: the rings are
+    # made before start() returns, the arenas (43,008 copies each for the
+    # built-in template) by the flusher's next rounds.  The defaults make
+    # at most 64 + 1024 spare rings and 3 arenas.
+    jitring.start(dir=d, ready_rings=2000, ready_copies=300000)
+    st = jitring.stats()
+    jitring.flush()
+    jitring.flush()
+    st2 = jitring.stats()
+    jitring.stop()
+    t.check(st["refills_ahead"] >= 2000,
+            "ready_rings=2000: 2000 rings ready at start (%d)"
+            % st["refills_ahead"])
+    t.check(st2["trampoline_arenas_ahead"] >= 8,
+            "ready_copies=300000: at least 8 arenas ready (%d)"
+            % st2["trampoline_arenas_ahead"])
 
 
 def fresh(qualname, filename, body="return x + 1"):
@@ -219,6 +245,19 @@ def test_runner(t):
     script = os.path.join(d, "prog.py")
     with open(script, "w") as f:
         f.write(SCRIPT)
+    stock = os.path.join(d, "stock.py")
+    with open(stock, "w") as f:
+        f.write("import jitring\n"
+                "print('ready', jitring.stats()['refills_ahead'] >= 2000)\n")
+    p = run_py(["-m", "jitring", "--dir", d, "--ready-rings", "2000",
+                "--ready-copies=1000", stock])
+    t.check(p.returncode == 0 and "ready True" in p.stdout,
+            "python -m jitring --ready-rings 2000", p.stdout + p.stderr)
+    for f_ in jrtest.dumps(d):
+        os.unlink(f_)
+    p = run_py(["-m", "jitring", "--ready-rings", "many", stock])
+    t.check(p.returncode != 0 and "needs a number" in p.stderr,
+            "--ready-rings many is refused", p.stdout + p.stderr)
     p = run_py(["-m", "jitring", "--dir", d, script, "a", "--dir", "b"])
     t.check(p.returncode == 0 and
             "argv ['a', '--dir', 'b'] active True name __main__" in p.stdout,
