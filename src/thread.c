@@ -7,9 +7,8 @@
  * A thread's first write (jitring_thread_attach()) takes a ready ring from
  * the pool the flusher keeps filled (pool.c), or, when a burst emptied it,
  * takes a spare ring or makes one, and pushes it onto the flusher's attach
- * stack; a thread whose
- * ring keeps filling trades it for a larger one (jitring_thread_grow()),
- * normally the successor the flusher made ahead.  Both run inside
+ * stack; a thread whose ring keeps filling trades it for a larger one
+ * (jitring_thread_grow()), normally the successor the flusher made ahead.  Both run inside
  * jitring_enter(), so close cannot free the engine meanwhile.
  *
  * Invariants:
@@ -172,6 +171,7 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 {
 	struct jr_ring *r;
 	uint32_t gen;
+	bool spare;
 
 	*made = false;
 	for (int tries = 0;; tries++) {
@@ -205,8 +205,6 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 			atomic_store_explicit(&e->pool_want, 1,
 					      memory_order_seq_cst);
 			jitring_rings_wake(jr, true);
-			bool spare;
-
 			r = make_ring(e, jr->ring_min, &spare);
 			if (r) {
 				if (!spare)
