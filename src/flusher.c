@@ -826,8 +826,9 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	/* Step 7: make ready what threads will ask for. */
 	jitring_pool_maintain(e, rd.T);
 	if (!rd.stopping) {
-		jitring_spare_maintain(e);
 		provide_growth(e, rd.T);
+		/* After growth: under a tight budget a successor first. */
+		jitring_spare_maintain(e);
 		jitring_trampolines_maintain(e->jr);
 	}
 	jitring_idmap_ahead(e);

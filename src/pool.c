@@ -21,10 +21,10 @@
  *            it), the thread owns the control block (frees it later);
  *   NEXT     a larger successor the flusher made for a ring whose owner
  *            asked to grow, registered before the owner can see it.
- * Every ring the engine made is in the registry from the round it becomes
- * reachable to the flusher (threads' own rings and spares arrive on the
- * attach stack, taken in one exchange after fence (F), see flusher.c)
- * until it is freed.
+ * Every ring the engine made, but a spare no thread has taken, is in the
+ * registry from the round it becomes reachable to the flusher (threads' own
+ * rings and spares arrive on the attach stack, taken in one exchange after
+ * fence (F), see flusher.c) until it is freed.
  *
  * Budget: ring_bytes counts every buffer, grow_bytes what is above
  * ring_min per ring; both are reserved with an RMW before a buffer is made

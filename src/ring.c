@@ -10,8 +10,9 @@
  * the tail, the consumer (the flusher) the head.  A write:
  *
  *   1. finds its ring through a thread-local list (first write: takes a
- *      ready ring from the pool, or makes one if the pool is empty and
- *      pushes it to the flusher's attach stack, see thread.c);
+ *      ready ring from the pool, or, if the pool is empty, a spare ring or
+ *      one it makes, and pushes that to the flusher's attach stack, see
+ *      thread.c);
  *   2. makes sure the group fits between tail and head (waiting, or -EAGAIN
  *      in drop mode, if not) -- before announcing anything;
  *   3. sets BUSY in pub with a seq_cst RMW                           (A)

@@ -412,7 +412,9 @@ void jitring_rings_fork_prepare(struct jitring *jr)
 	if (e) {
 		pthread_mutex_lock(&e->run_lock);
 		pthread_mutex_lock(&e->fork_lock);
+		JITRING_TESTPOINT(fork_make_lock, jr);
 		pthread_rwlock_wrlock(&e->make_lock);
+		JITRING_TESTPOINT(fork_make_locked, jr);
 	}
 }
 

@@ -152,7 +152,7 @@ struct jr_rings {
 	uint64_t demand_since;        /* flusher: this window's start */
 	_Atomic uint32_t pool_gen;    /* futex: bumped after each refill */
 	_Atomic uint32_t pool_want;   /* the pool ran low: refill now */
-	_Atomic uint32_t pool_missed; /* rings threads had to make themselves */
+	_Atomic uint32_t pool_missed; /* threads that found the pool empty */
 	uint32_t grow_seen;           /* flusher: jr->grow_asks last served */
 	/*
 	 * Spare rings: ring_min rings with a control block but no resident
@@ -179,14 +179,15 @@ struct jr_rings {
 	uint64_t idmap_warm; /* flusher: idmap words resident below this id */
 	pthread_mutex_t fork_lock; /* held by the flusher during a round */
 	/*
-	 * Read-held by a producer from making a ring until it is on the
-	 * attach stack; write-held across fork() so that no ring is in
-	 * between (reachable from nowhere, leaked in the child).
+	 * Read-held by a producer from making a ring (or taking a spare)
+	 * until it is on the attach stack; write-held across fork() so that
+	 * no ring is in between (reachable from nowhere, leaked in the
+	 * child).
 	 */
 	pthread_rwlock_t make_lock;
 
 	/* Flusher-private from here on. */
-	struct jr_ring **reg; /* every ring this engine made */
+	struct jr_ring **reg; /* every ring made, but untaken spares */
 	uint32_t nreg;
 	uint32_t reg_cap;
 	struct jr_ring *attach_pending; /* taken from attach, not registered */
