@@ -184,13 +184,14 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	takes one faults in one page on its first write, but makes no
  *	system call.
  * @ready_copies: (version 2) trampoline copies to keep ready at least, per
- *	set of trampolines (see jitring_trampolines_new()); 0 means two
- *	arenas' worth (86,016 copies of the built-in x86_64 template).
- *	Arenas map one sealed image of the set's copies, 16 times back to
- *	back, and cost no memory of their own (address space: 4 MiB each).
- *	Where an executable memfd is refused, each
- *	arena is written when made: about 96 bytes a copy for the built-in
- *	template.
+ *	set of trampolines (see jitring_trampolines_new()); 0 means four
+ *	arenas' worth: 172,032 copies of the built-in x86_64 template.
+ *	Arenas map one sealed image of the set's copies, normally 16 times
+ *	back to back, and cost no memory of their own (address space: 4 MiB
+ *	each for the built-in template, more for templates over 2 KiB).  Where the slots do not tile the image, an arena maps it once
+ *	and 0 means two arenas; where an executable memfd is refused, two
+ *	arenas, each written when made (about 96 bytes a copy for the
+ *	built-in template).
  */
 struct jitring_config {
 	uint32_t struct_size;

@@ -167,8 +167,8 @@ struct jitring_trampolines {
 	/*
 	 * The arena image: a sealed memfd holding a run of slots, filled
 	 * once.  Every arena then maps it read-execute at its own address,
-	 * slots_len / image_len times back to back, so an arena costs one
-	 * system call more than that and no memory of its own (the copies
+	 * image_maps times back to back, so an arena costs one system call
+	 * more than that and no memory of its own (the copies
 	 * are identical bytes; the salt goes only into the dump).
 	 * -1 where that is not allowed: arenas are then written one by one.
 	 */
@@ -324,11 +324,12 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 	}
 	base = map + t->page;
 	if (t->image >= 0) {
-		/* The image over the middle of the reservation, as many
-		 * times as fit: one run of slots (a whole number in each
-		 * image, see jitring_trampoline_image_len()). */
-		for (size_t off = 0; off < slots_len; off += t->image_len)
-			if (mmap(base + off, t->image_len,
+		/* The image over the middle of the reservation, image_maps
+		 * times: one run of slots (a whole number in each image, see
+		 * jitring_trampoline_image_len()).  slots_len is image_len *
+		 * image_maps: image arenas never grow (want_grow()). */
+		for (uint32_t k = 0; k < t->image_maps; k++)
+			if (mmap(base + (size_t)k * t->image_len, t->image_len,
 				 PROT_READ | PROT_EXEC, MAP_SHARED | MAP_FIXED,
 				 t->image, 0) == MAP_FAILED) {
 				ret = -errno;
@@ -883,6 +884,8 @@ int jitring_trampolines_new(struct jitring *jr,
 				t->image_len = ilen;
 				t->image_maps = maps;
 				len = ilen * maps;
+				if (maps > 1)
+					want = JR_TRAMP_WANT_IMAGE;
 			}
 		}
 		/*
@@ -892,12 +895,15 @@ int jitring_trampolines_new(struct jitring *jr,
 		 * near JR_TRAMP_WANT_MAX; an image's size is fixed.
 		 */
 		if (stock) {
+			/* "At least": never fewer than the default. */
+			uint32_t least = want;
+
 			while (t->image < 0 && len < JR_TRAMP_ARENA_MAX &&
 			       len * JR_TRAMP_WANT_MAX < stock)
 				len *= 2;
 			want = (uint32_t)((stock + len - 1) / len) + 1;
-			if (want < JR_TRAMP_WANT_INIT)
-				want = JR_TRAMP_WANT_INIT;
+			if (want < least)
+				want = least;
 			if (want > JR_TRAMP_READY_CAP / 2)
 				want = JR_TRAMP_READY_CAP / 2;
 		}

@@ -31,6 +31,11 @@
  * took the last one, up to the maximum (JR_TRAMP_READY_CAP / 2 with an
  * image mapped once per arena, see want_grow()). */
 #define JR_TRAMP_WANT_INIT 2u
+/* ... and here for arenas that map the image JR_TRAMP_IMAGE_MAPS times
+ * (no memory of their own): 4 ready and the current one are 215,040
+ * copies of the built-in template, more than the 200,000 fresh functions
+ * of 512 CPython threads starting at once that issue 12 measured. */
+#define JR_TRAMP_WANT_IMAGE 4u
 #define JR_TRAMP_WANT_MAX 16u
 /* Capacity of a set's ready array (above the maximum: losers of the race
  * to install an arena park theirs here too). */
