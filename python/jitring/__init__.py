@@ -58,14 +58,20 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
     *ready_rings*, *ready_copies*: for a program that starts many threads
     at once, how many threads' rings and how many trampoline copies (about
     one per new code object) to keep ready; 0 keeps the library's
-    defaults (64 rings, 1024 spare ones, 86,016 copies).  ValueError
-    outside [0, 2**32).
+    defaults (64 rings, 1024 spare ones, 172,032 copies).  ValueError
+    unless an int in [0, 2**32).
 
     Raises RuntimeError if already active or if another eval-frame function
     (a debugger, ``-X perf``) is installed, OSError if the dump cannot be
     created.
     """
     global _real_exit
+    for name, v in (("ready_rings", ready_rings),
+                    ("ready_copies", ready_copies)):
+        if isinstance(v, bool) or not isinstance(v, int) \
+                or not 0 <= v < 1 << 32:
+            raise ValueError("%s must be an int in [0, 2**32), not %r"
+                             % (name, v))
     _jitring.start(dir, engine, perf_map, ready_rings, ready_copies)
     if _real_exit is None and _os._exit is not _exit_flushing:
         _real_exit = _os._exit

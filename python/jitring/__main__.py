@@ -50,9 +50,13 @@ def parse(argv):
                 val = argv[i + 1]
                 i += 1
             try:
-                opts[name[2:].replace("-", "_")] = int(val)
+                n = int(val)
             except ValueError:
-                sys.exit("jitring: %s needs a number\n%s" % (name, USAGE))
+                n = -1
+            if not 0 <= n < 1 << 32:
+                sys.exit("jitring: %s needs a number in [0, 2**32)\n%s"
+                         % (name, USAGE))
+            opts[name[2:].replace("-", "_")] = n
         elif a == "--perf-map":
             opts["perf_map"] = True
         elif a == "-m":

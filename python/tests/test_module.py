@@ -83,7 +83,8 @@ def test_api(t):
     except OSError as e:
         t.check(e.errno == errno.ENOENT,
                 "a missing dir raises OSError(ENOENT)", e)
-    for bad in ({"ready_rings": -1}, {"ready_copies": 1 << 32}):
+    for bad in ({"ready_rings": -1}, {"ready_copies": 1 << 32},
+                {"ready_rings": 1 << 64}, {"ready_copies": True}):
         try:
             jitring.start(dir=d, **bad)
             t.check(False, "%r raises ValueError" % bad)
@@ -255,9 +256,11 @@ def test_runner(t):
             "python -m jitring --ready-rings 2000", p.stdout + p.stderr)
     for f_ in jrtest.dumps(d):
         os.unlink(f_)
-    p = run_py(["-m", "jitring", "--ready-rings", "many", stock])
-    t.check(p.returncode != 0 and "needs a number" in p.stderr,
-            "--ready-rings many is refused", p.stdout + p.stderr)
+    for bad in ("many", "-1"):
+        p = run_py(["-m", "jitring", "--ready-rings", bad, stock])
+        t.check(p.returncode != 0 and "needs a number" in p.stderr
+                and "Traceback" not in p.stderr,
+                "--ready-rings %s is refused" % bad, p.stdout + p.stderr)
     p = run_py(["-m", "jitring", "--dir", d, script, "a", "--dir", "b"])
     t.check(p.returncode == 0 and
             "argv ['a', '--dir', 'b'] active True name __main__" in p.stdout,
