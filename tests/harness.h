@@ -389,6 +389,16 @@ static inline void t_sleep_ms(unsigned ms)
 		(bool)(pred);                                               \
 	})
 
+/* The value of @expr read under @lock. */
+#define T_LOCKED(lock, expr)                                                \
+	({                                                                  \
+		__typeof__(expr) t_v_;                                      \
+		pthread_mutex_lock(lock);                                   \
+		t_v_ = (expr);                                              \
+		pthread_mutex_unlock(lock);                                 \
+		t_v_;                                                       \
+	})
+
 /* Run @stmt under @lock, then wake every waiter on @cond. */
 #define T_COND_SET(lock, cond, stmt)                                        \
 	do {                                                                \

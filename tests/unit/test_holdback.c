@@ -219,12 +219,7 @@ static void open_in(const char *sub, uint32_t holdback_ms,
 
 static uint64_t rounds_now(void)
 {
-	uint64_t r;
-
-	pthread_mutex_lock(&tp.lock);
-	r = tp.rounds;
-	pthread_mutex_unlock(&tp.lock);
-	return r;
+	return T_LOCKED(&tp.lock, tp.rounds);
 }
 
 /* ------------------------------------------------------------------ */

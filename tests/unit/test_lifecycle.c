@@ -513,12 +513,7 @@ static void *close_main(void *arg)
 
 static uint64_t rounds_now(void)
 {
-	uint64_t r;
-
-	pthread_mutex_lock(&tp.lock);
-	r = tp.rounds;
-	pthread_mutex_unlock(&tp.lock);
-	return r;
+	return T_LOCKED(&tp.lock, tp.rounds);
 }
 
 static void case_flusher_sleeps(void)
@@ -898,23 +893,14 @@ static bool thread_sleeping(pid_t tid)
 	return s;
 }
 
-static bool fk_locked(void)
-{
-	bool l;
-
-	pthread_mutex_lock(&tp.lock);
-	l = fk.locked;
-	pthread_mutex_unlock(&tp.lock);
-	return l;
-}
-
 /* Release the parked writer once main waits for make_lock in fork() (or
  * got it: the bug, seen by the hook). */
 static void *releaser_main(void *arg)
 {
 	(void)arg;
 	T_CHECK(TP_WAIT(fk.at_lock, 30));
-	T_POLL_UNTIL(fk_locked() || thread_sleeping(fk.tid), 10000);
+	T_POLL_UNTIL(T_LOCKED(&tp.lock, fk.locked) || thread_sleeping(fk.tid),
+		     10000);
 	TP_SET(tp.release = true);
 	return NULL;
 }
