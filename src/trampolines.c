@@ -168,8 +168,8 @@ struct jitring_trampolines {
 	 * The arena image: a sealed memfd holding a run of slots, filled
 	 * once.  Every arena then maps it read-execute at its own address,
 	 * image_maps times back to back, so an arena costs one system call
-	 * more than that and no memory of its own (the copies
-	 * are identical bytes; the salt goes only into the dump).
+	 * more than that and no memory of its own (the copies are identical
+	 * bytes; the salt goes only into the dump).
 	 * -1 where that is not allowed: arenas are then written one by one.
 	 */
 	int image;
