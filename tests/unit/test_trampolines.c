@@ -65,6 +65,26 @@ static int small_arenas(const char *name, void *arg)
 	return !strcmp(name, "tramp_image_once");
 }
 #endif
+
+/* jitring_trampolines_new(), with @small arenas where testpoints allow. */
+static int set_new(struct jitring *jr,
+		   const struct jitring_trampoline_template *tmpl, bool small,
+		   struct jitring_trampolines **set)
+{
+	int ret;
+
+#ifdef JITRING_TESTPOINTS
+	if (small)
+		atomic_store(&jitring_fault_hook, small_arenas);
+#else
+	(void)small;
+#endif
+	ret = jitring_trampolines_new(jr, tmpl, set);
+#ifdef JITRING_TESTPOINTS
+	atomic_store(&jitring_fault_hook, NULL);
+#endif
+	return ret;
+}
 /* Runs of each copy in the paced burst: a runtime's pace.  TSan slows the
  * flusher far more than this loop, so a sanitised runtime's pace is
  * slower too. */
@@ -763,16 +783,10 @@ static void test_threads(uint32_t engine)
 	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	ti = tmpl_info(&tmpl);
-#ifdef JITRING_TESTPOINTS
 	/* The rings engine's refills, tested with arenas a burst drains;
 	 * the mutex engine's run keeps the 16-fold arenas. */
-	if (engine == JITRING_ENGINE_RINGS)
-		atomic_store(&jitring_fault_hook, small_arenas);
-#endif
-	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
-#ifdef JITRING_TESTPOINTS
-	atomic_store(&jitring_fault_hook, NULL);
-#endif
+	T_REQUIRE(set_new(jr, &tmpl, engine == JITRING_ENGINE_RINGS, &set) ==
+		  0);
 	per_arena = set_slots_per_arena(set, &ti);
 
 	memset(&w, 0, sizeof(w));
@@ -1229,13 +1243,7 @@ static void test_switch_races(uint32_t engine)
 	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	ti = tmpl_info(&tmpl);
-#ifdef JITRING_TESTPOINTS
-	atomic_store(&jitring_fault_hook, small_arenas);
-#endif
-	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
-#ifdef JITRING_TESTPOINTS
-	atomic_store(&jitring_fault_hook, NULL);
-#endif
+	T_REQUIRE(set_new(jr, &tmpl, true, &set) == 0);
 	atomic_store(&switch_yields, 0);
 #ifdef JITRING_TESTPOINTS
 	atomic_store(&jitring_testpoint_hook, switch_hook);
