@@ -3,9 +3,9 @@
  * Rings engine: the ring pool, the spare rings, the registry of every
  * ring, the memory budget and the code_index map.  Everything here but
  * jitring_ring_alloc(), jitring_ring_target(), jitring_spare_take() and
- * jitring_idmap_chunk() runs on the flusher (or
- * on a thread that holds the engine exclusively: start, close, the fork
- * child), so the registry and the pool's bookkeeping need no lock.
+ * jitring_idmap_chunk() runs on the flusher (or on a thread that holds the
+ * engine exclusively: start, close, the fork child), so the registry and
+ * the pool's bookkeeping need no lock.
  *
  * Ownership of a ring (struct jr_ring.own, see rings.h):
  *   POOLED   in the pool, the flusher's; a registering thread dequeues it
@@ -284,6 +284,57 @@ void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
 	}
 }
 
+/* Hand a new spare to the threads (see struct jr_rings). */
+static void spare_put(struct jr_rings *e, struct jr_ring *r)
+{
+	/* Pairs with the acquire load of own in jitring_spare_take(). */
+	atomic_store_explicit(&r->own, JR_OWN_POOLED, memory_order_release);
+	/* Never full: spare_buf holds more than the target. */
+	ck_ring_enqueue_spmc(&e->spare, e->spare_buf, r);
+}
+
+/*
+ * Fill a stock of *@n rings up to @target, in batches: the pool's
+ * (registered, the first up to pool_floor warm) or, with @spare, the
+ * spares' (neither; lb 0, see jitring_spare_maintain()).  Counted in
+ * refills_ahead.  Return: false if the budget stopped it short.
+ */
+static bool stock_fill(struct jr_rings *e, uint64_t now, uint32_t *n,
+		       uint32_t target, bool spare)
+{
+	struct jr_ring *batch[JR_POOL_BATCH];
+	uint32_t added = 0;
+	bool full = false;
+
+	while (*n < target) {
+		uint32_t k = target - *n < JR_POOL_BATCH ? target - *n :
+							   JR_POOL_BATCH;
+		/* The floor's rings are warm; a storm's extra ones and the
+		 * spares are not (their pages would be resident while they
+		 * wait). */
+		uint32_t warm =
+			!spare && *n < e->pool_floor ? e->pool_floor - *n : 0;
+		uint32_t got = ring_new_batch(e, spare ? 0 : now, k, warm,
+					      !spare, batch);
+
+		for (uint32_t i = 0; i < got; i++) {
+			if (spare)
+				spare_put(e, batch[i]);
+			else
+				jitring_pool_put(e, batch[i], now);
+		}
+		*n += got;
+		added += got;
+		if (got < k) {
+			full = true;
+			break;
+		}
+	}
+	if (added)
+		jitring_count(&e->jr->c.refills_ahead, added);
+	return !full;
+}
+
 /*
  * How many rings to keep ready: the floor (ready_rings), or twice the
  * recent peak of rings taken per window when more are being taken.  The
@@ -318,38 +369,20 @@ static uint32_t pool_target(struct jr_rings *e, uint64_t now, uint32_t missed)
 
 void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 {
-	struct jitring *jr = e->jr;
 	uint32_t want = atomic_exchange_explicit(&e->pool_want, 0,
 						 memory_order_relaxed);
 	uint32_t missed = atomic_exchange_explicit(&e->pool_missed, 0,
 						   memory_order_relaxed);
 	uint32_t low = pool_target(e, now, missed);
-	uint32_t n = ck_ring_size(&e->pool), added = 0;
-	struct jr_ring *batch[JR_POOL_BATCH], *r;
-	bool full = false;
+	uint32_t n0 = ck_ring_size(&e->pool), n = n0;
+	struct jr_ring *r;
+	bool full;
 
 	atomic_store_explicit(&e->pool_low, low, memory_order_relaxed);
-	while (n < low) {
-		uint32_t k = low - n < JR_POOL_BATCH ? low - n : JR_POOL_BATCH;
-		/* The floor's rings are warm; a storm's extra ones are not
-		 * (their pages would be resident while they wait). */
-		uint32_t warm = n < e->pool_floor ? e->pool_floor - n : 0;
-		uint32_t got = ring_new_batch(e, now, k, warm, true, batch);
-
-		for (uint32_t i = 0; i < got; i++)
-			jitring_pool_put(e, batch[i], now);
-		n += got;
-		added += got;
-		if (got < k) {
-			full = true;
-			break;
-		}
-	}
+	full = !stock_fill(e, now, &n, low, false);
 	atomic_store_explicit(&e->pool_full, full && n == 0,
 			      memory_order_relaxed);
-	if (added)
-		jitring_count(&jr->c.refills_ahead, added);
-	if (added || want || missed) {
+	if (n > n0 || want || missed) {
 		/* Pairs with the acquire load of pool_gen in ring_get()
 		 * (thread.c). */
 		atomic_fetch_add_explicit(&e->pool_gen, 1,
@@ -375,30 +408,9 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
  */
 void jitring_spare_maintain(struct jr_rings *e)
 {
-	struct jr_ring *batch[JR_POOL_BATCH];
-	uint32_t n = ck_ring_size(&e->spare), added = 0;
+	uint32_t n = ck_ring_size(&e->spare);
 
-	while (n < e->spare_target) {
-		uint32_t k = e->spare_target - n < JR_POOL_BATCH ?
-				     e->spare_target - n :
-				     JR_POOL_BATCH;
-		uint32_t got = ring_new_batch(e, 0, k, 0, false, batch);
-
-		for (uint32_t i = 0; i < got; i++) {
-			/* Pairs with the acquire load of own in
-			 * jitring_spare_take(). */
-			atomic_store_explicit(&batch[i]->own, JR_OWN_POOLED,
-					      memory_order_release);
-			/* Never full: spare_buf holds more than the target. */
-			ck_ring_enqueue_spmc(&e->spare, e->spare_buf, batch[i]);
-		}
-		n += got;
-		added += got;
-		if (got < k)
-			break;
-	}
-	if (added)
-		jitring_count(&e->jr->c.refills_ahead, added);
+	(void)stock_fill(e, 0, &n, e->spare_target, true);
 }
 
 struct jr_ring *jitring_spare_take(struct jr_rings *e)
@@ -408,7 +420,7 @@ struct jr_ring *jitring_spare_take(struct jr_rings *e)
 	if (JITRING_FAULT(spare_empty, e->jr) ||
 	    !ck_ring_dequeue_spmc(&e->spare, e->spare_buf, &r))
 		return NULL;
-	/* Pairs with the release store in jitring_spare_maintain(): TSan
+	/* Pairs with the release store in spare_put(): TSan
 	 * cannot see ck_ring's own ordering. */
 	(void)atomic_load_explicit(&r->own, memory_order_acquire);
 	return r;

@@ -8,8 +8,9 @@
  * the pool the flusher keeps filled (pool.c), or, when a burst emptied it,
  * takes a spare ring or makes one, and pushes it onto the flusher's attach
  * stack; a thread whose ring keeps filling trades it for a larger one
- * (jitring_thread_grow()), normally the successor the flusher made ahead.  Both run inside
- * jitring_enter(), so close cannot free the engine meanwhile.
+ * (jitring_thread_grow()), normally the successor the flusher made ahead.
+ * Both run inside jitring_enter(), so close cannot free the engine
+ * meanwhile.
  *
  * Invariants:
  *  - a ring is on exactly one thread's list while it is ACTIVE; only that
