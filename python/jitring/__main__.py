@@ -42,9 +42,9 @@ def parse(argv):
                 sys.exit(USAGE)
             opts[a[2:]] = argv[i + 1]
             i += 1
-        elif a in COUNTS or a.split("=", 1)[0] in COUNTS:
-            name, _, val = a.partition("=")
-            if not _:
+        elif a.partition("=")[0] in COUNTS:
+            name, eq, val = a.partition("=")
+            if not eq:
                 if i + 1 >= len(argv):
                     sys.exit(USAGE)
                 val = argv[i + 1]
