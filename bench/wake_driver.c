@@ -10,15 +10,11 @@
  * 64-thread p99 is the one thread of the storm that wakes the flusher
  * (bench/README.md, Thread storms).
  */
-#include <linux/futex.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "benchlib.h"
 
@@ -31,8 +27,7 @@ static void *sleeper(void *arg)
 	unsigned v;
 
 	while ((v = atomic_load(&word)) != STOP)
-		syscall(SYS_futex, (unsigned *)&word, FUTEX_WAIT_PRIVATE, v,
-			NULL, NULL, 0);
+		bench_futex_wait(&word, v);
 	return arg;
 }
 
@@ -52,20 +47,16 @@ int main(int argc, char **argv)
 	    pthread_create(&t, NULL, sleeper, NULL))
 		return 1;
 	for (unsigned i = 0; i < tries; i++) {
-		struct timespec idle = { idle_ms / 1000,
-					 (long)(idle_ms % 1000) * 1000000L };
 		uint64_t t0;
 
-		nanosleep(&idle, NULL);
+		bench_sleep_ns(idle_ms * 1000000ull);
 		t0 = bench_now_ns();
 		atomic_fetch_add(&word, 1);
-		syscall(SYS_futex, (unsigned *)&word, FUTEX_WAKE_PRIVATE, 1,
-			NULL, NULL, 0);
+		bench_futex_wake(&word);
 		ns[i] = bench_now_ns() - t0;
 	}
 	atomic_store(&word, STOP);
-	syscall(SYS_futex, (unsigned *)&word, FUTEX_WAKE_PRIVATE, 1, NULL, NULL,
-		0);
+	bench_futex_wake(&word);
 	pthread_join(t, NULL);
 	qsort(ns, tries, sizeof(*ns), bench_cmp_u64);
 	printf("{\"kind\": \"futex_wake\", \"idle_ms\": %u, \"tries\": %u, "
