@@ -905,14 +905,6 @@ static void *releaser_main(void *arg)
 	return NULL;
 }
 
-static uint64_t refills_waited(struct jitring *jr)
-{
-	struct jitring_stats st = { .struct_size = sizeof(st) };
-
-	jitring_stats(jr, &st);
-	return st.refills_waited;
-}
-
 static void case_spares(void)
 {
 	struct jitring *jr = open_in("c11", 0, 0);
@@ -933,17 +925,17 @@ static void case_spares(void)
 	T_REQUIRE(kept > 0);
 
 	atomic_store(&pool_empty, 1);
-	w0 = refills_waited(jr);
+	w0 = t_stats(jr).refills_waited;
 	T_REQUIRE(pthread_create(&w, NULL, writer_main, jr) == 0);
 	pthread_join(w, &wr);
 	T_CHECK((intptr_t)wr > 0);
-	T_CHECK_EQ(refills_waited(jr), w0);
+	T_CHECK_EQ(t_stats(jr).refills_waited, w0);
 
 	atomic_store(&spare_empty, 1);
 	T_REQUIRE(pthread_create(&w, NULL, writer_main, jr) == 0);
 	pthread_join(w, &wr);
 	T_CHECK((intptr_t)wr > 0);
-	T_CHECK_EQ(refills_waited(jr), w0 + 1);
+	T_CHECK_EQ(t_stats(jr).refills_waited, w0 + 1);
 	atomic_store(&spare_empty, 0);
 
 	/*
