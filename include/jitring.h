@@ -162,7 +162,8 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	the thread's entry is re-stamped when it commits (see docs/design.md);
  *	0 means 10 ms.
  * @mem_budget: rings engine, most bytes of ring buffers (address space;
- *	resident memory is what threads touch) in use at once; a thread that
+ *	resident memory is what threads touch) in use at once, the pool's
+ *	and threads' (spare rings count once a thread takes one); a thread that
  *	would need a ring beyond it gets -ENOMEM; 0 means 512 MiB (8192 rings
  *	of 64 KiB).
  * @log: optional diagnostics hook, NULL for none.
@@ -178,11 +179,12 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	trims).  0 means 64.  The engine keeps more while threads keep
  *	taking them (the stock follows the measured demand; those extra
  *	rings have no resident page until their thread writes) and gives
- *	the extra back once demand stops.  Beyond these it keeps 1024
- *	spare rings (within an eighth of @mem_budget; a control block
- *	each, no resident page) for storms nobody announced: a thread that
- *	takes one faults in one page on its first write, but makes no
- *	system call.
+ *	the extra back once demand stops.  Beyond these it keeps 4096
+ *	spare rings (their address space at most half of @mem_budget, and
+ *	not counted in it until a thread takes one; no resident page, not
+ *	even the control block's) for storms nobody announced: a thread
+ *	that takes one faults in a page or two on its first write, but
+ *	makes no system call.
  * @ready_copies: (version 2) trampoline copies to keep ready at least, per
  *	set of trampolines (see jitring_trampolines_new()); 0 means four
  *	arenas' worth: 172,032 copies of the built-in x86_64 template.
@@ -341,8 +343,9 @@ struct jitring_entry {
  *	because the file failed; they are not in the file.
  * @flushes: jitring_flush() calls that completed.
  * @ring_full_waits: times a thread waited for ring space (lossless mode).
- * @refills_ahead: rings made ready (pooled or spare) by the background
- *	thread before any thread asked for one.
+ * @refills_ahead: rings made ready by the background thread before any
+ *	thread asked for one: pooled rings when made, spare rings (address
+ *	space until then) when a thread takes one.
  * @refills_waited: threads whose first write found no ready ring, pooled
  *	or spare, so that the thread made its own (~0 in steady state; see
  *	@ready_rings of struct jitring_config for storms of new threads).

@@ -10,10 +10,11 @@
  * Ownership of a ring (struct jr_ring.own, see rings.h):
  *   POOLED   in the pool, the flusher's; a registering thread dequeues it
  *            (ck_ring SPMC: the flusher enqueues, threads dequeue) and
- *            stores ACTIVE (release) before its first write.  Also a
- *            spare ring (not registered, no page touched): dequeued the
- *            same way from its own ck_ring, then pushed to the attach
- *            stack like a ring the thread made;
+ *            stores ACTIVE (release) before its first write.  A spare
+ *            ring is not yet a ring: an untouched control block in a
+ *            slab, dequeued the same way from its own ck_ring, set up by
+ *            the thread and pushed to the attach stack like a ring the
+ *            thread made;
  *   ACTIVE   a thread's; it lets go with a CAS to DETACHED (thread.c), and
  *            the flusher recycles the ring once drained;
  *   ORPHAN   close won the CAS instead: close owns the buffer (unmaps it
@@ -26,10 +27,21 @@
  * rings and spares arrive on the attach stack, taken in one exchange after
  * fence (F), see flusher.c) until it is freed.
  *
- * Budget: ring_bytes counts every buffer, grow_bytes what is above
- * ring_min per ring; both are reserved with an RMW before a buffer is made
- * and given back when it is freed, so mem_budget is never exceeded, even
- * by threads making rings at once.
+ * Budget: ring_bytes counts every buffer but the untaken spares',
+ * grow_bytes what is above ring_min per ring; both are reserved with an
+ * RMW before a buffer is made (a spare's when a thread takes it) and given
+ * back when it is freed, so mem_budget is never exceeded, even by threads
+ * making rings at once.
+ *
+ * Slabs: a spare's control block lives in a JR_SLAB_BYTES mapping aligned
+ * to its size, whose first JR_CTL_BYTES are the header (the slab's buffers,
+ * one mapping, and a count of blocks not yet freed) and the rest control
+ * blocks.  The flusher writes the header only, so an untaken spare has no
+ * resident page at all: the taker finds the header by alignment, sets its
+ * block up (a page fault for one taker in 8) and owns the ring from there
+ * like any other.  A slab ring's buffer is unmapped on its own, like a
+ * batch's; freeing its control block drops the count, and the last one
+ * unmaps the slab (whichever thread that is: an ORPHAN's after close).
  *
  * The idmap: one bit per handed-out code_index, so jitring_move() can tell
  * an index this writer never issued.  Chunks of 4M ids are installed with
@@ -54,11 +66,42 @@
 /* The demand (rings taken) is measured per window of this length. */
 #define JR_DEMAND_WINDOW_NS (100u * 1000000ull)
 
+_Static_assert(sizeof(struct jr_ring) <= JR_CTL_BYTES, "control block");
+_Static_assert(sizeof(struct jr_slab) <= JR_CTL_BYTES, "slab header");
+
+static struct jr_slab *slab_of(struct jr_ring *r)
+{
+	return (struct jr_slab *)((uintptr_t)r &
+				  ~(uintptr_t)(JR_SLAB_BYTES - 1));
+}
+
+static uint8_t *slab_buf(struct jr_slab *s, struct jr_ring *r)
+{
+	size_t i = ((uintptr_t)r - (uintptr_t)s) / JR_CTL_BYTES;
+
+	return s->bufs + (i - 1) * s->size;
+}
+
+static void slab_put(struct jr_slab *s)
+{
+	/* acq_rel: the last put sees every other block's last use. */
+	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+		munmap(s, JR_SLAB_BYTES);
+}
+
+void jitring_ring_ctl_free(struct jr_ring *r)
+{
+	if (r->slab)
+		slab_put(r->slab);
+	else
+		free(r);
+}
+
 void jitring_ring_free(struct jr_ring *r)
 {
 	if (r->buf)
 		munmap(r->buf, r->size);
-	free(r);
+	jitring_ring_ctl_free(r);
 }
 
 static int reg_reserve(struct jr_rings *e, uint32_t n)
@@ -157,14 +200,10 @@ undo_bytes:
 	return false;
 }
 
-/* A control block for the @size bytes at @buf (reserved in the budget). */
-static struct jr_ring *ring_init(struct jr_rings *e, uint8_t *buf,
-				 uint32_t size, uint64_t lb)
+/* Set @r up as the control block of the @size bytes at @buf. */
+static void ring_setup(struct jr_rings *e, struct jr_ring *r, uint8_t *buf,
+		       uint32_t size, uint64_t lb)
 {
-	struct jr_ring *r = aligned_alloc(JITRING_CACHELINE, sizeof(*r));
-
-	if (!r)
-		return NULL;
 	memset(r, 0, sizeof(*r));
 	r->buf = buf;
 	r->size = size;
@@ -177,6 +216,16 @@ static struct jr_ring *ring_init(struct jr_rings *e, uint8_t *buf,
 	atomic_init(&r->head, 0);
 	atomic_init(&r->space_waiter, 0);
 	atomic_init(&r->own, JR_OWN_POOLED);
+}
+
+/* A control block for the @size bytes at @buf (reserved in the budget). */
+static struct jr_ring *ring_init(struct jr_rings *e, uint8_t *buf,
+				 uint32_t size, uint64_t lb)
+{
+	struct jr_ring *r = aligned_alloc(JITRING_CACHELINE, sizeof(*r));
+
+	if (r)
+		ring_setup(e, r, buf, size, lb);
 	return r;
 }
 
@@ -220,15 +269,12 @@ struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
  * Up to @k new ring_min rings in @out, their buffers carved from one
  * mapping (one system call and one VMA for the batch; each is still
  * unmapped and trimmed on its own, which is why ring_min is at least a
- * page: config_load()).  Registered if @reg (the pool's), else not (the
- * spares', which their thread pushes to the attach stack).  The first
- * @prefault of them get their first page touched now; the others cost no
+ * page: config_load()), and registered.  The first @prefault of them get their first page touched now; the others cost no
  * resident memory until a thread writes (a page fault on its first
  * write).  Return: how many.
  */
 static uint32_t ring_new_batch(struct jr_rings *e, uint64_t now, uint32_t k,
-			       uint32_t prefault, bool reg,
-			       struct jr_ring **out)
+			       uint32_t prefault, struct jr_ring **out)
 {
 	uint32_t size = e->jr->ring_min, n = 0, made = 0;
 	uint8_t *map;
@@ -249,7 +295,7 @@ static uint32_t ring_new_batch(struct jr_rings *e, uint64_t now, uint32_t k,
 		struct jr_ring *r = made == i ? ring_init(e, buf, size, now) :
 						NULL;
 
-		if (r && reg && reg_add(e, r)) {
+		if (r && reg_add(e, r)) {
 			free(r);
 			r = NULL;
 		}
@@ -284,23 +330,13 @@ void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
 	}
 }
 
-/* Hand a new spare to the threads (see struct jr_rings). */
-static void spare_put(struct jr_rings *e, struct jr_ring *r)
-{
-	/* Pairs with the acquire load of own in jitring_spare_take(). */
-	atomic_store_explicit(&r->own, JR_OWN_POOLED, memory_order_release);
-	/* Never full: spare_buf holds more than the target. */
-	ck_ring_enqueue_spmc(&e->spare, e->spare_buf, r);
-}
-
 /*
- * Fill a stock of *@n rings up to @target, in batches: the pool's
- * (registered, the first up to pool_floor warm) or, with @spare, the
- * spares' (neither; lb 0, see jitring_spare_maintain()).  Counted in
- * refills_ahead.  Return: false if the budget stopped it short.
+ * Fill the pool's *@n rings up to @target, in batches, registered, the
+ * first up to pool_floor warm.  Counted in refills_ahead.  Return: false
+ * if the budget stopped it short.
  */
-static bool stock_fill(struct jr_rings *e, uint64_t now, uint32_t *n,
-		       uint32_t target, bool spare)
+static bool pool_fill(struct jr_rings *e, uint64_t now, uint32_t *n,
+		      uint32_t target)
 {
 	struct jr_ring *batch[JR_POOL_BATCH];
 	uint32_t added = 0;
@@ -309,20 +345,13 @@ static bool stock_fill(struct jr_rings *e, uint64_t now, uint32_t *n,
 	while (*n < target) {
 		uint32_t k = target - *n < JR_POOL_BATCH ? target - *n :
 							   JR_POOL_BATCH;
-		/* The floor's rings are warm; a storm's extra ones and the
-		 * spares are not (their pages would be resident while they
-		 * wait). */
-		uint32_t warm =
-			!spare && *n < e->pool_floor ? e->pool_floor - *n : 0;
-		uint32_t got = ring_new_batch(e, spare ? 0 : now, k, warm,
-					      !spare, batch);
+		/* The floor's rings are warm; a storm's extra ones are not
+		 * (their pages would be resident while they wait). */
+		uint32_t warm = *n < e->pool_floor ? e->pool_floor - *n : 0;
+		uint32_t got = ring_new_batch(e, now, k, warm, batch);
 
-		for (uint32_t i = 0; i < got; i++) {
-			if (spare)
-				spare_put(e, batch[i]);
-			else
-				jitring_pool_put(e, batch[i], now);
-		}
+		for (uint32_t i = 0; i < got; i++)
+			jitring_pool_put(e, batch[i], now);
 		*n += got;
 		added += got;
 		if (got < k) {
@@ -379,7 +408,7 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 	bool full;
 
 	atomic_store_explicit(&e->pool_low, low, memory_order_relaxed);
-	full = !stock_fill(e, now, &n, low, false);
+	full = !pool_fill(e, now, &n, low);
 	atomic_store_explicit(&e->pool_full, full && n == 0,
 			      memory_order_relaxed);
 	if (n > n0 || want || missed) {
@@ -399,30 +428,106 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 }
 
 /*
- * Keep spare_target spare rings (see struct jr_rings).  Made unregistered
- * and with no page touched, each costs its control block and address
- * space within the budget, so the stock can be deep enough for a storm of
- * new threads without a scan of it every round or resident pages.  Their
- * lb is 0 like a ring a thread makes: the thread pushes it to the attach
- * stack, and the ordering argument for those holds unchanged.
+ * A slab of up to @k spares (see "Slabs" above): the header mapped and
+ * aligned, the buffers one mapping, nothing else touched.  The buffers
+ * are not in the budget until a thread takes one; kept off huge pages, so
+ * a taker's first write faults in one page, not 2 MiB.  Return: how many
+ * blocks, 0 if a mapping failed.
+ */
+static uint32_t slab_new(struct jr_rings *e, uint32_t k, struct jr_slab **out)
+{
+	uint32_t size = e->jr->ring_min;
+	uint32_t n = k < JR_SLAB_RINGS ? k : JR_SLAB_RINGS;
+	uint8_t *map, *bufs;
+	struct jr_slab *s;
+	uintptr_t at;
+
+	map = mmap(NULL, 2 * JR_SLAB_BYTES, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (map == MAP_FAILED)
+		return 0;
+	at = ((uintptr_t)map + JR_SLAB_BYTES - 1) &
+	     ~(uintptr_t)(JR_SLAB_BYTES - 1);
+	if (at > (uintptr_t)map)
+		munmap(map, at - (uintptr_t)map);
+	munmap((uint8_t *)at + JR_SLAB_BYTES,
+	       (uintptr_t)map + JR_SLAB_BYTES - at);
+	s = (struct jr_slab *)at;
+	bufs = mmap(NULL, (size_t)n * size, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (bufs == MAP_FAILED) {
+		munmap(s, JR_SLAB_BYTES);
+		return 0;
+	}
+	(void)madvise(bufs, (size_t)n * size, MADV_NOHUGEPAGE);
+	s->size = size;
+	s->bufs = bufs;
+	/* Pairs with the acquire load in jitring_spare_take(). */
+	atomic_store_explicit(&s->refs, n, memory_order_release);
+	*out = s;
+	return n;
+}
+
+/* Unmap an untaken spare's buffer and drop its block. */
+static void spare_free(struct jr_ring *r)
+{
+	struct jr_slab *s = slab_of(r);
+
+	munmap(slab_buf(s, r), s->size);
+	slab_put(s);
+}
+
+/*
+ * Keep spare_target spare rings (see struct jr_rings), a slab at a time.
+ * No page of one is resident and the budget does not count them, so the
+ * stock can be deep enough for a storm of thousands of new threads at the
+ * cost of address space alone.  A taker's ring has lb 0 like a ring a
+ * thread makes: the thread pushes it to the attach stack, and the
+ * ordering argument for those holds unchanged.  Not yet rings, spares are
+ * counted in refills_ahead when a thread takes one.
  */
 void jitring_spare_maintain(struct jr_rings *e)
 {
 	uint32_t n = ck_ring_size(&e->spare);
+	uint32_t room = ck_ring_capacity(&e->spare) - 1;
 
-	(void)stock_fill(e, 0, &n, e->spare_target, true);
+	/* Whole slabs (a few refills, not one tiny slab per ring taken):
+	 * the stock ends below target + JR_SLAB_RINGS, within room. */
+	while (n < e->spare_target) {
+		struct jr_slab *s;
+		uint32_t k = e->spare_target < room - n ? e->spare_target :
+							  room - n;
+		uint32_t got = slab_new(e, k, &s);
+
+		for (uint32_t i = 1; i <= got; i++)
+			ck_ring_enqueue_spmc(&e->spare, e->spare_buf,
+					     (uint8_t *)s +
+						     (size_t)i * JR_CTL_BYTES);
+		if (!got)
+			break;
+		n += got;
+	}
 }
 
 struct jr_ring *jitring_spare_take(struct jr_rings *e)
 {
+	uint32_t size = e->jr->ring_min;
+	struct jr_slab *s;
 	struct jr_ring *r;
 
-	if (JITRING_FAULT(spare_empty, e->jr) ||
-	    !ck_ring_dequeue_spmc(&e->spare, e->spare_buf, &r))
+	if (JITRING_FAULT(spare_empty, e->jr) || !ring_reserve(e, size))
 		return NULL;
-	/* Pairs with the release store in spare_put(): TSan
-	 * cannot see ck_ring's own ordering. */
-	(void)atomic_load_explicit(&r->own, memory_order_acquire);
+	if (!ck_ring_dequeue_spmc(&e->spare, e->spare_buf, &r)) {
+		ring_unaccount(e, size);
+		return NULL;
+	}
+	s = slab_of(r);
+	/* Pairs with the release store in slab_new(): TSan cannot see
+	 * ck_ring's own ordering. */
+	(void)atomic_load_explicit(&s->refs, memory_order_acquire);
+	ring_setup(e, r, slab_buf(s, r), size, 0);
+	r->slab = s;
+	jitring_count(&e->jr->c.refills_ahead, 1);
 	return r;
 }
 
@@ -530,7 +635,7 @@ void jitring_pool_release(struct jr_rings *e, bool child)
 	/* Spares: no thread holds one (close waited for every user; a fork
 	 * child has none between take and push, see make_lock). */
 	while (ck_ring_dequeue_spmc(&e->spare, e->spare_buf, &spare))
-		jitring_ring_free(spare);
+		spare_free(spare);
 	/* Rings we could not register (only after running out of memory). */
 	while (e->attach_pending) {
 		struct jr_ring *r = e->attach_pending;

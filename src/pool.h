@@ -14,6 +14,8 @@
 
 /* Unmap a ring's buffer and free its control block. */
 void jitring_ring_free(struct jr_ring *r);
+/* Free a ring's control block alone (malloc'd, or a slab's block). */
+void jitring_ring_ctl_free(struct jr_ring *r);
 /* A new ring within the budget, not yet registered (any thread). */
 struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
 				   uint64_t lb);

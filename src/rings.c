@@ -32,9 +32,11 @@
 /* Ready rings: at most (a ck_ring's size is a power of two), at least. */
 #define JR_POOL_CAP 8192u
 #define JR_POOL_FLOOR 64u
-/* Spare rings (cold, unregistered), within an eighth of the budget. */
-#define JR_SPARE_TARGET 1024u
-#define JR_SPARE_CAP 2048u
+/* Spare rings (no resident page, unregistered): a storm of this many new
+ * threads nobody announced finds a ring each.  The ck_ring holds the
+ * target and the slab that crosses it (255 rings at most). */
+#define JR_SPARE_TARGET 4096u
+#define JR_SPARE_CAP 8192u
 /* How long jitring_pause() waits for the flusher to find a quiet round. */
 #define JR_PAUSE_WAIT_NS (50 * 1000000ull)
 
@@ -145,9 +147,10 @@ int jitring_rings_start(struct jitring *jr)
 		goto err_free;
 	}
 	ck_ring_init(&e->spare, JR_SPARE_CAP);
+	/* Spares' address space: within half the budget. */
 	e->spare_target = JR_SPARE_TARGET;
-	if ((uint64_t)e->spare_target * jr->ring_min > jr->mem_budget / 8)
-		e->spare_target = (uint32_t)(jr->mem_budget / 8 / jr->ring_min);
+	if ((uint64_t)e->spare_target * jr->ring_min > jr->mem_budget / 2)
+		e->spare_target = (uint32_t)(jr->mem_budget / 2 / jr->ring_min);
 	pthread_mutex_init(&e->fork_lock, NULL);
 	pthread_mutex_init(&e->run_lock, NULL);
 	jitring_thread_make_lock_init(e);

@@ -91,6 +91,8 @@ struct jr_ring {
 	uint8_t *buf;
 	uint32_t size;
 	uint32_t mask;
+	struct jr_slab *slab; /* a spare's slab (its control block), or NULL:
+			       * malloc'd */
 
 	/* Consumer line: written by the flusher after each batch. */
 	alignas(JITRING_CACHELINE) _Atomic uint32_t head;
@@ -119,6 +121,24 @@ struct jr_ring {
 	bool late_marked;      /* we set LATE on it and it has not committed */
 	bool seen_busy;        /* BUSY at this round's scan */
 	bool grow_asked;       /* owner-private: grow_req already set */
+};
+
+/*
+ * A slab of spare rings' control blocks (pool.c): JR_SLAB_BYTES aligned to
+ * its size, this header in the first JR_CTL_BYTES, then blocks 1 to
+ * JR_SLAB_RINGS, 8 to a page (none straddles two).
+ */
+#define JR_SLAB_BYTES (128u << 10)
+#define JR_CTL_BYTES 512u
+#define JR_SLAB_RINGS (JR_SLAB_BYTES / JR_CTL_BYTES - 1)
+
+struct jr_slab {
+	/* Blocks not yet freed.  Stored (release) after the header's other
+	 * fields, before any block is enqueued: pairs with the acquire load
+	 * in jitring_spare_take() (TSan cannot see ck_ring's ordering). */
+	_Atomic uint32_t refs;
+	uint32_t size; /* each ring's buffer: ring_min */
+	uint8_t *bufs; /* block i's buffer is bufs + (i - 1) * size */
 };
 
 struct jr_merge; /* flusher.c */
@@ -155,14 +175,16 @@ struct jr_rings {
 	_Atomic uint32_t pool_missed; /* threads that found the pool empty */
 	uint32_t grow_seen;           /* flusher: jr->grow_asks last served */
 	/*
-	 * Spare rings: ring_min rings with a control block but no resident
-	 * page, not registered.  The flusher enqueues; a thread that finds
-	 * the pool empty dequeues one under make_lock and pushes it to the
-	 * attach stack, as if it had made it, without mmap or malloc.
+	 * Spare rings: ring_min rings of which no page is resident, control
+	 * block included (a slab's, see pool.c), not registered and not in
+	 * the budget.  The flusher enqueues their control blocks; a thread
+	 * that finds the pool empty reserves ring_min in the budget, dequeues
+	 * one under make_lock, sets it up and pushes it to the attach stack,
+	 * as if it had made it, without mmap or malloc.
 	 */
 	ck_ring_t spare;
 	ck_ring_buffer_t *spare_buf;
-	uint32_t spare_target; /* keep this many (budget-bound, fixed) */
+	uint32_t spare_target; /* keep this many (at most the budget's worth) */
 	/* Rings threads made themselves, for the flusher to register. */
 	_Atomic(struct jr_ring *) attach;
 	_Atomic uint64_t ring_bytes; /* bytes of ring buffers allocated */

@@ -81,7 +81,7 @@ static void ring_release(struct jr_ring *r)
 	 * r->buf may already be unmapped, and its address reused: never
 	 * touch it.
 	 */
-	free(r);
+	jitring_ring_ctl_free(r);
 }
 
 /* Detach the calling thread's rings of @jr (NULL: all).  Returns count. */

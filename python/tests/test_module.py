@@ -140,7 +140,7 @@ def test_api(t):
     # A program that says how many threads start at once: the rings are
     # made before start() returns, the arenas (43,008 copies each for the
     # built-in template) by the flusher's next rounds.  The defaults make
-    # at most 64 + 1024 spare rings and 3 arenas.
+    # 64 rings (spares count once taken) and 3 arenas.
     jitring.start(dir=d, ready_rings=2000, ready_copies=300000)
     st = jitring.stats()
     jitring.flush()
