@@ -122,6 +122,22 @@ static int reg_reserve(struct jr_rings *e, uint32_t n)
 	return jitring_flusher_fit(e, e->reg_cap);
 }
 
+/*
+ * @len bytes for ring buffers, or NULL.  Kept off huge pages: where THP is
+ * "always", touching a ring's first page would make 2 MiB resident, and
+ * trims discard single pages.
+ */
+static uint8_t *map_rings(size_t len)
+{
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	if (p == MAP_FAILED)
+		return NULL;
+	(void)madvise(p, len, MADV_NOHUGEPAGE);
+	return p;
+}
+
 /* Give back what ring_reserve() took for a ring of @size. */
 static void ring_unaccount(struct jr_rings *e, uint32_t size)
 {
@@ -237,9 +253,8 @@ struct jr_ring *jitring_ring_alloc(struct jr_rings *e, uint32_t size,
 
 	if (!ring_reserve(e, size))
 		return NULL;
-	buf = mmap(NULL, size, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (buf == MAP_FAILED)
+	buf = map_rings(size);
+	if (!buf)
 		goto err_unreserve;
 	/* Fault in the first page now, not on a JIT thread's first write. */
 	buf[0] = 0;
@@ -269,9 +284,9 @@ struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
  * Up to @k new ring_min rings in @out, their buffers carved from one
  * mapping (one system call and one VMA for the batch; each is still
  * unmapped and trimmed on its own, which is why ring_min is at least a
- * page: config_load()), and registered.  The first @prefault of them get their first page touched now; the others cost no
- * resident memory until a thread writes (a page fault on its first
- * write).  Return: how many.
+ * page: config_load()), and registered.  The first @prefault of them get
+ * their first page touched now; the others cost no resident memory until
+ * a thread writes (a page fault on its first write).  Return: how many.
  */
 static uint32_t ring_new_batch(struct jr_rings *e, uint64_t now, uint32_t k,
 			       uint32_t prefault, struct jr_ring **out)
@@ -283,9 +298,8 @@ static uint32_t ring_new_batch(struct jr_rings *e, uint64_t now, uint32_t k,
 		n++;
 	if (!n)
 		return 0;
-	map = mmap(NULL, (size_t)n * size, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (map == MAP_FAILED) {
+	map = map_rings((size_t)n * size);
+	if (!map) {
 		while (n--)
 			ring_unaccount(e, size);
 		return 0;
@@ -430,8 +444,7 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 /*
  * A slab of up to @k spares (see "Slabs" above): the header mapped and
  * aligned, the buffers one mapping, nothing else touched.  The buffers
- * are not in the budget until a thread takes one; kept off huge pages, so
- * a taker's first write faults in one page, not 2 MiB.  Return: how many
+ * are not in the budget until a thread takes one.  Return: how many
  * blocks, 0 if a mapping failed.
  */
 static uint32_t slab_new(struct jr_rings *e, uint32_t k, struct jr_slab **out)
@@ -453,13 +466,11 @@ static uint32_t slab_new(struct jr_rings *e, uint32_t k, struct jr_slab **out)
 	munmap((uint8_t *)at + JR_SLAB_BYTES,
 	       (uintptr_t)map + JR_SLAB_BYTES - at);
 	s = (struct jr_slab *)at;
-	bufs = mmap(NULL, (size_t)n * size, PROT_READ | PROT_WRITE,
-		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (bufs == MAP_FAILED) {
+	bufs = map_rings((size_t)n * size);
+	if (!bufs) {
 		munmap(s, JR_SLAB_BYTES);
 		return 0;
 	}
-	(void)madvise(bufs, (size_t)n * size, MADV_NOHUGEPAGE);
 	s->size = size;
 	s->bufs = bufs;
 	/* Pairs with the acquire load in jitring_spare_take(). */
