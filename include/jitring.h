@@ -190,10 +190,13 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	arenas' worth: 172,032 copies of the built-in x86_64 template.
  *	Arenas map one sealed image of the set's copies, normally 16 times
  *	back to back, and cost no memory of their own (address space: 4 MiB
- *	each for the built-in template, more for templates over 2 KiB).  Where the slots do not tile the image, an arena maps it once
- *	and 0 means two arenas; where an executable memfd is refused, two
- *	arenas, each written when made (about 96 bytes a copy for the
- *	built-in template).
+ *	each for the built-in template, more for templates over 2 KiB).
+ *	Where the slots do not tile the image, an arena maps it once and 0
+ *	means two arenas; where an executable memfd is refused, two arenas,
+ *	each written when made (about 96 bytes a copy for the built-in
+ *	template).  The engine keeps more while threads take them (twice the
+ *	arenas taken per 100 ms) and unmaps the extra ones within about a
+ *	second once takes stop.
  */
 struct jitring_config {
 	uint32_t struct_size;

@@ -811,7 +811,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 {
 	struct jr_merge *m = e->m;
 	struct round rd;
-	uint64_t trim_at;
+	uint64_t trim_at, stock_at = UINT64_MAX;
 
 	round_begin(e, &rd);
 	m->nbusy = 0;
@@ -829,10 +829,13 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		provide_growth(e, rd.T);
 		/* After growth: under a tight budget a successor first. */
 		jitring_spare_maintain(e);
-		jitring_trampolines_maintain(e->jr);
+		stock_at = jitring_trampolines_maintain(e->jr, rd.T);
 	}
 	jitring_idmap_ahead(e);
 	trim_at = rd.stopping ? UINT64_MAX : trim_idle(e, rd.T);
+	/* Wake for a trim, or for the arena stock to follow demand down. */
+	if (stock_at < trim_at)
+		trim_at = stock_at;
 
 	if (rd.stopping || e->failed)
 		wake_space_waiters(e);

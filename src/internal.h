@@ -175,8 +175,10 @@ static inline void jitring_exit(struct jitring *jr)
 	atomic_fetch_sub_explicit(&jr->users, 1, memory_order_release);
 }
 
-/* trampolines.c: refill every set's arenas ahead of demand (flusher). */
-void jitring_trampolines_maintain(struct jitring *jr);
+/* trampolines.c: refill every set's arenas ahead of demand and give back
+ * what demand no longer asks for (flusher).  Return: when to run again to
+ * follow the demand down, UINT64_MAX if every stock is at its floor. */
+uint64_t jitring_trampolines_maintain(struct jitring *jr, uint64_t now);
 /* Does a set have fewer ready arenas than its mark?  (flusher, news()) */
 bool jitring_trampolines_wanted(struct jitring *jr);
 

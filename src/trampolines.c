@@ -62,12 +62,16 @@
  * arena's counter, one jitring_write() and one relaxed fetch_add on the
  * writer's trampoline_copies counter; mmap and mprotect run on the
  * flusher, which keeps at least `want` arenas ready per set and is woken
- * when a taker leaves fewer than that.  `want` starts at 2 (or what
- * ready_copies asks) and doubles whenever a caller had to make an arena or
- * took the last ready one (demand outran the flusher): up to 16, and on up
- * to JR_TRAMP_READY_CAP / 2 with an image mapped once per arena (its
- * arenas cost no memory); written arenas instead grow their slots
- * (want_grow()).
+ * when a taker leaves fewer than that.  `want` starts at its floor (4 for
+ * 16-fold image arenas, else 2, or what ready_copies asks) and doubles
+ * whenever a caller had to make an arena or took the last ready one
+ * (demand outran the flusher): up to 16, and on up to JR_TRAMP_READY_CAP /
+ * 2 with an image mapped once per arena (its arenas cost no memory);
+ * written arenas instead grow their slots (want_grow()).  The flusher
+ * also keeps twice the arenas taken per window, and once takes stop it
+ * brings `want` back to the floor and unmaps the ready arenas above it
+ * (stock_size()): an arena in the ready array never had a copy handed
+ * out, and the flusher's take makes it the flusher's alone.
  *
  * Invariants: cur never goes back to an arena it left (only fresh arenas
  * are ever installed, so the CAS has no ABA); an installed arena is never
@@ -136,6 +140,10 @@ _Static_assert(JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 ==
 	       "struct jitring_trampoline_template v1 is frozen");
 /* How long a caller waits for another one's arena switch. */
 #define TR_SWITCH_WAIT_NS (100 * 1000000ull)
+/* The demand (arenas taken) is measured per window of this length, and
+ * the stock it asks for is at most this many ready arenas. */
+#define TR_DEMAND_WINDOW_NS (100 * 1000000ull)
+#define TR_WANT_DEMAND_MAX (JR_TRAMP_READY_CAP / 4)
 
 struct tr_arena {
 	/* Claimed slots; may run past nslots once exhausted. */
@@ -189,8 +197,15 @@ struct jitring_trampolines {
 	/* Ready arenas and the low-water mark. */
 	alignas(JITRING_CACHELINE) _Atomic int32_t nready;
 	_Atomic uint32_t want;
+	_Atomic uint32_t taken;         /* getters' takes since the flusher
+					 * last looked (the demand) */
 	_Atomic(struct tr_arena *) all; /* every arena made */
-	bool warned;                    /* flusher-private */
+	/* Flusher-private: the demand, in arenas taken per window. */
+	bool warned;
+	uint32_t want_floor; /* never fewer ready: the default or ready_copies */
+	uint32_t demand_peak; /* the recent peak per window (decays) */
+	uint32_t demand_win;  /* taken in this window */
+	uint64_t demand_since;
 	_Atomic(struct tr_arena *) ready[JR_TRAMP_READY_CAP];
 };
 
@@ -361,10 +376,10 @@ publish:
 	head = atomic_load_explicit(&t->all, memory_order_relaxed);
 	do {
 		a->all_next = head;
-		/* Only jitring_trampolines_free() walks the list, after
-		 * jitring_close(): relaxed is enough. */
+		/* Pairs with the acquire load in arena_unlink(): the flusher
+		 * reads all_next of arenas other threads pushed. */
 	} while (!atomic_compare_exchange_weak_explicit(
-		&t->all, &head, a, memory_order_relaxed, memory_order_relaxed));
+		&t->all, &head, a, memory_order_release, memory_order_relaxed));
 	*out = a;
 	return 0;
 
@@ -486,6 +501,8 @@ static struct tr_arena *stock_take(struct jitring_trampolines *t, bool getter)
 
 	if (!getter)
 		return a;
+	/* The demand (an empty take too: its caller makes the arena). */
+	atomic_fetch_add_explicit(&t->taken, 1, memory_order_relaxed);
 	left = atomic_load_explicit(&t->nready, memory_order_relaxed);
 	if (left <= 0)
 		want_grow(t, want);
@@ -666,10 +683,79 @@ bool jitring_trampolines_wanted(struct jitring *jr)
 	return false;
 }
 
-void jitring_trampolines_maintain(struct jitring *jr)
+/*
+ * Take arena @a, fresh from the ready array and ours alone, off the set's
+ * `all` list (flusher).  Only the flusher unlinks; other threads push at
+ * the head, so a node's link is the flusher's once it is not the head.
+ */
+static void arena_unlink(struct jitring_trampolines *t, struct tr_arena *a)
+{
+	/* Pairs with the release CAS in arena_make(). */
+	struct tr_arena *p =
+		atomic_load_explicit(&t->all, memory_order_acquire);
+
+	if (p == a && atomic_compare_exchange_strong_explicit(
+			      &t->all, &p, a->all_next, memory_order_acquire,
+			      memory_order_acquire))
+		return;
+	while (p->all_next != a)
+		p = p->all_next;
+	p->all_next = a->all_next;
+}
+
+/*
+ * Size the stock from the demand (flusher): at least twice the arenas
+ * taken in this TR_DEMAND_WINDOW_NS window, never below the floor (the
+ * default or ready_copies), at most the cap below; getters also raise
+ * `want` at once when they outrun the flusher (want_grow()).  Once demand
+ * stops, each window with no take at all brings `want` a quarter of the
+ * way back to the floor (at least one arena) and unmaps the ready arenas
+ * above it: a storm's stock is given back within about a second.  A
+ * window with takes never lowers it (the flusher may have seen a storm's
+ * first takes only).  Return: whether the stock is not yet at the floor.
+ */
+static bool stock_size(struct jitring_trampolines *t, uint64_t now)
+{
+	uint32_t taken =
+		atomic_exchange_explicit(&t->taken, 0, memory_order_relaxed);
+	uint32_t want = atomic_load_explicit(&t->want, memory_order_relaxed);
+	/* As want_grow(): written arenas grow instead (they hold memory),
+	 * and 16 arenas of 16 image mappings are 688,128 copies (more would
+	 * only hold mmap_lock against a storm's page faults). */
+	uint32_t cap = t->image >= 0 && t->image_maps == 1 ?
+			       TR_WANT_DEMAND_MAX :
+			       JR_TRAMP_WANT_MAX;
+	uint64_t w;
+	struct tr_arena *a;
+
+	t->demand_win += taken;
+	w = 2 * (uint64_t)t->demand_win;
+	if (w > cap)
+		w = cap;
+	if (w > want)
+		want = (uint32_t)w;
+	if (now - t->demand_since >= TR_DEMAND_WINDOW_NS) {
+		if (!t->demand_win && want > t->want_floor)
+			want -= (want - t->want_floor + 3) / 4;
+		t->demand_win = 0;
+		t->demand_since = now;
+	}
+	atomic_store_explicit(&t->want, want, memory_order_relaxed);
+	while (atomic_load_explicit(&t->nready, memory_order_relaxed) >
+		       (int32_t)want &&
+	       (a = ready_take(t))) {
+		arena_unlink(t, a);
+		munmap(a->map, a->map_len);
+		free(a);
+	}
+	return want > t->want_floor;
+}
+
+uint64_t jitring_trampolines_maintain(struct jitring *jr, uint64_t now)
 {
 	struct jitring_trampolines *t;
 	struct tr_arena *a;
+	uint64_t again = UINT64_MAX;
 	uint32_t added;
 	int ret;
 
@@ -678,9 +764,11 @@ void jitring_trampolines_maintain(struct jitring *jr)
 	for (t = atomic_load_explicit(&jr->trampoline_sets,
 				      memory_order_acquire);
 	     t; t = t->next) {
-		uint32_t want =
-			atomic_load_explicit(&t->want, memory_order_relaxed);
+		uint32_t want;
 
+		if (stock_size(t, now))
+			again = now + TR_DEMAND_WINDOW_NS;
+		want = atomic_load_explicit(&t->want, memory_order_relaxed);
 		added = 0;
 		/* Pairs with the release CAS of cur in arena_advance(). */
 		succ_link(t,
@@ -704,6 +792,7 @@ void jitring_trampolines_maintain(struct jitring *jr)
 		if (added)
 			jitring_count(&jr->c.trampoline_arenas_ahead, added);
 	}
+	return again;
 }
 
 /* ------------------------------------------------------------------ */
@@ -910,6 +999,7 @@ int jitring_trampolines_new(struct jitring *jr,
 		atomic_init(&t->slots_len, len);
 		t->nslots = len / slot;
 		atomic_init(&t->want, want);
+		t->want_floor = want;
 	}
 	t->serial =
 		atomic_fetch_add_explicit(&tr_serial, 1, memory_order_relaxed);

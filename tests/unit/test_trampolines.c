@@ -25,7 +25,10 @@
  *  6. get racing close: every call returns a copy or -ESHUTDOWN, and every
  *     copy handed out is in the file;
  *  7. fork: the child keeps handing out copies of the inherited arenas into
- *     its own dump, salted differently from the parent's.
+ *     its own dump, salted differently from the parent's;
+ *  8. rings engine: a set made while the flusher sleeps gets its whole
+ *     stock ("stock woken"), and the stock follows demand up and back
+ *     down to its floor, the extra arenas unmapped ("stock shrinks").
  */
 #include <errno.h>
 #include <pthread.h>
@@ -1300,6 +1303,71 @@ static void test_stock_woken(uint32_t engine)
 	t_dir_remove(&d);
 }
 
+/* Shared read-execute mappings (the image's) in this process. */
+static size_t image_maps_now(void)
+{
+	struct map_ent *v;
+	size_t n = maps_read(&v), k = 0;
+
+	for (size_t i = 0; i < n; i++)
+		k += !strcmp(v[i].perms, "r-xs");
+	free(v);
+	return k;
+}
+
+/*
+ * The stock follows the demand up and back down: a burst that uses ten
+ * arenas raises `want` above its floor (the flusher counts the arenas
+ * taken per 100 ms window), and once no copy is taken the stock comes
+ * back to the floor, the ready arenas above it unmapped.  (Before, `want`
+ * only ever grew: a storm's arenas stayed mapped for good.)
+ */
+static void test_stock_shrinks(uint32_t engine)
+{
+	struct jitring_trampoline_template tmpl;
+	struct jitring_trampolines *set = NULL;
+	struct jitring_trampolines_state st;
+	struct jitring *jr = NULL;
+	struct copies c = { 0 };
+	uint32_t floor, high;
+	size_t maps_high, maps_low;
+	struct t_dir d;
+
+	if (engine != JITRING_ENGINE_RINGS)
+		return; /* the mutex engine keeps no stock */
+	t_dir_make(&d, "shrink");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
+	T_REQUIRE(set_new(jr, &tmpl, true, &set) == 0);
+	jitring_trampolines_state(set, &st);
+	floor = st.want;
+	T_CHECK(T_POLL_UNTIL((jitring_trampolines_state(set, &st),
+			      st.nready >= (int32_t)st.want),
+			     10000));
+	take(set, 20, (uint32_t)(10 * st.nslots), false, &c);
+	jitring_trampolines_state(set, &st);
+	high = st.want;
+	T_CHECK(high > floor);
+	/* The flusher's next round makes up to the raised mark. */
+	T_CHECK(T_POLL_UNTIL((jitring_trampolines_state(set, &st),
+			      st.nready >= (int32_t)st.want || st.want < high),
+			     10000));
+	maps_high = image_maps_now();
+	/* Wait for a condition (bounded), not for time: 10 s at most. */
+	T_CHECK(T_POLL_UNTIL((jitring_trampolines_state(set, &st),
+			      st.want == floor && st.nready == (int32_t)floor),
+			     10000));
+	maps_low = image_maps_now();
+	T_CHECK(maps_low < maps_high);
+	printf("stock: floor %u, raised to %u by a burst of 10 arenas, back "
+	       "to %u ready (%zu image mappings, %zu at the peak)\n",
+	       floor, high, st.nready, maps_low, maps_high);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	free(c.v);
+	t_dir_remove(&d);
+}
+
 int main(void)
 {
 	struct jitring_trampoline_template t;
@@ -1314,6 +1382,7 @@ int main(void)
 		t_run("close race", t_engines[i], test_close_race);
 		t_run("fork", t_engines[i], test_fork);
 		t_run("stock woken", t_engines[i], test_stock_woken);
+		t_run("stock shrinks", t_engines[i], test_stock_shrinks);
 		t_run("switch races", t_engines[i], test_switch_races);
 	}
 	return t_report();
