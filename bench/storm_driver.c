@@ -33,7 +33,12 @@
  *                     later calls);
  *   rss_peak_kib (ru_maxrss), idle_kib_per_thread (VmRSS after 2.5 s idle
  *   less VmRSS with the threads parked before the storm, per thread);
- *   flusher_cpu_ms over the storm, flusher_idle_cpu_share over the idle.
+ *   flusher_cpu_ms over the storm, flusher_idle_cpu_share over the idle;
+ *   grown_waited: rings_grown_waited, full rings traded with no larger
+ *   one ready (the thread took a spare, or made one); full_waits:
+ *   ring_full_waits, times a thread waited for the flusher to make room;
+ *   vm_kept_mib: address space after the 2.5 s idle less that before the
+ *   storm (what the ready stocks kept of a storm, and the threads' rings).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -141,6 +146,7 @@ int main(int argc, char **argv)
 				   200;
 	uint64_t c0, c1, c2, c3, t_idle0, t_idle1;
 	long rss_parked, rss_idle;
+	uint64_t vm_parked, vm_idle;
 	double later = 0;
 	char dir[] = "/tmp/jitring-storm-XXXXXX";
 
@@ -181,6 +187,7 @@ int main(int argc, char **argv)
 	/* Parked and idle: the baseline, then the writer sits idle. */
 	bench_sleep_ns(idle_ms * 1000000ull);
 	rss_parked = (long)(t_rss_bytes() / 1024);
+	vm_parked = t_statm_bytes(false);
 	if (getenv("STORM_DEBUG"))
 		fprintf(stderr, "before the storm: arenas ahead %llu\n",
 			(unsigned long long)t_stats(jr).trampoline_arenas_ahead);
@@ -199,6 +206,7 @@ int main(int argc, char **argv)
 	c3 = bench_flusher_cpu_ns();
 	t_idle1 = bench_now_ns();
 	rss_idle = (long)(t_rss_bytes() / 1024);
+	vm_idle = t_statm_bytes(false);
 	st = t_stats(jr);
 	for (size_t i = 0; dbg && i < n; i++)
 		if (dbg[i].ns > 5000)
@@ -215,13 +223,14 @@ int main(int argc, char **argv)
 	       "\"ready\": %u, \"errors\": %lu, "
 	       "\"own_ring_share\": %.4f, \"refills_waited\": %llu, "
 	       "\"arena_caller_share\": %.4f, \"arenas_waited\": %llu, "
-	       "\"arenas_ahead\": %llu, "
+	       "\"arenas_ahead\": %llu, \"grown_waited\": %llu, "
+	       "\"full_waits\": %llu, "
 	       "\"idle_ms\": %u, \"warm\": %d, "
 	       "\"first_p50_ns\": %llu, \"first_p99_ns\": %llu, "
 	       "\"first_cpu_p99_ns\": %llu, "
 	       "\"later_ns\": %.0f, \"rss_peak_kib\": %ld, "
 	       "\"idle_kib_per_thread\": %.2f, \"flusher_cpu_ms\": %.2f, "
-	       "\"flusher_idle_cpu_share\": %.5f}\n",
+	       "\"flusher_idle_cpu_share\": %.5f, \"vm_kept_mib\": %.1f}\n",
 	       argv[1], n, ready, atomic_load(&errors),
 	       (double)st.refills_waited / (double)n,
 	       (unsigned long long)st.refills_waited,
@@ -232,14 +241,15 @@ int main(int argc, char **argv)
 		       0.0,
 	       (unsigned long long)st.trampoline_arenas_waited,
 	       (unsigned long long)st.trampoline_arenas_ahead,
-	       idle_ms, !getenv("STORM_COLD"),
+	       (unsigned long long)st.rings_grown_waited,
+	       (unsigned long long)st.ring_full_waits, idle_ms, !getenv("STORM_COLD"),
 	       (unsigned long long)first_ns[n / 2],
 	       (unsigned long long)first_ns[(n * 99) / 100],
 	       (unsigned long long)first_cpu_ns[(n * 99) / 100], later,
 	       ru.ru_maxrss, (double)(rss_idle - rss_parked) / (double)n,
 	       (double)(c1 - c0) / 1e6,
-	       (double)(c3 - c2) /
-		       (double)(t_idle1 - t_idle0));
+	       (double)(c3 - c2) / (double)(t_idle1 - t_idle0),
+	       ((double)vm_idle - (double)vm_parked) / (1024.0 * 1024.0));
 	atomic_store(&go, 2);
 	bench_futex_wake(&go);
 	for (size_t i = 0; i < n; i++)

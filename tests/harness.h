@@ -183,18 +183,24 @@ static inline int64_t t_write_at(struct jitring *jr, const char *name,
 	return jitring_write(jr, &e);
 }
 
-/* Resident set size of this process in bytes (/proc/self/statm). */
-static inline uint64_t t_rss_bytes(void)
+/* /proc/self/statm in bytes: the address space (@resident false) or the
+ * resident set of this process, 0 if it cannot be read. */
+static inline uint64_t t_statm_bytes(bool resident)
 {
-	unsigned long size = 0, resident = 0;
+	unsigned long v[2] = { 0, 0 };
 	FILE *f = fopen("/proc/self/statm", "r");
 
 	if (!f)
 		return 0;
-	if (fscanf(f, "%lu %lu", &size, &resident) != 2)
-		resident = 0;
+	if (fscanf(f, "%lu %lu", &v[0], &v[1]) != 2)
+		v[0] = v[1] = 0;
 	fclose(f);
-	return (uint64_t)resident * (uint64_t)sysconf(_SC_PAGESIZE);
+	return (uint64_t)v[resident] * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+static inline uint64_t t_rss_bytes(void)
+{
+	return t_statm_bytes(true);
 }
 
 /* ------------------------------------------------------------------ */
