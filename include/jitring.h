@@ -184,7 +184,9 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	not counted in it until a thread takes one; no resident page, not
  *	even the control block's) for storms nobody announced: a thread
  *	that takes one faults in a page or two on its first write, but
- *	makes no system call.
+ *	makes no system call.  With adaptive rings it also keeps 510 spare
+ *	128 KiB successors, for first rings that fill before the background
+ *	thread could make theirs.
  * @ready_copies: (version 2) trampoline copies to keep ready at least, per
  *	set of trampolines (see jitring_trampolines_new()); 0 means four
  *	arenas' worth: 172,032 copies of the built-in x86_64 template.
@@ -362,14 +364,16 @@ struct jitring_entry {
  * @io_error: first error of the file (a negative errno), or 0.
  * @reserved0: zero.
  * @rings_grown: rings traded for larger ones because their thread kept
- *	filling them (adaptive ring_size only).
+ *	filling them (adaptive ring_size only): successors the background
+ *	thread made, or spare ones it kept for a storm's first rings.
  * @trampoline_copies: trampoline copies handed out.
  * @trampoline_arenas_ahead: trampoline arenas made ready before they were
  *	needed (by the flusher, or by jitring_trampolines_new()).
  * @trampoline_arenas_waited: arenas a jitring_trampolines_get() caller had to
  *	make itself (~0 in steady state with the rings engine).
  * @rings_grown_waited: (version 2) of @rings_grown, the trades for which
- *	no larger ring was ready, so that the thread made its own.
+ *	no larger ring was ready, neither a successor nor a spare one, so
+ *	that the thread made its own.
  */
 struct jitring_stats {
 	uint32_t struct_size;

@@ -447,9 +447,8 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
  * are not in the budget until a thread takes one.  Return: how many
  * blocks, 0 if a mapping failed.
  */
-static uint32_t slab_new(struct jr_rings *e, uint32_t k, struct jr_slab **out)
+static uint32_t slab_new(uint32_t size, uint32_t k, struct jr_slab **out)
 {
-	uint32_t size = e->jr->ring_min;
 	uint32_t n = k < JR_SLAB_RINGS ? k : JR_SLAB_RINGS;
 	uint8_t *map, *bufs;
 	struct jr_slab *s;
@@ -488,30 +487,79 @@ static void spare_free(struct jr_ring *r)
 	slab_put(s);
 }
 
-/*
- * Keep spare_target spare rings (see struct jr_rings), a slab at a time.
- * No page of one is resident and the budget does not count them, so the
- * stock can be deep enough for a storm of thousands of new threads at the
- * cost of address space alone.  A taker's ring has lb 0 like a ring a
- * thread makes: the thread pushes it to the attach stack, and the
- * ordering argument for those holds unchanged.  Not yet rings, spares are
- * counted in refills_ahead when a thread takes one.
- */
-void jitring_spare_maintain(struct jr_rings *e)
-{
-	uint32_t n = ck_ring_size(&e->spare);
-	uint32_t room = ck_ring_capacity(&e->spare) - 1;
+/* Spare rings of ring_min (no resident page, unregistered): a storm of
+ * this many new threads nobody announced finds a ring each; spare
+ * successors of a first ring (two slabs: a storm of 510 threads that each
+ * fill their first ring before the flusher runs); each stock's ck_ring
+ * size (it holds the target and the slab that crosses it). */
+#define JR_SPARE_TARGET 4096u
+#define JR_SPARE_CAP 8192u
+#define JR_GROW_TARGET (2 * JR_SLAB_RINGS)
+#define JR_GROW_CAP 1024u
 
-	/* Whole slabs (a few refills, not one tiny slab per ring taken):
-	 * the stock ends below target + JR_SLAB_RINGS, within room. */
-	while (n < e->spare_target) {
+static int spares_init(struct jr_spares *sp, uint32_t cap, uint32_t target,
+		       uint32_t size)
+{
+	sp->buf = calloc(cap, sizeof(*sp->buf));
+	if (!sp->buf)
+		return -ENOMEM;
+	ck_ring_init(&sp->q, cap);
+	sp->target = target;
+	sp->size = size;
+	return 0;
+}
+
+int jitring_spares_init(struct jr_rings *e)
+{
+	struct jitring *jr = e->jr;
+	uint64_t budget = jr->mem_budget;
+	uint32_t spare = JR_SPARE_TARGET, grow = 0;
+
+	/* Address space: within half the budget, and the growth budget
+	 * (a quarter) for successors, which only adaptive rings have. */
+	if ((uint64_t)spare * jr->ring_min > budget / 2)
+		spare = (uint32_t)(budget / 2 / jr->ring_min);
+	if ((uint64_t)jr->ring_min * 2 <= jr->ring_max) {
+		grow = JR_GROW_TARGET;
+		if ((uint64_t)grow * 2 * jr->ring_min > budget / 4)
+			grow = (uint32_t)(budget / 4 / (2 * jr->ring_min));
+	}
+	if (spares_init(&e->spare, JR_SPARE_CAP, spare, jr->ring_min) ||
+	    spares_init(&e->grow, JR_GROW_CAP, grow, 2 * jr->ring_min)) {
+		jitring_spares_fini(e);
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void jitring_spares_fini(struct jr_rings *e)
+{
+	free(e->spare.buf);
+	free(e->grow.buf);
+	e->spare.buf = e->grow.buf = NULL;
+}
+
+void jitring_spares_reset(struct jr_rings *e)
+{
+	ck_ring_init(&e->spare.q, JR_SPARE_CAP);
+	ck_ring_init(&e->grow.q, JR_GROW_CAP);
+}
+
+/* Fill @sp up to its target, whole slabs at a time (a few refills, not a
+ * tiny slab per ring taken): the stock ends below target + JR_SLAB_RINGS,
+ * within the ck_ring. */
+static void spares_fill(struct jr_spares *sp)
+{
+	uint32_t n = ck_ring_size(&sp->q);
+	uint32_t room = ck_ring_capacity(&sp->q) - 1;
+
+	while (n < sp->target) {
 		struct jr_slab *s;
-		uint32_t k = e->spare_target < room - n ? e->spare_target :
-							  room - n;
-		uint32_t got = slab_new(e, k, &s);
+		uint32_t k = sp->target < room - n ? sp->target : room - n;
+		uint32_t got = slab_new(sp->size, k, &s);
 
 		for (uint32_t i = 1; i <= got; i++)
-			ck_ring_enqueue_spmc(&e->spare, e->spare_buf,
+			ck_ring_enqueue_spmc(&sp->q, sp->buf,
 					     (uint8_t *)s +
 						     (size_t)i * JR_CTL_BYTES);
 		if (!got)
@@ -520,15 +568,30 @@ void jitring_spare_maintain(struct jr_rings *e)
 	}
 }
 
-struct jr_ring *jitring_spare_take(struct jr_rings *e)
+/*
+ * Keep both stocks of spare rings (see struct jr_rings) at their targets.
+ * No page of a spare is resident and the budget does not count them, so
+ * a stock can be deep enough for a storm of thousands of new threads at
+ * the cost of address space alone.  A taker's ring has lb 0 like a ring a
+ * thread makes: the thread pushes it to the attach stack, and the
+ * ordering argument for those holds unchanged.
+ */
+void jitring_spare_maintain(struct jr_rings *e)
 {
-	uint32_t size = e->jr->ring_min;
+	spares_fill(&e->spare);
+	spares_fill(&e->grow);
+}
+
+struct jr_ring *jitring_spare_take(struct jr_rings *e, struct jr_spares *sp)
+{
+	uint32_t size = sp->size;
 	struct jr_slab *s;
 	struct jr_ring *r;
 
-	if (JITRING_FAULT(spare_empty, e->jr) || !ring_reserve(e, size))
+	if (JITRING_FAULT(spare_empty, e->jr) || !sp->target ||
+	    !ring_reserve(e, size))
 		return NULL;
-	if (!ck_ring_dequeue_spmc(&e->spare, e->spare_buf, &r)) {
+	if (!ck_ring_dequeue_spmc(&sp->q, sp->buf, &r)) {
 		ring_unaccount(e, size);
 		return NULL;
 	}
@@ -538,7 +601,6 @@ struct jr_ring *jitring_spare_take(struct jr_rings *e)
 	(void)atomic_load_explicit(&s->refs, memory_order_acquire);
 	ring_setup(e, r, slab_buf(s, r), size, 0);
 	r->slab = s;
-	jitring_count(&e->jr->c.refills_ahead, 1);
 	return r;
 }
 
@@ -645,7 +707,9 @@ void jitring_pool_release(struct jr_rings *e, bool child)
 	}
 	/* Spares: no thread holds one (close waited for every user; a fork
 	 * child has none between take and push, see make_lock). */
-	while (ck_ring_dequeue_spmc(&e->spare, e->spare_buf, &spare))
+	while (ck_ring_dequeue_spmc(&e->spare.q, e->spare.buf, &spare))
+		spare_free(spare);
+	while (ck_ring_dequeue_spmc(&e->grow.q, e->grow.buf, &spare))
 		spare_free(spare);
 	/* Rings we could not register (only after running out of memory). */
 	while (e->attach_pending) {

@@ -31,10 +31,15 @@ void jitring_pool_drop(struct jr_rings *e, struct jr_ring *r);
 void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now);
 /* Refill the pool to its (adaptive) mark, trim it above twice it. */
 void jitring_pool_maintain(struct jr_rings *e, uint64_t now);
-/* Refill the spare rings to their target (flusher). */
+/* Refill both stocks of spare rings to their targets (flusher). */
 void jitring_spare_maintain(struct jr_rings *e);
-/* A spare ring, or NULL (any thread, under make_lock read side). */
-struct jr_ring *jitring_spare_take(struct jr_rings *e);
+/* A spare ring of @sp, or NULL (any thread, under make_lock read side). */
+struct jr_ring *jitring_spare_take(struct jr_rings *e, struct jr_spares *sp);
+/* The stocks of spare rings: made (start), freed (close, failed start),
+ * emptied (a fork child: jitring_pool_release() freed the rings). */
+int jitring_spares_init(struct jr_rings *e);
+void jitring_spares_fini(struct jr_rings *e);
+void jitring_spares_reset(struct jr_rings *e);
 /*
  * Register the rings threads made themselves (the attach stack).  False
  * if one could not be registered (no memory): it may hold entries older

@@ -32,11 +32,6 @@
 /* Ready rings: at most (a ck_ring's size is a power of two), at least. */
 #define JR_POOL_CAP 8192u
 #define JR_POOL_FLOOR 64u
-/* Spare rings (no resident page, unregistered): a storm of this many new
- * threads nobody announced finds a ring each.  The ck_ring holds the
- * target and the slab that crosses it (255 rings at most). */
-#define JR_SPARE_TARGET 4096u
-#define JR_SPARE_CAP 8192u
 /* How long jitring_pause() waits for the flusher to find a quiet round. */
 #define JR_PAUSE_WAIT_NS (50 * 1000000ull)
 
@@ -141,16 +136,9 @@ int jitring_rings_start(struct jitring *jr)
 	if (!e->pool_floor)
 		e->pool_floor = 1;
 	atomic_init(&e->pool_low, e->pool_floor);
-	e->spare_buf = calloc(JR_SPARE_CAP, sizeof(*e->spare_buf));
-	if (!e->spare_buf) {
-		ret = -ENOMEM;
+	ret = jitring_spares_init(e);
+	if (ret)
 		goto err_free;
-	}
-	ck_ring_init(&e->spare, JR_SPARE_CAP);
-	/* Spares' address space: within half the budget. */
-	e->spare_target = JR_SPARE_TARGET;
-	if ((uint64_t)e->spare_target * jr->ring_min > jr->mem_budget / 2)
-		e->spare_target = (uint32_t)(jr->mem_budget / 2 / jr->ring_min);
 	pthread_mutex_init(&e->fork_lock, NULL);
 	pthread_mutex_init(&e->run_lock, NULL);
 	jitring_thread_make_lock_init(e);
@@ -175,7 +163,7 @@ err_fini:
 	jitring_idmap_free(e);
 err_free:
 	jr->eng = NULL;
-	free(e->spare_buf);
+	jitring_spares_fini(e);
 	free(e->pool_buf);
 	free(e);
 	return ret;
@@ -270,7 +258,7 @@ int jitring_rings_stop(struct jitring *jr)
 	jitring_pool_release(e, false);
 	jitring_flusher_fini(e);
 	jitring_idmap_free(e);
-	free(e->spare_buf);
+	jitring_spares_fini(e);
 	free(e->pool_buf);
 	free(e);
 	jr->eng = NULL;
@@ -458,7 +446,7 @@ void jitring_rings_fork_child(struct jitring *jr)
 	/* The child's file has none of the parent's loads to move. */
 	jitring_idmap_free(e);
 	ck_ring_init(&e->pool, e->pool_cap);
-	ck_ring_init(&e->spare, JR_SPARE_CAP);
+	jitring_spares_reset(e);
 	atomic_store_explicit(&e->pool_want, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->pool_missed, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->pool_taken, 0, memory_order_relaxed);

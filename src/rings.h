@@ -141,6 +141,14 @@ struct jr_slab {
 	uint8_t *bufs; /* block i's buffer is bufs + (i - 1) * size */
 };
 
+/* A stock of spare rings of one size (pool.c). */
+struct jr_spares {
+	ck_ring_t q; /* control blocks: the flusher enqueues, threads dequeue */
+	ck_ring_buffer_t *buf;
+	uint32_t target; /* keep this many (0: none) */
+	uint32_t size;   /* each ring's buffer */
+};
+
 struct jr_merge; /* flusher.c */
 
 struct jr_rings {
@@ -175,16 +183,17 @@ struct jr_rings {
 	_Atomic uint32_t pool_missed; /* threads that found the pool empty */
 	uint32_t grow_seen;           /* flusher: jr->grow_asks last served */
 	/*
-	 * Spare rings: ring_min rings of which no page is resident, control
-	 * block included (a slab's, see pool.c), not registered and not in
-	 * the budget.  The flusher enqueues their control blocks; a thread
-	 * that finds the pool empty reserves ring_min in the budget, dequeues
-	 * one under make_lock, sets it up and pushes it to the attach stack,
-	 * as if it had made it, without mmap or malloc.
+	 * Spare rings: rings of which no page is resident, control block
+	 * included (a slab's, see pool.c), not registered and not in the
+	 * budget.  The flusher enqueues their control blocks; a thread that
+	 * needs a ring the flusher has not made reserves its size in the
+	 * budget, dequeues one under make_lock, sets it up and pushes it to
+	 * the attach stack, as if it had made it, without mmap or malloc.
+	 * spare: ring_min, for a first write that finds the pool empty;
+	 * grow: twice that, for a first ring that fills before the flusher
+	 * made its larger successor (a storm's threads).
 	 */
-	ck_ring_t spare;
-	ck_ring_buffer_t *spare_buf;
-	uint32_t spare_target; /* keep this many (at most the budget's worth) */
+	struct jr_spares spare, grow;
 	/* Rings threads made themselves, for the flusher to register. */
 	_Atomic(struct jr_ring *) attach;
 	_Atomic uint64_t ring_bytes; /* bytes of ring buffers allocated */

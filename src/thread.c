@@ -130,18 +130,18 @@ void jitring_thread_make_lock_init(struct jr_rings *e)
 /*
  * A ring for a producer to push to the attach stack itself, make_lock
  * read-held on success: push it (ring_push_attach()) and then call
- * make_done().  With @spare, a spare ring if there is one (*@spare says
- * whether it was), else one made now.
+ * make_done().  A spare ring of @sp if there is one (*@spare says
+ * whether it was), else one of @size made now.
  */
-static struct jr_ring *make_ring(struct jr_rings *e, uint32_t size, bool *spare)
+static struct jr_ring *make_ring(struct jr_rings *e, uint32_t size,
+				 struct jr_spares *sp, bool *spare)
 {
 	struct jr_ring *r = NULL;
 
 	pthread_rwlock_rdlock(&e->make_lock);
-	if (spare) {
-		r = jitring_spare_take(e);
-		*spare = r != NULL;
-	}
+	if (sp)
+		r = jitring_spare_take(e, sp);
+	*spare = r != NULL;
 	if (!r)
 		r = jitring_ring_alloc(e, size, 0);
 	if (!r) {
@@ -206,10 +206,12 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 			atomic_store_explicit(&e->pool_want, 1,
 					      memory_order_seq_cst);
 			jitring_rings_wake(jr, true);
-			r = make_ring(e, jr->ring_min, &spare);
+			r = make_ring(e, jr->ring_min, &e->spare, &spare);
 			if (r) {
-				if (!spare)
-					jitring_count(&jr->c.refills_waited, 1);
+				/* A spare was made ahead, as a pooled ring. */
+				jitring_count(spare ? &jr->c.refills_ahead :
+						      &jr->c.refills_waited,
+					      1);
 				*made = true;
 				return r;
 			}
@@ -335,8 +337,11 @@ static void ring_switch(struct jitring *jr, struct jr_ring *r,
  * of the growth budget allows (jitring_ring_target()).  Normally the
  * flusher has the larger ring ready in next_ring, asked for when the ring
  * passed half full (ask_grow()), already registered and pre-faulted: the
- * switch costs no system call.  If it is not there yet the thread makes
- * one itself (rings_grown_waited) and pushes it to the attach stack.  Runs
+ * switch costs no system call.  If it is not there yet (a storm's thread
+ * fills its first ring before the flusher runs), a first ring trades for
+ * a spare successor (no system call either; a page fault); a larger ring,
+ * or one when those are out, for one the thread makes itself
+ * (rings_grown_waited).  Either goes to the attach stack.  Runs
  * inside jitring_enter() so close cannot free the rings meanwhile.
  * Return: the new ring, or NULL (no growth: wait instead).
  */
@@ -344,6 +349,7 @@ struct jr_ring *jitring_thread_grow(struct jitring *jr, struct jr_ring *r)
 {
 	struct jr_rings *e;
 	struct jr_ring *n;
+	bool spare;
 	uint32_t s;
 
 	if (jr->ring_min == jr->ring_max || r->size >= jr->ring_max)
@@ -360,12 +366,16 @@ struct jr_ring *jitring_thread_grow(struct jitring *jr, struct jr_ring *r)
 	if (n) {
 		ring_switch(jr, r, n);
 	} else if (r->size * 2 <= jitring_ring_target(e) &&
-		   (n = make_ring(e, r->size * 2, NULL))) {
+		   (n = make_ring(e, r->size * 2,
+				  r->size * 2 == e->grow.size ? &e->grow : NULL,
+				  &spare))) {
 		/* Before the switch: the attach push fences. */
 		ring_push_attach(e, n);
 		make_done(e);
 		ring_switch(jr, r, n);
-		jitring_count(&jr->c.rings_grown_waited, 1);
+		/* A spare successor was made ahead, as next_ring is. */
+		if (!spare)
+			jitring_count(&jr->c.rings_grown_waited, 1);
 	}
 	jitring_exit(jr);
 	if (n)

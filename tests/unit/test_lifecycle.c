@@ -58,6 +58,11 @@
  *     (LeakSanitizer in the ASan build).  An untaken spare has no page
  *     resident, neither its control block nor its buffer, and is not
  *     counted in the budget until a thread takes it.
+ * 12. growth in a storm: a thread whose first ring fills while the flusher
+ *     cannot make its successor (held) trades it for a spare successor
+ *     (counted in rings_grown, not rings_grown_waited: no system call),
+ *     and makes its own only once those are out too ("spare_empty");
+ *     every entry reaches the file.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -948,16 +953,18 @@ static void case_spares(void)
 	/* Two rounds: the first one's step 7 made the spares. */
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-	kept = ck_ring_size(&e->spare);
+	kept = ck_ring_size(&e->spare.q);
 	/* Whole slabs: the target, and less than one slab more. */
-	T_CHECK(kept >= e->spare_target && kept < e->spare_target + JR_SLAB_RINGS);
+	T_CHECK(kept >= e->spare.target &&
+		kept < e->spare.target + JR_SLAB_RINGS);
 	T_REQUIRE(kept > 0);
 	/* Not in the budget until taken: the pool's rings are. */
 	T_CHECK(atomic_load(&e->ring_bytes) < (uint64_t)kept * jr->ring_min);
 	{
 		/* The newest spare: no page of it is resident. */
 		struct jr_ring *last =
-			e->spare_buf[(e->spare.p_tail - 1) & e->spare.mask].value;
+			e->spare.buf[(e->spare.q.p_tail - 1) & e->spare.q.mask]
+				.value;
 		struct jr_slab *slab = (struct jr_slab *)((uintptr_t)last &
 							  ~(uintptr_t)(JR_SLAB_BYTES - 1));
 		size_t i = ((uintptr_t)last - (uintptr_t)slab) / JR_CTL_BYTES;
@@ -1019,6 +1026,65 @@ static void case_spares(void)
 	       WIFEXITED(status) ? WEXITSTATUS(status) : -1);
 }
 
+/* ------------------------------------------------------------------ */
+/* 12. A first ring that fills before the flusher made its successor.  */
+
+/* Write until the thread's ring was traded (rings_grown moved): the
+ * number of entries written, or -1. */
+static void *grower_main(void *arg)
+{
+	struct jitring *jr = arg;
+	uint64_t g0 = t_stats(jr).rings_grown;
+	intptr_t n = 0;
+
+	while (t_stats(jr).rings_grown == g0 && n < 100000) {
+		if (t_write_at(jr, "G", 0xb00000 + (uint64_t)n * 64) <= 0)
+			return (void *)(intptr_t)-1;
+		n++;
+	}
+	return (void *)(t_stats(jr).rings_grown > g0 ? n : -1);
+}
+
+static void case_grow_spares(void)
+{
+	struct jitring *jr = open_in("c12", 0, 0);
+	struct jr_rings *e = jr->eng;
+	struct jitring_stats st;
+	intptr_t n1, n2;
+	pthread_t w;
+	void *wr;
+
+	tp_reset(jr, 12);
+	/* Two rounds: the first one's step 7 made the spares. */
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_CHECK_EQ(jitring_flush(jr), 0);
+	T_CHECK(ck_ring_size(&e->grow.q) >= e->grow.target &&
+		e->grow.target > 0);
+	T_CHECK_EQ(e->grow.size, 2 * jr->ring_min);
+	TP_SET(tp.hold_flusher = true);
+	T_REQUIRE(TP_WAIT(tp.flusher_held, 30));
+	st = t_stats(jr);
+	T_REQUIRE(pthread_create(&w, NULL, grower_main, jr) == 0);
+	pthread_join(w, &wr);
+	n1 = (intptr_t)wr;
+	T_CHECK(n1 > 0);
+	T_CHECK_EQ(t_stats(jr).rings_grown_waited, st.rings_grown_waited);
+	atomic_store(&spare_empty, 1);
+	T_REQUIRE(pthread_create(&w, NULL, grower_main, jr) == 0);
+	pthread_join(w, &wr);
+	n2 = (intptr_t)wr;
+	atomic_store(&spare_empty, 0);
+	T_CHECK(n2 > 0);
+	T_CHECK_EQ(t_stats(jr).rings_grown_waited, st.rings_grown_waited + 1);
+	TP_SET(tp.hold_flusher = false);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(count_loads("c12"), (long)(n1 + n2));
+	printf("growth with no successor ready: a spare one after %ld "
+	       "entries (rings_grown_waited +0); with none left the thread "
+	       "made its own (+1)\n",
+	       (long)n1);
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/jitring-lifecycle-XXXXXX";
@@ -1044,6 +1110,7 @@ int main(void)
 	case_backout();
 	case_first_write_faults();
 	case_spares();
+	case_grow_spares();
 
 	t_rmtree(base);
 	return t_report();
