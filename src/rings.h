@@ -137,7 +137,7 @@ struct jr_slab {
 	 * fields, before any block is enqueued: pairs with the acquire load
 	 * in jitring_spare_take() (TSan cannot see ck_ring's ordering). */
 	_Atomic uint32_t refs;
-	uint32_t size; /* each ring's buffer: ring_min */
+	uint32_t size; /* each ring's buffer: its stock's size */
 	uint8_t *bufs; /* block i's buffer is bufs + (i - 1) * size */
 };
 
