@@ -16,6 +16,29 @@
 
 #define JR_NOINLINE __attribute__((noinline))
 
+/*
+ * LeakSanitizer scans the heap, stacks, TLS and globals, not memory the
+ * library maps itself: a heap pointer kept only in such memory (a ring's
+ * control block in a slab links the thread's other rings) would be
+ * reported as leaked.  jr_lsan_root()/jr_lsan_unroot() tell it to scan a
+ * mapping; no-ops without the sanitizer.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define JR_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(leak_sanitizer)
+#define JR_LSAN 1
+#endif
+#endif
+#ifdef JR_LSAN
+#include <sanitizer/lsan_interface.h>
+#define jr_lsan_root(p, n) __lsan_register_root_region((p), (n))
+#define jr_lsan_unroot(p, n) __lsan_unregister_root_region((p), (n))
+#else
+#define jr_lsan_root(p, n) ((void)(p), (void)(n))
+#define jr_lsan_unroot(p, n) ((void)(p), (void)(n))
+#endif
+
 /* A spin-wait hint for busy loops. */
 static inline void jr_cpu_relax(void)
 {

@@ -85,8 +85,10 @@ static uint8_t *slab_buf(struct jr_slab *s, struct jr_ring *r)
 static void slab_put(struct jr_slab *s)
 {
 	/* acq_rel: the last put sees every other block's last use. */
-	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1)
+	if (atomic_fetch_sub_explicit(&s->refs, 1, memory_order_acq_rel) == 1) {
+		jr_lsan_unroot(s, JR_SLAB_BYTES);
 		munmap(s, JR_SLAB_BYTES);
+	}
 }
 
 void jitring_ring_ctl_free(struct jr_ring *r)
@@ -472,6 +474,8 @@ static uint32_t slab_new(uint32_t size, uint32_t k, struct jr_slab **out)
 	}
 	s->size = size;
 	s->bufs = bufs;
+	/* Control blocks here link a thread's rings (see compiler.h). */
+	jr_lsan_root(s, JR_SLAB_BYTES);
 	/* Pairs with the acquire load in jitring_spare_take(). */
 	atomic_store_explicit(&s->refs, n, memory_order_release);
 	*out = s;

@@ -203,8 +203,7 @@ struct jitring_trampolines {
 	/* Flusher-private: the demand, in arenas taken per window. */
 	bool warned;
 	uint32_t want_floor; /* never fewer ready: the default or ready_copies */
-	uint32_t demand_peak; /* the recent peak per window (decays) */
-	uint32_t demand_win;  /* taken in this window */
+	uint32_t demand_win; /* taken in this window */
 	uint64_t demand_since;
 	_Atomic(struct tr_arena *) ready[JR_TRAMP_READY_CAP];
 };
@@ -740,6 +739,8 @@ static bool stock_size(struct jitring_trampolines *t, uint64_t now)
 		t->demand_win = 0;
 		t->demand_since = now;
 	}
+	/* A getter's want_grow() between our load and this store is lost:
+	 * a hint, raised again by the next take that finds the stock low. */
 	atomic_store_explicit(&t->want, want, memory_order_relaxed);
 	while (atomic_load_explicit(&t->nready, memory_order_relaxed) >
 		       (int32_t)want &&

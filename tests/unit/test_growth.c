@@ -2,8 +2,9 @@
 /*
  * Ring growth (rings engine, adaptive ring_size): a thread whose ring fills
  * trades it for one twice as large, either a successor the flusher made
- * ahead of time (no system call on the thread) or, if none is ready, one
- * the thread makes itself.  Entries stay in per-thread order across rings.
+ * ahead of time (no system call on the thread; for a 64 KiB ring, maybe a
+ * spare one) or, if none is ready, one the thread makes itself.  Entries
+ * stay in per-thread order across rings.
  *
  * The flusher is stalled deterministically through the test I/O hook: its
  * pwritev() waits at a gate the test opens and shuts, and two flushes in a
@@ -194,9 +195,12 @@ int main(void)
 		T_CHECK(put(0, seq++) > 0);
 	st = t_stats(jr);
 	T_CHECK(st.rings_grown - st0.rings_grown >= 3);
-	/* Every one of them made by the thread; no registration among them. */
-	T_CHECK_EQ(st.rings_grown - st0.rings_grown,
-		   st.rings_grown_waited - st0.rings_grown_waited);
+	/* Every one of them made by the thread, none by the stalled flusher,
+	 * but for the first (a 64 KiB ring's), which may be a spare successor
+	 * if the flusher made them before the stall. */
+	T_CHECK(st.rings_grown - st0.rings_grown -
+			(st.rings_grown_waited - st0.rings_grown_waited) <=
+		1);
 	T_CHECK_EQ(st.refills_waited, st0.refills_waited);
 	T_CHECK_EQ(st.ring_full_waits, 0);
 
