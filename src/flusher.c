@@ -827,7 +827,8 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	jitring_pool_maintain(e, rd.T);
 	if (!rd.stopping) {
 		provide_growth(e, rd.T);
-		/* After growth: under a tight budget a successor first. */
+		/* After growth: spares are address space only, not in the
+		 * budget until taken. */
 		jitring_spare_maintain(e);
 		stock_at = jitring_trampolines_maintain(e->jr, rd.T);
 	}
