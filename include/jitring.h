@@ -186,7 +186,9 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	that takes one faults in a page or two on its first write, but
  *	makes no system call.  With adaptive rings it also keeps 510 spare
  *	128 KiB successors, for first rings that fill before the background
- *	thread could make theirs.
+ *	thread could make theirs.  Under vm.overcommit_memory=2, which
+ *	charges untouched mappings, a quarter of the spares and an eighth
+ *	of the successors.
  * @ready_copies: (version 2) trampoline copies to keep ready at least, per
  *	set of trampolines (see jitring_trampolines_new()); 0 means four
  *	arenas' worth: 172,032 copies of the built-in x86_64 template.

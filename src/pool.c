@@ -50,6 +50,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -500,6 +501,9 @@ static void spare_free(struct jr_ring *r)
 #define JR_SPARE_CAP 8192u
 #define JR_GROW_TARGET (2 * JR_SLAB_RINGS)
 #define JR_GROW_CAP 1024u
+/* Under strict overcommit, a quarter of the spares, an eighth of the
+ * successors (overcommit_strict()). */
+#define JR_SPARE_STRICT_DIV 4u
 
 static int spares_init(struct jr_spares *sp, uint32_t cap, uint32_t target,
 		       uint32_t size)
@@ -513,11 +517,30 @@ static int spares_init(struct jr_spares *sp, uint32_t cap, uint32_t target,
 	return 0;
 }
 
+/*
+ * vm.overcommit_memory=2 (strict): every mapping's size is charged to the
+ * commit limit when it is made, touched or not, so untaken spares would
+ * take 336 MiB of it from the program.
+ */
+static bool overcommit_strict(struct jitring *jr)
+{
+	FILE *f = fopen("/proc/sys/vm/overcommit_memory", "re");
+	int mode = 0;
+
+	if (f) {
+		if (fscanf(f, "%d", &mode) != 1)
+			mode = 0;
+		fclose(f);
+	}
+	return mode == 2 || JITRING_FAULT(overcommit_strict, jr);
+}
+
 int jitring_spares_init(struct jr_rings *e)
 {
 	struct jitring *jr = e->jr;
 	uint64_t budget = jr->mem_budget;
 	uint32_t spare = JR_SPARE_TARGET, grow = 0;
+	bool strict = overcommit_strict(jr);
 
 	/* Address space: within half the budget, and the growth budget
 	 * (a quarter) for successors, which only adaptive rings have. */
@@ -527,6 +550,12 @@ int jitring_spares_init(struct jr_rings *e)
 		grow = JR_GROW_TARGET;
 		if ((uint64_t)grow * 2 * jr->ring_min > budget / 4)
 			grow = (uint32_t)(budget / 4 / (2 * jr->ring_min));
+	}
+	/* Strict overcommit: the 64 MiB of spares of old, and 8 MiB of
+	 * successors. */
+	if (strict) {
+		spare /= JR_SPARE_STRICT_DIV;
+		grow /= JR_SPARE_STRICT_DIV * 2;
 	}
 	if (spares_init(&e->spare, JR_SPARE_CAP, spare, jr->ring_min) ||
 	    spares_init(&e->grow, JR_GROW_CAP, grow, 2 * jr->ring_min)) {

@@ -57,7 +57,9 @@
  *     ("fork_make_locked"), and the child's close frees the ring
  *     (LeakSanitizer in the ASan build).  An untaken spare has no page
  *     resident, neither its control block nor its buffer, and is not
- *     counted in the budget until a thread takes it.
+ *     counted in the budget until a thread takes it; under strict
+ *     overcommit ("overcommit_strict") the stocks are a quarter and an
+ *     eighth as large.
  * 12. growth in a storm: a thread whose first ring fills while the flusher
  *     cannot make its successor (held) trades it for a spare successor
  *     (counted in rings_grown, not rings_grown_waited: no system call),
@@ -135,6 +137,7 @@ static struct {
 static __thread const char *tl_park_at;
 /* Faults the library asks about from its own threads. */
 static _Atomic int fail_attach, pool_empty, spare_empty, fail_restart;
+static _Atomic int overcommit_strict;
 
 /*
  * The forking thread (main): it reached make_lock's write side in
@@ -313,6 +316,8 @@ static int fault(const char *name, void *arg)
 		return atomic_load(&pool_empty);
 	if (!strcmp(name, "spare_empty"))
 		return atomic_load(&spare_empty);
+	if (!strcmp(name, "overcommit_strict"))
+		return atomic_load(&overcommit_strict);
 	if (!strcmp(name, "fork_restart")) /* once */
 		return atomic_exchange(&fail_restart, 0);
 	return 0;
@@ -945,11 +950,12 @@ static void case_spares(void)
 	pthread_t w, f;
 	void *wr;
 	uint64_t w0;
-	uint32_t kept;
+	uint32_t kept, spares = e->spare.target, grows = e->grow.target;
 	int status = 0;
 	pid_t pid;
 
 	tp_reset(jr, 11);
+	T_CHECK(spares == 4096 && grows == 510); /* the defaults */
 	/* Two rounds: the first one's step 7 made the spares. */
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
@@ -1019,6 +1025,19 @@ static void case_spares(void)
 	atomic_store(&pool_empty, 0);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(count_loads("c11"), 3);
+
+	/* Strict overcommit (vm.overcommit_memory=2) charges untouched
+	 * mappings: a quarter of the spares, an eighth of the successors. */
+	{
+		atomic_store(&overcommit_strict, 1);
+		jr = open_in("c11s", 0, 0);
+		atomic_store(&overcommit_strict, 0);
+		e = jr->eng;
+		T_CHECK_EQ(e->spare.target, spares / 4);
+		T_CHECK_EQ(e->grow.target, grows / 8);
+		T_CHECK(e->spare.target > 0 && e->grow.target > 0);
+		T_CHECK_EQ(jitring_close(jr), 0);
+	}
 	printf("spare rings: %u kept; a pool miss took one (refills_waited "
 	       "+0), with none left it made one (+1); a fork %s the "
 	       "thread holding one; child exit %d\n",
