@@ -527,6 +527,7 @@ static bool overcommit_strict(struct jitring *jr)
 	FILE *f = fopen("/proc/sys/vm/overcommit_memory", "re");
 	int mode = 0;
 
+	(void)jr; /* for the fault point only */
 	if (f) {
 		if (fscanf(f, "%d", &mode) != 1)
 			mode = 0;
