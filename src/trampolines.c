@@ -140,10 +140,8 @@ _Static_assert(JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 ==
 	       "struct jitring_trampoline_template v1 is frozen");
 /* How long a caller waits for another one's arena switch. */
 #define TR_SWITCH_WAIT_NS (100 * 1000000ull)
-/* The demand (arenas taken) is measured per window of this length, and
- * the stock it asks for is at most this many ready arenas. */
+/* The demand (arenas taken) is measured per window of this length. */
 #define TR_DEMAND_WINDOW_NS (100 * 1000000ull)
-#define TR_WANT_DEMAND_MAX (JR_TRAMP_READY_CAP / 4)
 
 struct tr_arena {
 	/* Claimed slots; may run past nslots once exhausted. */
@@ -449,32 +447,36 @@ static void wake_flusher(struct jitring_trampolines *t)
  * at the most ready arenas, double the size of new arenas instead (fewer
  * arenas to make and switch to for the same copies, the same bytes).
  */
+/*
+ * The most ready arenas demand may ask for: JR_TRAMP_WANT_MAX, and
+ * JR_TRAMP_READY_CAP / 2 for small arenas that cost no memory (an image
+ * mapped once) with a flusher to make them.  16 arenas of 16 mappings are
+ * already 688,128 copies of the built-in template, and more would only
+ * hold mmap_lock against a storm's page faults; written arenas hold
+ * memory and grow instead (want_grow()).
+ */
+static uint32_t want_cap(const struct jitring_trampolines *t)
+{
+	return t->jr->engine == JITRING_ENGINE_RINGS && t->image >= 0 &&
+			       t->image_maps == 1 ?
+		       JR_TRAMP_READY_CAP / 2 :
+		       JR_TRAMP_WANT_MAX;
+}
+
 static void want_grow(struct jitring_trampolines *t, uint32_t seen)
 {
-	uint32_t w = seen * 2 < JR_TRAMP_WANT_MAX ? seen * 2 :
-						    JR_TRAMP_WANT_MAX;
+	uint32_t cap = want_cap(t);
 	size_t len;
 
-	if (seen < JR_TRAMP_WANT_MAX) {
-		atomic_compare_exchange_strong_explicit(&t->want, &seen, w,
-							memory_order_relaxed,
-							memory_order_relaxed);
+	if (seen < cap) {
+		atomic_compare_exchange_strong_explicit(
+			&t->want, &seen, seen * 2 < cap ? seen * 2 : cap,
+			memory_order_relaxed, memory_order_relaxed);
 		return;
 	}
-	/* No flusher (mutex engine): callers make every arena anyway.  With
-	 * an image, arenas cost no memory: keep more ready instead, if they
-	 * are small (an image mapped once); 16 arenas of 16 mappings are
-	 * already 688,128 copies of the built-in template, and more would
-	 * only hold mmap_lock against a storm's page faults. */
-	if (t->jr->engine != JITRING_ENGINE_RINGS)
+	/* No flusher (mutex engine): callers make every arena anyway. */
+	if (t->jr->engine != JITRING_ENGINE_RINGS || t->image >= 0)
 		return;
-	if (t->image >= 0) {
-		if (t->image_maps == 1 && seen < JR_TRAMP_READY_CAP / 2)
-			atomic_compare_exchange_strong_explicit(
-				&t->want, &seen, seen * 2, memory_order_relaxed,
-				memory_order_relaxed);
-		return;
-	}
 	len = atomic_load_explicit(&t->slots_len, memory_order_relaxed);
 	/* Twice the bytes per arena, half as many kept ready: the ready
 	 * stock's memory stays what it was, refilled in fewer steps. */
@@ -705,7 +707,7 @@ static void arena_unlink(struct jitring_trampolines *t, struct tr_arena *a)
 /*
  * Size the stock from the demand (flusher): at least twice the arenas
  * taken in this TR_DEMAND_WINDOW_NS window, never below the floor (the
- * default or ready_copies), at most the cap below; getters also raise
+ * default or ready_copies), at most want_cap(); getters also raise
  * `want` at once when they outrun the flusher (want_grow()).  Once demand
  * stops, each window with no take at all brings `want` a quarter of the
  * way back to the floor (at least one arena) and unmaps the ready arenas
@@ -718,12 +720,7 @@ static bool stock_size(struct jitring_trampolines *t, uint64_t now)
 	uint32_t taken =
 		atomic_exchange_explicit(&t->taken, 0, memory_order_relaxed);
 	uint32_t want = atomic_load_explicit(&t->want, memory_order_relaxed);
-	/* As want_grow(): written arenas grow instead (they hold memory),
-	 * and 16 arenas of 16 image mappings are 688,128 copies (more would
-	 * only hold mmap_lock against a storm's page faults). */
-	uint32_t cap = t->image >= 0 && t->image_maps == 1 ?
-			       TR_WANT_DEMAND_MAX :
-			       JR_TRAMP_WANT_MAX;
+	uint32_t cap = want_cap(t);
 	uint64_t w;
 	struct tr_arena *a;
 
