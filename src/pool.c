@@ -66,6 +66,18 @@
 #define JR_POOL_BATCH 64u
 /* The demand (rings taken) is measured per window of this length. */
 #define JR_DEMAND_WINDOW_NS (100u * 1000000ull)
+/* Spare rings of ring_min (no resident page, unregistered): a storm of
+ * this many new threads nobody announced finds a ring each; spare
+ * successors of a first ring (two slabs: a storm of 510 threads that each
+ * fill their first ring before the flusher runs); each stock's ck_ring
+ * size (it holds the target and the slab that crosses it). */
+#define JR_SPARE_TARGET 4096u
+#define JR_SPARE_CAP 8192u
+#define JR_GROW_TARGET (2 * JR_SLAB_RINGS)
+#define JR_GROW_CAP 1024u
+/* Under strict overcommit, a quarter of the spares, an eighth of the
+ * successors (overcommit_strict()). */
+#define JR_SPARE_STRICT_DIV 4u
 
 _Static_assert(sizeof(struct jr_ring) <= JR_CTL_BYTES, "control block");
 _Static_assert(sizeof(struct jr_slab) <= JR_CTL_BYTES, "slab header");
@@ -483,27 +495,18 @@ static uint32_t slab_new(uint32_t size, uint32_t k, struct jr_slab **out)
 	return n;
 }
 
-/* Unmap an untaken spare's buffer and drop its block. */
-static void spare_free(struct jr_ring *r)
+/* Unmap every untaken spare's buffer of @sp and drop its block. */
+static void spares_drain(struct jr_spares *sp)
 {
-	struct jr_slab *s = slab_of(r);
+	struct jr_ring *r;
 
-	munmap(slab_buf(s, r), s->size);
-	slab_put(s);
+	while (ck_ring_dequeue_spmc(&sp->q, sp->buf, &r)) {
+		struct jr_slab *s = slab_of(r);
+
+		munmap(slab_buf(s, r), s->size);
+		slab_put(s);
+	}
 }
-
-/* Spare rings of ring_min (no resident page, unregistered): a storm of
- * this many new threads nobody announced finds a ring each; spare
- * successors of a first ring (two slabs: a storm of 510 threads that each
- * fill their first ring before the flusher runs); each stock's ck_ring
- * size (it holds the target and the slab that crosses it). */
-#define JR_SPARE_TARGET 4096u
-#define JR_SPARE_CAP 8192u
-#define JR_GROW_TARGET (2 * JR_SLAB_RINGS)
-#define JR_GROW_CAP 1024u
-/* Under strict overcommit, a quarter of the spares, an eighth of the
- * successors (overcommit_strict()). */
-#define JR_SPARE_STRICT_DIV 4u
 
 static int spares_init(struct jr_spares *sp, uint32_t cap, uint32_t target,
 		       uint32_t size)
@@ -575,8 +578,8 @@ void jitring_spares_fini(struct jr_rings *e)
 
 void jitring_spares_reset(struct jr_rings *e)
 {
-	ck_ring_init(&e->spare.q, JR_SPARE_CAP);
-	ck_ring_init(&e->grow.q, JR_GROW_CAP);
+	ck_ring_init(&e->spare.q, ck_ring_capacity(&e->spare.q));
+	ck_ring_init(&e->grow.q, ck_ring_capacity(&e->grow.q));
 }
 
 /* Fill @sp up to its target, whole slabs at a time (a few refills, not a
@@ -714,8 +717,6 @@ static void ring_free_jumbos(struct jr_ring *r)
  */
 void jitring_pool_release(struct jr_rings *e, bool child)
 {
-	struct jr_ring *spare;
-
 	jitring_pool_attach(e, 0);
 	for (uint32_t i = 0; i < e->nreg; i++) {
 		struct jr_ring *r = e->reg[i];
@@ -741,10 +742,8 @@ void jitring_pool_release(struct jr_rings *e, bool child)
 	}
 	/* Spares: no thread holds one (close waited for every user; a fork
 	 * child has none between take and push, see make_lock). */
-	while (ck_ring_dequeue_spmc(&e->spare.q, e->spare.buf, &spare))
-		spare_free(spare);
-	while (ck_ring_dequeue_spmc(&e->grow.q, e->grow.buf, &spare))
-		spare_free(spare);
+	spares_drain(&e->spare);
+	spares_drain(&e->grow);
 	/* Rings we could not register (only after running out of memory). */
 	while (e->attach_pending) {
 		struct jr_ring *r = e->attach_pending;
