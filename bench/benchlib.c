@@ -246,15 +246,6 @@ uint64_t bench_now_ns(void)
 	return jitring_clock_ns();
 }
 
-void bench_sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000ull),
-			       (long)(ns % 1000000000ull) };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 void bench_futex_wait(void *word, unsigned v)
 {
 	syscall(SYS_futex, word, FUTEX_WAIT_PRIVATE, v, NULL, NULL, 0);
@@ -263,13 +254,6 @@ void bench_futex_wait(void *word, unsigned v)
 void bench_futex_wake(void *word)
 {
 	syscall(SYS_futex, word, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
-}
-
-int bench_cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return x < y ? -1 : x > y;
 }
 
 static double ns_per_tick;

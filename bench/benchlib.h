@@ -80,14 +80,10 @@ uint64_t bench_now_ns(void);
 /* CPU time (ns, /proc/self/task/TID/schedstat) of the thread(s) named
  * jitring-flush: the rings engine's flusher. */
 uint64_t bench_flusher_cpu_ns(void);
-/* Sleep @ns whole, across signals. */
-void bench_sleep_ns(uint64_t ns);
 /* A private futex on the 32-bit word at @word (an atomic unsigned): wait
  * while it holds @v; wake every waiter. */
 void bench_futex_wait(void *word, unsigned v);
 void bench_futex_wake(void *word);
-/* qsort() order of uint64_t. */
-int bench_cmp_u64(const void *a, const void *b);
 
 /* Cheap timestamps: rdtsc on x86_64 (calibrated), else CLOCK_MONOTONIC. */
 static inline uint64_t bench_ticks_begin(void)

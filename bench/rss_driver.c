@@ -36,7 +36,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -255,7 +254,6 @@ int main(int argc, char **argv)
 		       (unsigned long long)st.threads_total);
 	} else {
 		uint64_t r0, r1, r2;
-		struct timespec d;
 		struct rusage ru0;
 		double idle_cpu_ms;
 		long idle_switches;
@@ -270,11 +268,8 @@ int main(int argc, char **argv)
 		r1 = t_rss_bytes();
 		if (jr)
 			jitring_stats(jr, &st);
-		d.tv_sec = (time_t)idle_s;
-		d.tv_nsec = (long)((idle_s - (double)d.tv_sec) * 1e9);
 		getrusage(RUSAGE_SELF, &ru0);
-		while (nanosleep(&d, &d) && errno == EINTR)
-			;
+		t_sleep_ns((uint64_t)(idle_s * 1e9));
 		getrusage(RUSAGE_SELF, &ru);
 		idle_cpu_ms = tv_ms(&ru.ru_utime) - tv_ms(&ru0.ru_utime) +
 			      tv_ms(&ru.ru_stime) - tv_ms(&ru0.ru_stime);

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #include "benchlib.h"
+#include "harness.h"
 #include "jitring.h"
 
 static struct jitring *jr;
@@ -103,7 +104,7 @@ static struct {
 static void *unstall_main(void *arg)
 {
 	(void)arg;
-	bench_sleep_ns(stall.ns);
+	t_sleep_ns(stall.ns);
 	stall.cpu = bench_flusher_cpu_ns() - stall.c0;
 	stall.wall = bench_now_ns() - stall.t0;
 	unstall();
@@ -171,10 +172,10 @@ int main(int argc, char **argv)
 		return 1;
 	/* idle: a second with nothing to do (after the first rounds; the
 	 * flusher has named itself by then). */
-	bench_sleep_ns(100 * 1000000ull);
+	t_sleep_ns(100 * 1000000ull);
 	t0 = bench_now_ns();
 	c0 = bench_flusher_cpu_ns();
-	bench_sleep_ns(1000 * 1000000ull);
+	t_sleep_ns(1000 * 1000000ull);
 	report("idle", argv[1], bench_now_ns() - t0, bench_flusher_cpu_ns() - c0, 0);
 	if (cfg.engine == JITRING_ENGINE_MUTEX) {
 		/* No flusher thread: nothing more to measure. */

@@ -40,14 +40,12 @@
  *   vm_kept_mib: address space after the 2.5 s idle less that before the
  *   storm (what the ready stocks kept of a storm, and the threads' rings).
  */
-#include <errno.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -185,7 +183,7 @@ int main(int argc, char **argv)
 	if (!getenv("STORM_COLD") && !one_call())
 		return 1;
 	/* Parked and idle: the baseline, then the writer sits idle. */
-	bench_sleep_ns(idle_ms * 1000000ull);
+	t_sleep_ns(idle_ms * 1000000ull);
 	rss_parked = (long)(t_rss_bytes() / 1024);
 	vm_parked = t_statm_bytes(false);
 	if (getenv("STORM_DEBUG"))
@@ -202,7 +200,7 @@ int main(int argc, char **argv)
 	/* Idle, every thread registered and parked. */
 	t_idle0 = bench_now_ns();
 	c2 = bench_flusher_cpu_ns();
-	bench_sleep_ns(2500 * 1000000ull);
+	t_sleep_ns(2500 * 1000000ull);
 	c3 = bench_flusher_cpu_ns();
 	t_idle1 = bench_now_ns();
 	rss_idle = (long)(t_rss_bytes() / 1024);
@@ -215,8 +213,8 @@ int main(int argc, char **argv)
 				"%ld/%ld switches\n",
 				(unsigned long long)dbg[i].ns, dbg[i].minflt,
 				dbg[i].nvcsw, dbg[i].nivcsw);
-	qsort(first_ns, n, sizeof(*first_ns), bench_cmp_u64);
-	qsort(first_cpu_ns, n, sizeof(*first_cpu_ns), bench_cmp_u64);
+	qsort(first_ns, n, sizeof(*first_ns), t_cmp_u64);
+	qsort(first_cpu_ns, n, sizeof(*first_cpu_ns), t_cmp_u64);
 	for (size_t i = 0; i < n; i++)
 		later += (double)later_ns[i] / (double)n;
 	printf("{\"kind\": \"storm\", \"mode\": \"%s\", \"threads\": %zu, "

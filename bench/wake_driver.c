@@ -17,6 +17,7 @@
 #include <stdlib.h>
 
 #include "benchlib.h"
+#include "harness.h"
 
 #define STOP 0xffffffffu
 
@@ -49,7 +50,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < tries; i++) {
 		uint64_t t0;
 
-		bench_sleep_ns(idle_ms * 1000000ull);
+		t_sleep_ns(idle_ms * 1000000ull);
 		t0 = bench_now_ns();
 		atomic_fetch_add(&word, 1);
 		bench_futex_wake(&word);
@@ -58,7 +59,7 @@ int main(int argc, char **argv)
 	atomic_store(&word, STOP);
 	bench_futex_wake(&word);
 	pthread_join(t, NULL);
-	qsort(ns, tries, sizeof(*ns), bench_cmp_u64);
+	qsort(ns, tries, sizeof(*ns), t_cmp_u64);
 	printf("{\"kind\": \"futex_wake\", \"idle_ms\": %u, \"tries\": %u, "
 	       "\"p50_ns\": %llu, \"max_ns\": %llu}\n",
 	       idle_ms, tries, (unsigned long long)ns[tries / 2],

@@ -59,15 +59,6 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000u),
-			       (long)(ns % 1000000000u) };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 int main(int argc, char **argv)
 {
 	struct jitring_config cfg;
@@ -129,7 +120,7 @@ int main(int argc, char **argv)
 			gap = 1200000000u;
 			long_gaps++;
 		}
-		sleep_ns(gap);
+		t_sleep_ns(gap);
 		atomic_store(&detach_now, (r >> 40) % 4 == 0);
 		detaches += atomic_load(&detach_now);
 		/* All at once. */

@@ -75,15 +75,6 @@ static size_t sh_size;
 static struct jitring *jr;
 static struct st_spec spec;
 
-static void sleep_ns(uint64_t ns)
-{
-	struct timespec ts = { (time_t)(ns / 1000000000u),
-			       (long)(ns % 1000000000u) };
-
-	while (nanosleep(&ts, &ts) && errno == EINTR)
-		;
-}
-
 /* ------------------------------------------------------------------ */
 /* The child.                                                           */
 
@@ -102,7 +93,7 @@ static void *producer(void *arg)
 		/* Now and then a pause, so the rings are not always full. */
 		r = st_mix(r);
 		if (r % 8 == 0)
-			sleep_ns((r >> 8) % 200000u);
+			t_sleep_ns((r >> 8) % 200000u);
 	}
 	for (;;)
 		pause();
@@ -135,7 +126,7 @@ static void *flusher(void *arg)
 			atomic_store(&sh->bad, 1);
 		}
 		r = st_mix(r);
-		sleep_ns(r % 2000000u);
+		t_sleep_ns(r % 2000000u);
 	}
 	return NULL;
 }
@@ -241,7 +232,7 @@ static unsigned round_run(unsigned k, struct totals *tot)
 	}
 	if (pid == 0)
 		_exit(child_main(seed));
-	sleep_ns(delay);
+	t_sleep_ns(delay);
 	kill(pid, SIGKILL);
 	if (waitpid(pid, &status, 0) != pid) {
 		perror("waitpid");

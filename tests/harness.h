@@ -371,13 +371,27 @@ static inline unsigned char *t_slurp(const char *path, size_t *len)
 		t_ok_;                                                      \
 	})
 
-/* Sleep @ms whole, across signals. */
-static inline void t_sleep_ms(unsigned ms)
+/* Sleep @ns whole, across signals. */
+static inline void t_sleep_ns(uint64_t ns)
 {
-	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	struct timespec ts = { (time_t)(ns / 1000000000ull),
+			       (long)(ns % 1000000000ull) };
 
 	while (nanosleep(&ts, &ts) && errno == EINTR)
 		;
+}
+
+static inline void t_sleep_ms(unsigned ms)
+{
+	t_sleep_ns((uint64_t)ms * 1000000ull);
+}
+
+/* qsort() order of uint64_t values. */
+static inline int t_cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
 }
 
 /*

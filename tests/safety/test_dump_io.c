@@ -38,7 +38,6 @@
 #include "reader.h"
 #include "testpoint.h"
 
-
 static char dir[64];
 static char tool[512];
 

@@ -80,12 +80,10 @@
 #include "reader.h"
 #include "testpoint.h"
 
-
 static uint32_t my_tid(void)
 {
 	return (uint32_t)syscall(SYS_gettid);
 }
-
 
 /* ------------------------------------------------------------------ */
 /* Directories, writers and dumps.                                      */
@@ -508,8 +506,6 @@ static void *space_producer(void *arg)
 	}
 	return NULL;
 }
-
-/* Wait for @pred, polling, at most @ms; returns the predicate. */
 
 static int space_child(void)
 {
