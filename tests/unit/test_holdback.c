@@ -135,10 +135,7 @@ static void *other_main(void *arg)
 		o->ret[i] = write_one(name, 0x600000 + o->id * 0x100000 +
 						    i * 64);
 	}
-	pthread_mutex_lock(&tp.lock);
-	tp.done++;
-	pthread_cond_broadcast(&tp.cond);
-	pthread_mutex_unlock(&tp.lock);
+	T_COND_SET(&tp.lock, &tp.cond, tp.done++);
 	return NULL;
 }
 
@@ -291,10 +288,7 @@ static void *flush_main(void *arg)
 	int *ret = arg;
 
 	*ret = jitring_flush(jr);
-	pthread_mutex_lock(&tp.lock);
-	tp.flushed = true;
-	pthread_cond_broadcast(&tp.cond);
-	pthread_mutex_unlock(&tp.lock);
+	T_COND_SET(&tp.lock, &tp.cond, tp.flushed = true);
 	return NULL;
 }
 

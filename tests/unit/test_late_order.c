@@ -106,10 +106,7 @@ static bool wait_where(int want, int sec)
 
 static void release(bool *flag)
 {
-	pthread_mutex_lock(&s.lock);
-	*flag = true;
-	pthread_cond_broadcast(&s.cond);
-	pthread_mutex_unlock(&s.lock);
+	T_COND_SET(&s.lock, &s.cond, *flag = true);
 }
 
 static uint64_t written(void)
