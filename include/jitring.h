@@ -190,11 +190,14 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	charges untouched mappings, a quarter of the spares and an eighth
  *	of the successors.
  * @ready_copies: (version 2) trampoline copies to keep ready at least, per
- *	set of trampolines (see jitring_trampolines_new()); 0 means four
- *	arenas' worth: 172,032 copies of the built-in x86_64 template.
- *	Arenas map one sealed image of the set's copies, normally 16 times
- *	back to back, and cost no memory of their own (address space: 4 MiB
- *	each for the built-in template, more for templates over 2 KiB).
+ *	set of trampolines (see jitring_trampolines_new()); 0 means ten
+ *	arenas' worth: 1,740,800 copies of the built-in x86_64 template,
+ *	enough for 4096 new threads taking 400 copies each at once.
+ *	Arenas map one sealed image of the set's copies (1 MiB of memory
+ *	for the built-in template, once per set), normally 16 times back
+ *	to back, and cost no memory of their own (address space: 16 MiB
+ *	each for the built-in template, more for templates over 2 KiB; 176
+ *	MiB for the default stock and the current arena).
  *	Where the slots do not tile the image, an arena maps it once and 0
  *	means two arenas; where an executable memfd is refused, two arenas,
  *	each written when made (about 96 bytes a copy for the built-in

@@ -14,7 +14,7 @@
  * image that is a whole number of slots (and pages) is mapped
  * JR_TRAMP_IMAGE_MAPS times back to back, one run of slots 16 times as
  * long for the same memory, so a storm switches arenas 16 times less
- * often and the default stock covers tens of thousands of copies; the
+ * often and the default stock covers 1.7 million copies; the
  * kernel does not merge those mappings (each starts at offset 0 of the
  * file), so each is one mmap event for perf.  Where
  * an executable memfd is refused, the slots are written while
@@ -62,7 +62,7 @@
  * arena's counter, one jitring_write() and one relaxed fetch_add on the
  * writer's trampoline_copies counter; mmap and mprotect run on the
  * flusher, which keeps at least `want` arenas ready per set and is woken
- * when a taker leaves fewer than that.  `want` starts at its floor (4 for
+ * when a taker leaves fewer than that.  `want` starts at its floor (10 for
  * 16-fold image arenas, else 2, or what ready_copies asks) and doubles
  * whenever a caller had to make an arena or took the last ready one
  * (demand outran the flusher): up to 16, and on up to JR_TRAMP_READY_CAP /
@@ -947,9 +947,11 @@ int jitring_trampolines_new(struct jitring *jr,
 			/*
 			 * Mapped, not written, arenas can be larger at no
 			 * cost: the image is made once, and each arena maps
-			 * it JR_TRAMP_IMAGE_MAPS times (a storm's first
-			 * threads find tens of thousands of copies ready).
-			 * Where it cannot be repeated (see
+			 * it JR_TRAMP_IMAGE_MAPS times; an image that tiles
+			 * is JR_TRAMP_IMAGE_TILED_SCALE times an arena's
+			 * bytes (1 MiB: a default stock of 1.7 million
+			 * copies in 187 mappings).  Where it cannot be
+			 * repeated (see
 			 * jitring_trampoline_image_len(); or a test's fault,
 			 * for arenas that run out quickly), a large stock
 			 * gets a larger image (up to JR_TRAMP_IMAGE_MAX), so
@@ -962,6 +964,10 @@ int jitring_trampolines_new(struct jitring *jr,
 
 			if (JITRING_FAULT(tramp_image_once, jr))
 				maps = 1;
+			else if (maps > 1)
+				ilen = jitring_trampoline_image_len(
+					len * JR_TRAMP_IMAGE_TILED_SCALE, slot,
+					t->page, &maps);
 
 			while (maps == 1 && ilen < JR_TRAMP_IMAGE_MAX &&
 			       ilen * 4 * JR_TRAMP_WANT_MAX < stock)

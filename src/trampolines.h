@@ -22,6 +22,11 @@
  * cost no memory of their own; the image, once, does). */
 #define JR_TRAMP_IMAGE_SCALE 4u
 #define JR_TRAMP_IMAGE_MAX (4u << 20)
+/* ... and an image that tiles (mapped JR_TRAMP_IMAGE_MAPS times, below)
+ * this many times: 1 MiB of memory once per set, and each arena's 17
+ * system calls map 174,080 copies of the built-in template, so a storm's
+ * refills take mmap_lock a quarter as often. */
+#define JR_TRAMP_IMAGE_TILED_SCALE 16u
 /* An image whose length is a whole number of slots and pages (see
  * jitring_trampoline_image_len()) is mapped this many times back to back
  * in each arena: as many more slots, for the same memory. */
@@ -32,10 +37,12 @@
  * image mapped once per arena, see want_grow()). */
 #define JR_TRAMP_WANT_INIT 2u
 /* ... and here for arenas that map the image JR_TRAMP_IMAGE_MAPS times
- * (no memory of their own): 4 ready and the current one are 215,040
- * copies of the built-in template, more than the 200,000 fresh functions
- * of 512 CPython threads starting at once that issue 12 measured. */
-#define JR_TRAMP_WANT_IMAGE 4u
+ * (no memory of their own, 16 MiB of address space each): 10 ready are
+ * 1,740,800 copies of the built-in template, what a storm of 4096 new
+ * threads taking 400 copies each (1,638,400) draws before the flusher,
+ * queued behind the storm, gets a CPU -- the storm the 4096 spare rings
+ * are kept for (bench/README.md, eighth step). */
+#define JR_TRAMP_WANT_IMAGE 10u
 #define JR_TRAMP_WANT_MAX 16u
 /* Capacity of a set's ready array (above the maximum: losers of the race
  * to install an arena park theirs here too). */

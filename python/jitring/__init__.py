@@ -58,7 +58,7 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
     *ready_rings*, *ready_copies*: for a program that starts many threads
     at once, how many threads' rings and how many trampoline copies (about
     one per new code object) to keep ready; 0 keeps the library's
-    defaults (64 rings, 4096 spare ones, 172,032 copies).  ValueError
+    defaults (64 rings, 4096 spare ones, 1,740,800 copies).  ValueError
     unless an int in [0, 2**32).
 
     Raises RuntimeError if already active or if another eval-frame function

@@ -138,10 +138,10 @@ def test_api(t):
     os.unlink(files[0])
 
     # A program that says how many threads start at once: the rings are
-    # made before start() returns, the arenas (43,008 copies each for the
-    # built-in template) by the flusher's next rounds.  The defaults make
-    # 64 rings (spares count once taken) and 3 arenas.
-    jitring.start(dir=d, ready_rings=2000, ready_copies=300000)
+    # made before start() returns, the arenas (174,080 copies each for
+    # the built-in template) by the flusher's next rounds.  The defaults
+    # make 64 rings (spares count once taken) and 11 arenas.
+    jitring.start(dir=d, ready_rings=2000, ready_copies=3000000)
     st = jitring.stats()
     jitring.flush()
     jitring.flush()
@@ -150,8 +150,8 @@ def test_api(t):
     t.check(st["refills_ahead"] >= 2000,
             "ready_rings=2000: 2000 rings ready at start (%d)"
             % st["refills_ahead"])
-    t.check(st2["trampoline_arenas_ahead"] >= 8,
-            "ready_copies=300000: at least 8 arenas ready (%d)"
+    t.check(st2["trampoline_arenas_ahead"] >= 19,
+            "ready_copies=3000000: at least 19 arenas ready (%d)"
             % st2["trampoline_arenas_ahead"])
 
 
