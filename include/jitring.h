@@ -184,11 +184,12 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	not counted in it until a thread takes one; no resident page, not
  *	even the control block's) for storms nobody announced: a thread
  *	that takes one faults in a page or two on its first write, but
- *	makes no system call.  With adaptive rings it also keeps 510 spare
- *	128 KiB successors, for first rings that fill before the background
- *	thread could make theirs.  Under vm.overcommit_memory=2, which
- *	charges untouched mappings, a quarter of the spares and an eighth
- *	of the successors.
+ *	makes no system call.  With adaptive rings it also keeps 1020 spare
+ *	128 KiB successors (at most a quarter of @mem_budget; as many as
+ *	the growth budget lets first rings grow), for first rings that
+ *	fill before the background thread could make theirs.  Under
+ *	vm.overcommit_memory=2, which charges untouched mappings, a quarter
+ *	of the spares and an eighth of the successors.
  * @ready_copies: (version 2) trampoline copies to keep ready at least, per
  *	set of trampolines (see jitring_trampolines_new()); 0 means ten
  *	arenas' worth: 1,740,800 copies of the built-in x86_64 template,

@@ -68,13 +68,16 @@
 #define JR_DEMAND_WINDOW_NS (100u * 1000000ull)
 /* Spare rings of ring_min (no resident page, unregistered): a storm of
  * this many new threads nobody announced finds a ring each; spare
- * successors of a first ring (two slabs: a storm of 510 threads that each
- * fill their first ring before the flusher runs); each stock's ck_ring
- * size (it holds the target and the slab that crosses it). */
+ * successors of a first ring (four slabs, 1020: a first ring may grow
+ * only while fewer than mem_budget / (8 * ring_min) threads hold rings,
+ * 1024 by default (jitring_ring_target()), so a storm's threads that fill
+ * their first ring before the flusher runs find a successor each); each
+ * stock's ck_ring size (it holds the target and the slab that crosses
+ * it). */
 #define JR_SPARE_TARGET 4096u
 #define JR_SPARE_CAP 8192u
-#define JR_GROW_TARGET (2 * JR_SLAB_RINGS)
-#define JR_GROW_CAP 1024u
+#define JR_GROW_TARGET (4 * JR_SLAB_RINGS)
+#define JR_GROW_CAP 2048u
 /* Under strict overcommit, a quarter of the spares, an eighth of the
  * successors (overcommit_strict()). */
 #define JR_SPARE_STRICT_DIV 4u
@@ -555,7 +558,7 @@ int jitring_spares_init(struct jr_rings *e)
 		if ((uint64_t)grow * 2 * jr->ring_min > budget / 4)
 			grow = (uint32_t)(budget / 4 / (2 * jr->ring_min));
 	}
-	/* Strict overcommit: the 64 MiB of spares of old, and 8 MiB of
+	/* Strict overcommit: the 64 MiB of spares of old, and 16 MiB of
 	 * successors. */
 	if (strict) {
 		spare /= JR_SPARE_STRICT_DIV;

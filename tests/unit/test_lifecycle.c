@@ -977,9 +977,9 @@ static void case_spares(void)
 	tp_reset(jr, 11);
 	/* The defaults (a quarter and an eighth under strict overcommit). */
 	if (host_overcommit_strict())
-		T_CHECK(spares == 1024 && grows == 63);
+		T_CHECK(spares == 1024 && grows == 127);
 	else
-		T_CHECK(spares == 4096 && grows == 510);
+		T_CHECK(spares == 4096 && grows == 1020);
 	make_spares(jr);
 	kept = ck_ring_size(&e->spare.q);
 	/* Whole slabs: the target, and less than one slab more. */
@@ -1056,7 +1056,7 @@ static void case_spares(void)
 		atomic_store(&overcommit_strict, 0);
 		e = jr->eng;
 		T_CHECK_EQ(e->spare.target, 1024);
-		T_CHECK_EQ(e->grow.target, 63);
+		T_CHECK_EQ(e->grow.target, 127);
 		T_CHECK(e->spare.target > 0 && e->grow.target > 0);
 		T_CHECK_EQ(jitring_close(jr), 0);
 	}
