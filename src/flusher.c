@@ -811,7 +811,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 {
 	struct jr_merge *m = e->m;
 	struct round rd;
-	uint64_t trim_at, stock_at = UINT64_MAX;
+	uint64_t trim_at, stock_at = UINT64_MAX, pool_at;
 
 	round_begin(e, &rd);
 	m->nbusy = 0;
@@ -824,7 +824,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	round_recycle(e, &rd);
 
 	/* Step 7: make ready what threads will ask for. */
-	jitring_pool_maintain(e, rd.T);
+	pool_at = jitring_pool_maintain(e, rd.T);
 	if (!rd.stopping) {
 		provide_growth(e, rd.T);
 		/* After growth: spares are address space only, not in the
@@ -834,9 +834,12 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	}
 	jitring_idmap_ahead(e);
 	trim_at = rd.stopping ? UINT64_MAX : trim_idle(e, rd.T);
-	/* Wake for a trim, or for the arena stock to follow demand down. */
+	/* Wake for a trim, or for the pool or the arena stock to follow
+	 * demand down. */
 	if (stock_at < trim_at)
 		trim_at = stock_at;
+	if (!rd.stopping && pool_at < trim_at)
+		trim_at = pool_at;
 
 	if (rd.stopping || e->failed)
 		wake_space_waiters(e);

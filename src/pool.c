@@ -401,7 +401,9 @@ static bool pool_fill(struct jr_rings *e, uint64_t now, uint32_t *n,
  * recent peak of rings taken per window when more are being taken.  The
  * peak decays by a quarter each window with less demand, so a stock a
  * storm built is given back within about two seconds once the storm is
- * over.  Threads that found the pool empty (@missed) raise it at once.
+ * over: while the mark is above the floor, jitring_pool_maintain() asks
+ * the flusher for a round each window, idle or not.  Threads that found
+ * the pool empty (@missed) raise it at once.
  */
 static uint32_t pool_target(struct jr_rings *e, uint64_t now, uint32_t missed)
 {
@@ -411,7 +413,8 @@ static uint32_t pool_target(struct jr_rings *e, uint64_t now, uint32_t missed)
 
 	e->demand_win += taken + missed;
 	if (now - e->demand_since >= JR_DEMAND_WINDOW_NS) {
-		uint32_t decayed = e->demand_peak - e->demand_peak / 4;
+		/* Rounded up, so that the peak reaches 0. */
+		uint32_t decayed = e->demand_peak - (e->demand_peak + 3) / 4;
 
 		e->demand_peak = e->demand_win > decayed ? e->demand_win :
 							   decayed;
@@ -428,7 +431,7 @@ static uint32_t pool_target(struct jr_rings *e, uint64_t now, uint32_t missed)
 	return (uint32_t)want;
 }
 
-void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
+uint64_t jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 {
 	uint32_t want = atomic_exchange_explicit(&e->pool_want, 0,
 						 memory_order_relaxed);
@@ -457,6 +460,14 @@ void jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 		jitring_pool_drop(e, r);
 		n--;
 	}
+	/*
+	 * Above the floor the mark falls each window, and what it gives
+	 * back goes only in a round: without one an idle flusher, asleep
+	 * with no timer, kept a storm's pool (a resident page per ring) for
+	 * good.
+	 */
+	return low > e->pool_floor ? e->demand_since + JR_DEMAND_WINDOW_NS :
+				     UINT64_MAX;
 }
 
 /*

@@ -29,8 +29,10 @@ struct jr_ring *jitring_pool_new_ring(struct jr_rings *e, uint64_t now,
 void jitring_pool_drop(struct jr_rings *e, struct jr_ring *r);
 /* Hand a drained ring to the pool, or free it if the pool is full. */
 void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now);
-/* Refill the pool to its (adaptive) mark, trim it above twice it. */
-void jitring_pool_maintain(struct jr_rings *e, uint64_t now);
+/* Refill the pool to its (adaptive) mark, trim it above twice it.
+ * Return: when the mark next falls (the next demand window), or
+ * UINT64_MAX at the floor. */
+uint64_t jitring_pool_maintain(struct jr_rings *e, uint64_t now);
 /* Refill both stocks of spare rings to their targets (flusher). */
 void jitring_spare_maintain(struct jr_rings *e);
 /* A spare ring of @sp, or NULL (any thread, under make_lock read side). */

@@ -1124,6 +1124,78 @@ static void case_grow_spares(void)
 	       (long)n1);
 }
 
+/* ------------------------------------------------------------------ */
+/* 13. A storm's pool is given back while the engine idles.             */
+
+#define C13_THREADS 200
+
+static pthread_barrier_t c13_go;
+
+/* One entry, then the thread leaves: its ring goes back to the pool. */
+static void *once_main(void *arg)
+{
+	struct jitring *jr = arg;
+	int r = pthread_barrier_wait(&c13_go);
+
+	if (r && r != PTHREAD_BARRIER_SERIAL_THREAD)
+		return (void *)(intptr_t)-1;
+	return (void *)(intptr_t)t_write_at(jr, "S", 0xc130000);
+}
+
+/* Rings in the pool and the mark, as the flusher left them. */
+static uint32_t pool_size(struct jr_rings *e, uint32_t *low)
+{
+	*low = atomic_load_explicit(&e->pool_low, memory_order_relaxed);
+	return ck_ring_size(&e->pool);
+}
+
+/*
+ * 200 threads write once at the same moment and leave.  The storm raises
+ * the pool's mark (twice the rings taken per 100 ms) and their drained
+ * rings come back to the pool, each keeping the page its next write lands
+ * on.  Once nothing is written, the mark falls back to the floor
+ * (ready_rings) and the pool to at most twice it, while the flusher has
+ * nothing else to do.  (Before, the fall only happened in rounds that
+ * something else caused; the flusher, asleep without a timer once the
+ * trims were done, kept a 512-thread storm's 423 pooled rings and their
+ * pages for good.)
+ */
+static void case_pool_given_back(void)
+{
+	struct jitring *jr = open_in("c13", 0, 0);
+	struct jr_rings *e = jr->eng;
+	pthread_t th[C13_THREADS];
+	uint32_t low = 0, peak = 0, peak_low = 0, n;
+	long ok = 0;
+
+	tp_reset(jr, 13);
+	T_REQUIRE(pthread_barrier_init(&c13_go, NULL, C13_THREADS) == 0);
+	for (int i = 0; i < C13_THREADS; i++)
+		T_REQUIRE(pthread_create(&th[i], NULL, once_main, jr) == 0);
+	for (int i = 0; i < C13_THREADS; i++) {
+		void *r;
+
+		pthread_join(th[i], &r);
+		ok += (intptr_t)r > 0;
+	}
+	pthread_barrier_destroy(&c13_go);
+	T_CHECK_EQ(ok, C13_THREADS);
+	/* The storm raised the mark above the floor. */
+	T_CHECK(T_POLL_UNTIL((n = pool_size(e, &low), n > peak ? peak = n : 0,
+			      low > peak_low ? peak_low = low : 0,
+			      peak_low > e->pool_floor),
+			     10000));
+	/* Wait for a condition (bounded), not for time: 10 s at most. */
+	T_CHECK(T_POLL_UNTIL((n = pool_size(e, &low),
+			      low == e->pool_floor && n <= 2 * e->pool_floor),
+			     10000));
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(count_loads("c13"), C13_THREADS);
+	printf("pool after a storm of %d threads: mark %u, %u rings at most "
+	       "seen; idle, back to mark %u and %u rings\n",
+	       C13_THREADS, peak_low, peak, low, n);
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/jitring-lifecycle-XXXXXX";
@@ -1150,6 +1222,7 @@ int main(void)
 	case_first_write_faults();
 	case_spares();
 	case_grow_spares();
+	case_pool_given_back();
 
 	t_rmtree(base);
 	return t_report();
