@@ -1344,6 +1344,13 @@ static void test_stock_shrinks(uint32_t engine)
 
 	if (engine != JITRING_ENGINE_RINGS)
 		return; /* the mutex engine keeps no stock */
+#ifndef JITRING_TESTPOINTS
+	/* Without the small-arena fault a burst of ten arenas is 1.7
+	 * million copies, taken over many of the flusher's windows: it
+	 * would not raise the stock, and it would write 400 MB of dump. */
+	printf("stock shrinks: needs testpoints (small arenas), not run\n");
+	return;
+#endif
 	t_dir_make(&d, "shrink");
 	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
