@@ -202,9 +202,11 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	Where the slots do not tile the image, an arena maps it once and 0
  *	means two arenas; where an executable memfd is refused, two arenas,
  *	each written when made (about 96 bytes a copy for the built-in
- *	template).  The engine keeps more while threads take them (twice the
- *	arenas taken per 100 ms) and unmaps the extra ones within about a
- *	second once takes stop.
+ *	template).  A value below the default lowers the stock (a runtime
+ *	with many sets, or few threads), to no fewer than two ready arenas.
+ *	The engine keeps more while threads take them (twice the arenas
+ *	taken per 100 ms) and unmaps the extra ones within about a second
+ *	once takes stop.
  */
 struct jitring_config {
 	uint32_t struct_size;

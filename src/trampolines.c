@@ -63,15 +63,15 @@
  * writer's trampoline_copies counter; mmap and mprotect run on the
  * flusher, which keeps at least `want` arenas ready per set and is woken
  * when a taker leaves fewer than that.  `want` starts at its floor (10 for
- * 16-fold image arenas, else 2, or what ready_copies asks) and doubles
- * whenever a caller had to make an arena or took the last ready one
- * (demand outran the flusher): up to 16, and on up to JR_TRAMP_READY_CAP /
- * 2 with an image mapped once per arena (its arenas cost no memory);
- * written arenas instead grow their slots (want_grow()).  The flusher
- * also keeps twice the arenas taken per window, and once takes stop it
- * brings `want` back to the floor and unmaps the ready arenas above it
- * (stock_size()): an arena in the ready array never had a copy handed
- * out, and the flusher's take makes it the flusher's alone.
+ * 16-fold image arenas, else 2, or what ready_copies asks, at least 2)
+ * and doubles whenever a caller had to make an arena or took the last
+ * ready one (demand outran the flusher): up to 16, and on up to
+ * JR_TRAMP_READY_CAP / 2 with an image mapped once per arena (its arenas
+ * cost no memory); written arenas instead grow their slots (want_grow()).
+ * The flusher also keeps twice the arenas taken per window, and once
+ * takes stop it brings `want` back to the floor and unmaps the ready
+ * arenas above it (stock_size()): an arena in the ready array never had a
+ * copy handed out, and the flusher's take makes it the flusher's alone.
  *
  * Invariants: cur never goes back to an arena it left (only fresh arenas
  * are ever installed, so the CAS has no ABA); an installed arena is never
@@ -985,11 +985,13 @@ int jitring_trampolines_new(struct jitring *jr,
 		 * The runtime said how many copies to keep ready: enough
 		 * arenas for the stock, and one more (cur is not counted as
 		 * ready).  Written arenas grow with it, to keep their number
-		 * near JR_TRAMP_WANT_MAX; an image's size is fixed.
+		 * near JR_TRAMP_WANT_MAX; an image's size is fixed.  Its
+		 * figure rules, as ready_rings does: below the default it
+		 * lowers the stock (a runtime with many sets, or few
+		 * threads), to no fewer than JR_TRAMP_WANT_INIT ready.
 		 */
 		if (stock) {
-			/* "At least": never fewer than the default. */
-			uint32_t least = want;
+			uint32_t least = JR_TRAMP_WANT_INIT;
 
 			while (t->image < 0 && len < JR_TRAMP_ARENA_MAX &&
 			       len * JR_TRAMP_WANT_MAX < stock)
@@ -1200,6 +1202,7 @@ void jitring_trampolines_state(const struct jitring_trampolines *t,
 	st->cur_left = used < a->nslots ? a->nslots - used : 0;
 	st->nslots = t->nslots;
 	st->slot_size = t->slot_size;
+	st->image_maps = t->image >= 0 ? t->image_maps : 0;
 }
 
 int jitring_trampolines_free(struct jitring_trampolines *t)

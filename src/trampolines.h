@@ -116,6 +116,7 @@ struct jitring_trampolines;
  * @cur_left: slots left in the current arena.
  * @nslots: slots per arena.
  * @slot_size: bytes per slot.
+ * @image_maps: mappings of the image per arena (0: written arenas).
  */
 struct jitring_trampolines_state {
 	int32_t nready;
@@ -123,6 +124,7 @@ struct jitring_trampolines_state {
 	uint64_t cur_left;
 	uint64_t nslots;
 	uint32_t slot_size;
+	uint32_t image_maps;
 };
 
 /* Read @t's state (relaxed; exact only while no thread uses the set). */
