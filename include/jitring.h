@@ -197,8 +197,9 @@ typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
  *	Arenas map one sealed image of the set's copies (1 MiB of memory
  *	for the built-in template, once per set), normally 16 times back
  *	to back, and cost no memory of their own (address space: 16 MiB
- *	each for the built-in template, more for templates over 2 KiB; 176
- *	MiB for the default stock and the current arena).
+ *	each for the built-in template, more for templates over 2 KiB; 192
+ *	MiB for the default stock with the current arena and the successor
+ *	linked to it).
  *	Where the slots do not tile the image, an arena maps it once and 0
  *	means two arenas; where an executable memfd is refused, two arenas,
  *	each written when made (about 96 bytes a copy for the built-in

@@ -950,7 +950,7 @@ int jitring_trampolines_new(struct jitring *jr,
 			 * it JR_TRAMP_IMAGE_MAPS times; an image that tiles
 			 * is JR_TRAMP_IMAGE_TILED_SCALE times an arena's
 			 * bytes (1 MiB: a default stock of 1.7 million
-			 * copies in 187 mappings).  Where it cannot be
+			 * copies in about 200 mappings).  Where it cannot be
 			 * repeated (see
 			 * jitring_trampoline_image_len(); or a test's fault,
 			 * for arenas that run out quickly), a large stock
