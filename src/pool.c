@@ -64,8 +64,6 @@
 
 /* Rings made per mapping when the pool is refilled. */
 #define JR_POOL_BATCH 64u
-/* The demand (rings taken) is measured per window of this length. */
-#define JR_DEMAND_WINDOW_NS (100u * 1000000ull)
 /* Spare rings of ring_min (no resident page, unregistered): a storm of
  * this many new threads nobody announced finds a ring each; spare
  * successors of a first ring (four slabs, 1020: a first ring may grow
@@ -398,32 +396,18 @@ static bool pool_fill(struct jr_rings *e, uint64_t now, uint32_t *n,
 
 /*
  * How many rings to keep ready: the floor (ready_rings), or twice the
- * recent peak of rings taken per window when more are being taken.  The
- * peak decays by a quarter each window with less demand, so a stock a
- * storm built is given back within about two seconds once the storm is
- * over: while the mark is above the floor, jitring_pool_maintain() asks
- * the flusher for a round each window, idle or not.  Threads that found
- * the pool empty (@missed) raise it at once.
+ * recent peak of rings taken per window when more are being taken
+ * (demand.h): while the mark is above the floor, jitring_pool_maintain()
+ * asks the flusher for a round each window, idle or not.  Threads that
+ * found the pool empty (@missed) raise it at once.
  */
 static uint32_t pool_target(struct jr_rings *e, uint64_t now, uint32_t missed)
 {
 	uint32_t taken = atomic_exchange_explicit(&e->pool_taken, 0,
 						  memory_order_relaxed);
-	uint64_t want;
+	uint64_t want =
+		2 * (uint64_t)jr_demand_peak(&e->demand, taken + missed, now);
 
-	e->demand_win += taken + missed;
-	if (now - e->demand_since >= JR_DEMAND_WINDOW_NS) {
-		/* Rounded up, so that the peak reaches 0. */
-		uint32_t decayed = e->demand_peak - (e->demand_peak + 3) / 4;
-
-		e->demand_peak = e->demand_win > decayed ? e->demand_win :
-							   decayed;
-		e->demand_win = 0;
-		e->demand_since = now;
-	} else if (e->demand_win > e->demand_peak) {
-		e->demand_peak = e->demand_win;
-	}
-	want = 2 * (uint64_t)e->demand_peak;
 	if (want < e->pool_floor)
 		want = e->pool_floor;
 	if (want > e->pool_cap / 2)
@@ -466,8 +450,7 @@ uint64_t jitring_pool_maintain(struct jr_rings *e, uint64_t now)
 	 * with no timer, kept a storm's pool (a resident page per ring) for
 	 * good.
 	 */
-	return low > e->pool_floor ? e->demand_since + JR_DEMAND_WINDOW_NS :
-				     UINT64_MAX;
+	return low > e->pool_floor ? jr_demand_next(&e->demand) : UINT64_MAX;
 }
 
 /*

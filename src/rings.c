@@ -452,8 +452,7 @@ void jitring_rings_fork_child(struct jitring *jr)
 	atomic_store_explicit(&e->pool_taken, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->pool_low, e->pool_floor,
 			      memory_order_relaxed);
-	e->demand_peak = e->demand_win = 0;
-	e->demand_since = 0;
+	memset(&e->demand, 0, sizeof(e->demand));
 	atomic_store_explicit(&e->attach, NULL, memory_order_relaxed);
 	e->attach_pending = NULL;
 	atomic_store_explicit(&e->pool_full, 0, memory_order_relaxed);

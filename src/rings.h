@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "demand.h"
 #include "internal.h"
 #include "jitring/jitdump.h"
 
@@ -174,10 +175,7 @@ struct jr_rings {
 	_Atomic uint32_t pool_taken;  /* rings threads took since the last
 				       * round (the demand) */
 	uint32_t pool_floor;          /* ready_rings: never keep fewer */
-	uint32_t demand_peak;         /* flusher: rings taken per window,
-				       * the recent peak (decays) */
-	uint32_t demand_win;          /* flusher: taken in this window */
-	uint64_t demand_since;        /* flusher: this window's start */
+	struct jr_demand demand;      /* flusher: rings taken per window */
 	_Atomic uint32_t pool_gen;    /* futex: bumped after each refill */
 	_Atomic uint32_t pool_want;   /* the pool ran low: refill now */
 	_Atomic uint32_t pool_missed; /* threads that found the pool empty */

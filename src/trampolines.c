@@ -127,6 +127,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "demand.h"
 #include "futex.h"
 #include "internal.h"
 #include "record.h"
@@ -140,8 +141,6 @@ _Static_assert(JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 ==
 	       "struct jitring_trampoline_template v1 is frozen");
 /* How long a caller waits for another one's arena switch. */
 #define TR_SWITCH_WAIT_NS (100 * 1000000ull)
-/* The demand (arenas taken) is measured per window of this length. */
-#define TR_DEMAND_WINDOW_NS (100 * 1000000ull)
 
 struct tr_arena {
 	/* Claimed slots; may run past nslots once exhausted. */
@@ -201,8 +200,7 @@ struct jitring_trampolines {
 	/* Flusher-private: the demand, in arenas taken per window. */
 	bool warned;
 	uint32_t want_floor; /* never fewer ready: the default or ready_copies */
-	uint32_t demand_win; /* taken in this window */
-	uint64_t demand_since;
+	struct jr_demand demand;
 	_Atomic(struct tr_arena *) ready[JR_TRAMP_READY_CAP];
 };
 
@@ -705,37 +703,31 @@ static void arena_unlink(struct jitring_trampolines *t, struct tr_arena *a)
 }
 
 /*
- * Size the stock from the demand (flusher): at least twice the arenas
- * taken in this TR_DEMAND_WINDOW_NS window, never below the floor (the
- * default or ready_copies), at most want_cap(); getters also raise
- * `want` at once when they outrun the flusher (want_grow()).  Once demand
- * stops, each window with no take at all brings `want` a quarter of the
- * way back to the floor (at least one arena) and unmaps the ready arenas
- * above it: a storm's stock is given back within about a second.  A
- * window with takes never lowers it (the flusher may have seen a storm's
- * first takes only).  Return: whether the stock is not yet at the floor.
+ * Size the stock from the demand (flusher), as the ring pool is
+ * (demand.h): twice the recent peak of arenas taken per window, never
+ * below the floor (the default or ready_copies), at most want_cap().  Up
+ * at once; down only at a window's end, as the peak decays, so a getter's
+ * raise (want_grow(), when it outran the flusher) holds until then.  The
+ * ready arenas above `want` are unmapped: a storm's stock is given back
+ * within about a second.  Return: whether the stock is not yet at the
+ * floor.
  */
 static bool stock_size(struct jitring_trampolines *t, uint64_t now)
 {
 	uint32_t taken =
 		atomic_exchange_explicit(&t->taken, 0, memory_order_relaxed);
 	uint32_t want = atomic_load_explicit(&t->want, memory_order_relaxed);
+	uint64_t since = t->demand.since;
+	uint64_t w = 2 * (uint64_t)jr_demand_peak(&t->demand, taken, now);
 	uint32_t cap = want_cap(t);
-	uint64_t w;
 	struct tr_arena *a;
 
-	t->demand_win += taken;
-	w = 2 * (uint64_t)t->demand_win;
 	if (w > cap)
 		w = cap;
-	if (w > want)
+	if (w < t->want_floor)
+		w = t->want_floor;
+	if (w > want || t->demand.since != since)
 		want = (uint32_t)w;
-	if (now - t->demand_since >= TR_DEMAND_WINDOW_NS) {
-		if (!t->demand_win && want > t->want_floor)
-			want -= (want - t->want_floor + 3) / 4;
-		t->demand_win = 0;
-		t->demand_since = now;
-	}
 	/* A getter's want_grow() between our load and this store is lost:
 	 * a hint, raised again by the next take that finds the stock low. */
 	atomic_store_explicit(&t->want, want, memory_order_relaxed);
@@ -764,8 +756,8 @@ uint64_t jitring_trampolines_maintain(struct jitring *jr, uint64_t now)
 	     t; t = t->next) {
 		uint32_t want;
 
-		if (stock_size(t, now))
-			again = now + TR_DEMAND_WINDOW_NS;
+		if (stock_size(t, now) && jr_demand_next(&t->demand) < again)
+			again = jr_demand_next(&t->demand);
 		want = atomic_load_explicit(&t->want, memory_order_relaxed);
 		added = 0;
 		/* Pairs with the release CAS of cur in arena_advance(). */
