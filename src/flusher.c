@@ -510,7 +510,8 @@ static void complete_flush(struct jr_rings *e, uint64_t ticket)
  * lands on: it is ready stock, and a thread that takes it after a long
  * idle would otherwise fault on its first write (3-17 us in a storm here,
  * against 2 us warm).  So a ready ring costs one resident page; the pool
- * holds at most twice its target.  An idle thread's ring keeps nothing.
+ * holds at most twice its target.  An idle thread's ring keeps nothing,
+ * nor does a successor made for it that it has not taken (NEXT).
  */
 static void ring_trim(struct jr_ring *r, uint32_t own)
 {
@@ -541,10 +542,16 @@ static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
 		uint32_t own =
 			atomic_load_explicit(&r->own, memory_order_relaxed);
 
-		/* Idle threads' rings and pooled ones; a thread may take a
-		 * pooled ring at any time, which TRIM covers the same way. */
+		/*
+		 * Idle threads' rings, pooled ones and successors made
+		 * ahead (pre-faulted whole: one whose owner stopped short
+		 * of filling its ring kept 128 KiB resident for good).  A
+		 * thread may take a pooled ring or its successor at any
+		 * time, which TRIM covers the same way.
+		 */
 		if (r->trimmed || r->head_local != r->seen_tail ||
-		    (own != JR_OWN_ACTIVE && own != JR_OWN_POOLED))
+		    (own != JR_OWN_ACTIVE && own != JR_OWN_POOLED &&
+		     own != JR_OWN_NEXT))
 			continue;
 		if (T - r->idle_since < JR_TRIM_NS) {
 			if (r->idle_since + JR_TRIM_NS < next)
