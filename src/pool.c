@@ -520,7 +520,7 @@ static int spares_init(struct jr_spares *sp, uint32_t cap, uint32_t target,
 /*
  * vm.overcommit_memory=2 (strict): every mapping's size is charged to the
  * commit limit when it is made, touched or not, so untaken spares would
- * take 336 MiB of it from the program.
+ * take 400 MiB of it from the program.
  */
 static bool overcommit_strict(struct jitring *jr)
 {
