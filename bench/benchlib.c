@@ -16,6 +16,7 @@
 #include "benchlib.h"
 #include "clock.h"
 #include "harness.h"
+#include "internal.h"
 #include "record.h"
 
 static const char *const engine_names[BENCH_NR_ENGINES] = {
@@ -326,6 +327,11 @@ double bench_hist_quantile(const struct bench_hist *h, double q)
 		}
 	}
 	return (double)h->max;
+}
+
+uint64_t bench_wakes(struct jitring *jr)
+{
+	return atomic_load_explicit(&jr->c.wakes, memory_order_relaxed);
 }
 
 uint64_t bench_flusher_cpu_ns(void)

@@ -80,6 +80,9 @@ uint64_t bench_now_ns(void);
 /* CPU time (ns, /proc/self/task/TID/schedstat) of the thread(s) named
  * jitring-flush: the rings engine's flusher. */
 uint64_t bench_flusher_cpu_ns(void);
+/* System calls threads other than the flusher made to wake it (an
+ * internal counter, not in jitring_stats). */
+uint64_t bench_wakes(struct jitring *jr);
 /* A private futex on the 32-bit word at @word (an atomic unsigned): wait
  * while it holds @v; wake every waiter. */
 void bench_futex_wait(void *word, unsigned v);

@@ -293,17 +293,18 @@ def main():
     def storm_row(x):
         row = [x["mode"], x["threads"], x["ready"] or "default"]
         if "exit" in x:
-            return row + ["", "exit %s" % x["exit"]] + [""] * 5
+            return row + ["", "exit %s" % x["exit"]] + [""] * 6
         return row + [
             "%d ms" % x.get("idle_ms", 200),
             "%.1f%%" % (100 * x["own_ring_share"]), "%.1f%%" % (100 * x["arena_caller_share"]),
             "%.1f / %.1f us" % (x["first_p50_ns"] / 1000.0, x["first_p99_ns"] / 1000.0),
+            x.get("wakes", "n/a"),
             "%d ns" % x["later_ns"], "%.2f KiB" % x["idle_kib_per_thread"],
             "%.2f%%" % (100 * x["flusher_idle_cpu_share"])]
     if st:
         md_table(L, "Thread storms (`storm_driver MODE THREADS READY`: THREADS threads released at once after the writer sat idle; a first call's cost is min(thread CPU, wall time); READY 0 = defaults, else `ready_rings` = THREADS, `ready_copies` = THREADS x 400):",
                  [("mode", ":--")] + [(h, "--:") for h in (
-                     "threads", "ready", "idle", "own ring", "arenas on a caller", "first call p50 / p99",
+                     "threads", "ready", "idle", "own ring", "arenas on a caller", "first call p50 / p99", "wakes",
                      "later call", "idle RSS per thread", "flusher CPU (idle)")],
                  [storm_row(x) for x in st])
     for x in rss:

@@ -166,9 +166,13 @@ done
 log "thread storms (bench/storm_driver)"
 storm_threads="64 512"
 [ "$mode" = full ] && storm_threads="64 512 4096"
-for smode in write kit; do
+for smode in write kit null fault; do
 	for n in $storm_threads; do
-		for ready in 0 "$n"; do
+		readies="0 $n"
+		# Controls (no library call: the measurement itself, and one
+		# page fault): READY changes nothing for them.
+		case $smode in null | fault) readies=0 ;; esac
+		for ready in $readies; do
 			# Idle past the flusher's 1 s trim: the harder case.
 			STORM_IDLE_MS=2000 timeout 600 \
 				"$build/bench/storm_driver" "$smode" "$n" \

@@ -3,12 +3,16 @@
  * Thread storms (issue 12): THREADS threads released at once, each making
  * its first calls, after the writer sat idle.
  *
- *   bench/storm_driver write|kit THREADS [READY]
+ *   bench/storm_driver write|kit|null|fault THREADS [READY]
  *
  * write: each thread makes 20 jitring_write() calls (the CPython entry
  *	shape: UNWINDING_INFO + CODE_LOAD);
  * kit:   each thread takes 400 trampoline copies (jitring_trampolines_get
  *	with the built-in template).
+ * null:  controls, no library call: the first call is empty (what the
+ *	measurement itself costs a thread just woken);
+ * fault: each thread's first call writes to a page nobody touched yet
+ *	(one anonymous page fault: what a cold ring's first write pays).
  * READY: jitring_config.ready_rings and .ready_copies (0: the defaults),
  *	what a runtime that knows its thread count may say.
  *
@@ -37,6 +41,8 @@
  *   grown_waited: rings_grown_waited, full rings traded with no larger
  *   one ready (the thread took a spare, or made one); full_waits:
  *   ring_full_waits, times a thread waited for the flusher to make room;
+ *   wakes: system calls the storm's threads made to wake the flusher
+ *   (each a FUTEX_WAKE of an idle CPU: 10-40 us on this VM);
  *   vm_kept_mib: address space after the 2.5 s idle less that before the
  *   storm (what the ready stocks kept of a storm, and the threads' rings).
  */
@@ -45,6 +51,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
@@ -58,7 +65,15 @@
 static struct jitring *jr;
 static struct jitring_trampolines *set;
 static const struct jitring_entry *entry;
-static int kit;
+enum {
+	M_WRITE,
+	M_KIT,
+	M_NULL,
+	M_FAULT
+};
+static const char *const modes[] = { "write", "kit", "null", "fault" };
+static int mode;
+static volatile char *fresh; /* M_FAULT: a page per thread, untouched */
 static atomic_uint go;       /* 0: park; 1: storm; 2: leave */
 static atomic_uint arrived;  /* threads done with the storm */
 static size_t nthreads;
@@ -78,20 +93,27 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static int one_call(void)
+static int one_call(size_t i)
 {
 	void *addr;
 
-	if (kit)
+	switch (mode) {
+	case M_KIT:
 		return jitring_trampolines_get(set, "py::f:/app/x.py", &addr) >
 		       0;
+	case M_NULL:
+		return 1;
+	case M_FAULT:
+		fresh[i * 4096]++;
+		return 1;
+	}
 	return jitring_write(jr, entry) > 0;
 }
 
 static void *storm_thread(void *arg)
 {
 	size_t i = (size_t)arg;
-	unsigned n = kit ? COPIES : WRITES;
+	unsigned n = mode == M_KIT ? COPIES : WRITES;
 	volatile char stack[64 << 10];
 	uint64_t t0, t1, t2, w0, w1;
 	struct rusage r0, r1;
@@ -103,7 +125,7 @@ static void *storm_thread(void *arg)
 		getrusage(RUSAGE_THREAD, &r0);
 	w0 = bench_now_ns();
 	t0 = thread_cpu_ns();
-	if (!one_call())
+	if (!one_call(i))
 		atomic_fetch_add(&errors, 1);
 	t1 = thread_cpu_ns();
 	w1 = bench_now_ns();
@@ -115,7 +137,7 @@ static void *storm_thread(void *arg)
 					     r1.ru_nivcsw - r0.ru_nivcsw };
 	}
 	for (unsigned k = 1; k < n; k++)
-		if (!one_call())
+		if (!one_call(i))
 			atomic_fetch_add(&errors, 1);
 	t2 = thread_cpu_ns();
 	first_ns[i] = t1 - t0 < w1 - w0 ? t1 - t0 : w1 - w0;
@@ -142,18 +164,20 @@ int main(int argc, char **argv)
 	unsigned idle_ms = getenv("STORM_IDLE_MS") ?
 				   (unsigned)atoi(getenv("STORM_IDLE_MS")) :
 				   200;
-	uint64_t c0, c1, c2, c3, t_idle0, t_idle1;
+	uint64_t c0, c1, c2, c3, t_idle0, t_idle1, wakes;
 	long rss_parked, rss_idle;
 	uint64_t vm_parked, vm_idle;
 	double later = 0;
 	char dir[] = "/tmp/jitring-storm-XXXXXX";
 
-	if (argc < 3 || (strcmp(argv[1], "write") && strcmp(argv[1], "kit"))) {
-		fprintf(stderr, "usage: %s write|kit THREADS [READY]\n",
+	for (mode = 0; argc > 1 && mode < 4 && strcmp(argv[1], modes[mode]);)
+		mode++;
+	if (argc < 3 || mode == 4) {
+		fprintf(stderr,
+			"usage: %s write|kit|null|fault THREADS [READY]\n",
 			argv[0]);
 		return 2;
 	}
-	kit = !strcmp(argv[1], "kit");
 	n = nthreads = strtoul(argv[2], NULL, 10);
 	if (argc > 3)
 		ready = (uint32_t)strtoul(argv[3], NULL, 10);
@@ -166,9 +190,17 @@ int main(int argc, char **argv)
 	if (jitring_open(&cfg, &jr))
 		return 1;
 	entry = bench_shape_entry(bench_shape_parse("cpython"));
-	if (kit && (jitring_trampoline_builtin(&tmpl) ||
-		    jitring_trampolines_new(jr, &tmpl, &set)))
+	if (mode == M_KIT && (jitring_trampoline_builtin(&tmpl) ||
+			      jitring_trampolines_new(jr, &tmpl, &set)))
 		return 77;
+	if (mode == M_FAULT) {
+		/* Small pages, as the rings' (pool.c): one fault per thread. */
+		fresh = mmap(NULL, (n + 1) * 4096, PROT_READ | PROT_WRITE,
+			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (fresh == MAP_FAILED)
+			return 1;
+		(void)madvise((void *)fresh, (n + 1) * 4096, MADV_NOHUGEPAGE);
+	}
 	if (getenv("STORM_DEBUG"))
 		dbg = calloc(n, sizeof(*dbg));
 	first_ns = calloc(n, sizeof(*first_ns));
@@ -180,7 +212,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < n; i++)
 		if (pthread_create(&th[i], &attr, storm_thread, (void *)i))
 			return 1;
-	if (!getenv("STORM_COLD") && !one_call())
+	if (!getenv("STORM_COLD") && !one_call(n))
 		return 1;
 	/* Parked and idle: the baseline, then the writer sits idle. */
 	t_sleep_ns(idle_ms * 1000000ull);
@@ -190,11 +222,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, "before the storm: arenas ahead %llu\n",
 			(unsigned long long)t_stats(jr).trampoline_arenas_ahead);
 	c0 = bench_flusher_cpu_ns();
+	wakes = bench_wakes(jr);
 	atomic_store(&go, 1);
 	bench_futex_wake(&go);
 	for (unsigned a; (a = atomic_load(&arrived)) < n;)
 		bench_futex_wait(&arrived, a);
 	c1 = bench_flusher_cpu_ns();
+	wakes = bench_wakes(jr) - wakes;
 	jitring_flush(jr);
 	getrusage(RUSAGE_SELF, &ru);
 	/* Idle, every thread registered and parked. */
@@ -222,7 +256,7 @@ int main(int argc, char **argv)
 	       "\"own_ring_share\": %.4f, \"refills_waited\": %llu, "
 	       "\"arena_caller_share\": %.4f, \"arenas_waited\": %llu, "
 	       "\"arenas_ahead\": %llu, \"grown_waited\": %llu, "
-	       "\"full_waits\": %llu, "
+	       "\"full_waits\": %llu, \"wakes\": %llu, "
 	       "\"idle_ms\": %u, \"warm\": %d, "
 	       "\"first_p50_ns\": %llu, \"first_p99_ns\": %llu, "
 	       "\"first_cpu_p99_ns\": %llu, "
@@ -240,7 +274,8 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.trampoline_arenas_waited,
 	       (unsigned long long)st.trampoline_arenas_ahead,
 	       (unsigned long long)st.rings_grown_waited,
-	       (unsigned long long)st.ring_full_waits, idle_ms, !getenv("STORM_COLD"),
+	       (unsigned long long)st.ring_full_waits,
+	       (unsigned long long)wakes, idle_ms, !getenv("STORM_COLD"),
 	       (unsigned long long)first_ns[n / 2],
 	       (unsigned long long)first_ns[(n * 99) / 100],
 	       (unsigned long long)first_cpu_ns[(n * 99) / 100], later,

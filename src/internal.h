@@ -66,6 +66,9 @@ struct jr_counters {
 	_Atomic uint64_t trampoline_arenas_ahead;
 	_Atomic uint64_t trampoline_arenas_waited;
 	_Atomic uint64_t rings_grown_waited;
+	/* Not in jitring_stats (tests and benchmarks read it): system calls
+	 * a thread other than the flusher made to wake it. */
+	_Atomic uint64_t wakes;
 };
 
 /*

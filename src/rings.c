@@ -48,8 +48,10 @@ void jitring_rings_wake_slow(struct jitring *jr, uint32_t s)
 	/* Only the waker that moves the word pays for the system call. */
 	if (atomic_compare_exchange_strong_explicit(&jr->sleep, &s, JR_AWAKE,
 						    memory_order_relaxed,
-						    memory_order_relaxed))
+						    memory_order_relaxed)) {
+		jitring_count(&jr->c.wakes, 1);
 		jr_futex_wake(&jr->sleep, 1);
+	}
 }
 
 void jitring_rings_kick(struct jitring *jr)

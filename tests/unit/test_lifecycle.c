@@ -65,6 +65,10 @@
  *     (counted in rings_grown, not rings_grown_waited: no system call),
  *     and makes its own only once those are out too ("spare_empty");
  *     every entry reaches the file.
+ * 13. the pool a storm raised is given back while the process idles.
+ * 14. a successor made ahead and never taken is trimmed like an idle ring.
+ * 15. a new thread's pool take wakes a napping flusher only once the pool
+ *     is under a quarter of its mark.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -367,7 +371,8 @@ static void tp_reset(struct jitring *jr, int which)
 /* Helpers.                                                             */
 
 static struct jitring *open_ready(const char *sub, uint32_t ring_size,
-				  uint32_t holdback_ms, uint32_t ready_rings)
+				  uint32_t holdback_ms, uint32_t ready_rings,
+				  uint32_t max_delay_ms)
 {
 	struct jitring_config cfg;
 	struct jitring *jr = NULL;
@@ -381,6 +386,7 @@ static struct jitring *open_ready(const char *sub, uint32_t ring_size,
 	cfg.ring_size = ring_size;
 	cfg.holdback_ms = holdback_ms;
 	cfg.ready_rings = ready_rings;
+	cfg.max_delay_ms = max_delay_ms;
 	T_REQUIRE(jitring_open(&cfg, &jr) == 0);
 	return jr;
 }
@@ -388,7 +394,7 @@ static struct jitring *open_ready(const char *sub, uint32_t ring_size,
 static struct jitring *open_in(const char *sub, uint32_t ring_size,
 			       uint32_t holdback_ms)
 {
-	return open_ready(sub, ring_size, holdback_ms, 0);
+	return open_ready(sub, ring_size, holdback_ms, 0, 0);
 }
 
 /* Loads in this process's dump in @sub, or -1 if it does not check out. */
@@ -1178,7 +1184,7 @@ static uint32_t pool_size(struct jr_rings *e, uint32_t *low)
  */
 static void case_pool_given_back(void)
 {
-	struct jitring *jr = open_ready("c13", 0, 0, 8);
+	struct jitring *jr = open_ready("c13", 0, 0, 8, 0);
 	struct jr_rings *e = jr->eng;
 	pthread_t th[C13_THREADS];
 	uint32_t low = 0, peak = 0, peak_low = 0, n;
@@ -1309,6 +1315,73 @@ static void case_succ_trimmed(void)
 	       resident, busy_in_trim ? "" : " (not seen)");
 }
 
+/* ------------------------------------------------------------------ */
+/* 15. Pool takes and a napping flusher.                                */
+
+static void *write_once_main(void *arg)
+{
+	return (void *)(intptr_t)t_write_at(arg, "N", 0xc150000);
+}
+
+/* A new thread writes once (its first write takes a pooled ring) and
+ * leaves.  Return: 1 if its write succeeded. */
+static int one_new_thread(struct jitring *jr)
+{
+	pthread_t th;
+	void *r;
+
+	T_REQUIRE(pthread_create(&th, NULL, write_once_main, jr) == 0);
+	pthread_join(th, &r);
+	return (intptr_t)r > 0;
+}
+
+/*
+ * The flusher naps (max_delay_ms 60 s: a round wrote an entry) with 64
+ * ready rings.  New threads take 8 of them: no wake, no round -- a wake
+ * costs the taker a FUTEX_WAKE of an idle CPU, and before, every take
+ * below the mark paid one (2-47 wakes in a 64-thread storm).  Further
+ * takes bring the pool under a quarter of its mark (16): that take wakes
+ * the flusher, which refills at once, not after its 60 s nap.
+ */
+static void case_take_no_wake(void)
+{
+	struct jitring *jr = open_ready("c15", 0, 0, 64, 60000);
+	struct jr_rings *e = jr->eng;
+	uint64_t r0, w0, w8;
+	uint32_t low = 0;
+	int ok = 0, more = 0;
+
+	tp_reset(jr, 15);
+	T_REQUIRE(t_write_at(jr, "M", 0xc14f000) > 0);
+	T_REQUIRE(T_POLL_UNTIL(t_stats(jr).entries_written == 1 &&
+				       atomic_load(&jr->sleep) == JR_NAP &&
+				       pool_size(e, &low) == 64,
+			       10000));
+	r0 = rounds_now();
+	w0 = atomic_load(&jr->c.wakes);
+	for (int i = 0; i < 8; i++)
+		ok += one_new_thread(jr);
+	T_CHECK_EQ(ok, 8);
+	T_CHECK_EQ(rounds_now(), r0);
+	w8 = atomic_load(&jr->c.wakes) - w0;
+	T_CHECK_EQ(w8, 0);
+	T_CHECK_EQ(atomic_load(&jr->sleep), JR_NAP);
+	T_CHECK_EQ(pool_size(e, &low), 56);
+	/* 41 more takes leave 15: the 41st wakes the flusher. */
+	while (more < 41)
+		more += one_new_thread(jr);
+	T_CHECK(T_POLL_UNTIL(rounds_now() > r0 && pool_size(e, &low) >= 64,
+			     10000));
+	w0 = atomic_load(&jr->c.wakes) - w0 - w8;
+	T_CHECK(w0 > 0);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(count_loads("c15"), 1 + 8 + 41);
+	printf("64 ready rings, flusher napping: 8 takes woke it %" PRIu64
+	       " times; under a quarter left, %" PRIu64
+	       " wake(s) and a refill\n",
+	       w8, w0);
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/jitring-lifecycle-XXXXXX";
@@ -1337,6 +1410,7 @@ int main(void)
 	case_grow_spares();
 	case_pool_given_back();
 	case_succ_trimmed();
+	case_take_no_wake();
 
 	t_rmtree(base);
 	return t_report();
