@@ -11,8 +11,9 @@
  *	with the built-in template).
  * null:  controls, no library call: the first call is empty (what the
  *	measurement itself costs a thread just woken);
- * fault: each thread's first call writes to a page nobody touched yet
- *	(one anonymous page fault: what a cold ring's first write pays).
+ * fault: each thread's first call writes to a page nobody touched yet,
+ *	64 KiB from the next thread's as rings are (one anonymous page
+ *	fault: what a cold ring's first write pays).
  * READY: jitring_config.ready_rings and .ready_copies (0: the defaults),
  *	what a runtime that knows its thread count may say.
  *
@@ -42,7 +43,7 @@
  *   one ready (the thread took a spare, or made one); full_waits:
  *   ring_full_waits, times a thread waited for the flusher to make room;
  *   wakes: system calls the storm's threads made to wake the flusher
- *   (each a FUTEX_WAKE of an idle CPU: 10-40 us on this VM);
+ *   (each a FUTEX_WAKE of an idle CPU: 3-19 us on this VM);
  *   vm_kept_mib: address space after the 2.5 s idle less that before the
  *   storm (what the ready stocks kept of a storm, and the threads' rings).
  */
@@ -73,7 +74,7 @@ enum {
 };
 static const char *const modes[] = { "write", "kit", "null", "fault" };
 static int mode;
-static volatile char *fresh; /* M_FAULT: a page per thread, untouched */
+static volatile char *fresh; /* M_FAULT: 64 KiB per thread, untouched */
 static atomic_uint go;       /* 0: park; 1: storm; 2: leave */
 static atomic_uint arrived;  /* threads done with the storm */
 static size_t nthreads;
@@ -104,7 +105,9 @@ static int one_call(size_t i)
 	case M_NULL:
 		return 1;
 	case M_FAULT:
-		fresh[i * 4096]++;
+		/* A store only: a read first would map the zero page, and the
+		 * store would then need a TLB shootdown (an IPI). */
+		fresh[i << 16] = 1;
 		return 1;
 	}
 	return jitring_write(jr, entry) > 0;
@@ -195,11 +198,11 @@ int main(int argc, char **argv)
 		return 77;
 	if (mode == M_FAULT) {
 		/* Small pages, as the rings' (pool.c): one fault per thread. */
-		fresh = mmap(NULL, (n + 1) * 4096, PROT_READ | PROT_WRITE,
+		fresh = mmap(NULL, (n + 1) << 16, PROT_READ | PROT_WRITE,
 			     MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (fresh == MAP_FAILED)
 			return 1;
-		(void)madvise((void *)fresh, (n + 1) * 4096, MADV_NOHUGEPAGE);
+		(void)madvise((void *)fresh, (n + 1) << 16, MADV_NOHUGEPAGE);
 	}
 	if (getenv("STORM_DEBUG"))
 		dbg = calloc(n, sizeof(*dbg));

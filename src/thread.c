@@ -196,9 +196,9 @@ static struct jr_ring *ring_get(struct jitring *jr, struct jr_rings *e,
 			 * take cold spares.  Above it a napping flusher refills
 			 * within max_delay_ms, and a sleeping one is woken by
 			 * our first commit anyway.  A wake costs its caller a
-			 * FUTEX_WAKE of an idle CPU (10-40 us in a VM): when
-			 * every take below the mark woke it, 2-15 threads of a
-			 * 64-thread storm each paid one.
+			 * FUTEX_WAKE of an idle CPU (3-19 us in a VM): when
+			 * every take below the mark woke it, a 64-thread storm
+			 * paid 2-47 of them.
 			 */
 			if (4 * (uint64_t)ck_ring_size(&e->pool) <
 			    atomic_load_explicit(&e->pool_low,
