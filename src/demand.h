@@ -10,8 +10,8 @@
  * quarter (rounded up, so it reaches 0) each window with less.  The ring
  * pool and the trampoline arenas are both kept at twice the peak, so a
  * storm's stock is made while it lasts and given back within about two
- * seconds once it is over; the flusher runs a round each window while a
- * stock is above its floor (the return of jr_demand_peak()'s callers).
+ * seconds once it is over.  While a stock is above its floor, its owner
+ * asks the flusher for a round at jr_demand_next(), idle or not.
  */
 #define JR_DEMAND_WINDOW_NS (100u * 1000000ull)
 

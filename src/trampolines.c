@@ -441,17 +441,12 @@ static void wake_flusher(struct jitring_trampolines *t)
 }
 
 /*
- * Demand outran the flusher: double the low-water mark (once per @seen);
- * at the most ready arenas, double the size of new arenas instead (fewer
- * arenas to make and switch to for the same copies, the same bytes).
- */
-/*
  * The most ready arenas demand may ask for: JR_TRAMP_WANT_MAX, and
  * JR_TRAMP_READY_CAP / 2 for small arenas that cost no memory (an image
- * mapped once) with a flusher to make them.  16 arenas of 16 mappings are
- * already 688,128 copies of the built-in template, and more would only
- * hold mmap_lock against a storm's page faults; written arenas hold
- * memory and grow instead (want_grow()).
+ * mapped once) with a flusher to make them.  16 arenas of 16 mappings of
+ * the tiled image are already 2,785,280 copies of the built-in template,
+ * and more would only hold mmap_lock against a storm's page faults;
+ * written arenas hold memory and grow instead (want_grow()).
  */
 static uint32_t want_cap(const struct jitring_trampolines *t)
 {
@@ -461,6 +456,12 @@ static uint32_t want_cap(const struct jitring_trampolines *t)
 		       JR_TRAMP_WANT_MAX;
 }
 
+/*
+ * Demand outran the flusher: double the low-water mark (once per @seen),
+ * up to want_cap(); at the cap, double the size of new written arenas
+ * instead (fewer arenas to make and switch to for the same copies, the
+ * same bytes).
+ */
 static void want_grow(struct jitring_trampolines *t, uint32_t seen)
 {
 	uint32_t cap = want_cap(t);
@@ -472,7 +473,8 @@ static void want_grow(struct jitring_trampolines *t, uint32_t seen)
 			memory_order_relaxed, memory_order_relaxed);
 		return;
 	}
-	/* No flusher (mutex engine): callers make every arena anyway. */
+	/* No flusher (mutex engine): callers make every arena anyway.  An
+	 * image's arenas have a fixed size. */
 	if (t->jr->engine != JITRING_ENGINE_RINGS || t->image >= 0)
 		return;
 	len = atomic_load_explicit(&t->slots_len, memory_order_relaxed);
