@@ -77,7 +77,7 @@
 #define JR_GROW_TARGET (4 * JR_SLAB_RINGS)
 #define JR_GROW_CAP 2048u
 /* Under strict overcommit, a quarter of the spares, an eighth of the
- * successors (overcommit_strict()). */
+ * successors (jitring_host_overcommit_strict()). */
 #define JR_SPARE_STRICT_DIV 4u
 
 _Static_assert(sizeof(struct jr_ring) <= JR_CTL_BYTES, "control block");
@@ -517,23 +517,17 @@ static int spares_init(struct jr_spares *sp, uint32_t cap, uint32_t target,
 	return 0;
 }
 
-/*
- * vm.overcommit_memory=2 (strict): every mapping's size is charged to the
- * commit limit when it is made, touched or not, so untaken spares would
- * take 400 MiB of it from the program.
- */
-static bool overcommit_strict(struct jitring *jr)
+bool jitring_host_overcommit_strict(void)
 {
 	FILE *f = fopen("/proc/sys/vm/overcommit_memory", "re");
 	int mode = 0;
 
-	(void)jr; /* for the fault point only */
 	if (f) {
 		if (fscanf(f, "%d", &mode) != 1)
 			mode = 0;
 		fclose(f);
 	}
-	return mode == 2 || JITRING_FAULT(overcommit_strict, jr);
+	return mode == 2;
 }
 
 int jitring_spares_init(struct jr_rings *e)
@@ -541,7 +535,8 @@ int jitring_spares_init(struct jr_rings *e)
 	struct jitring *jr = e->jr;
 	uint64_t budget = jr->mem_budget;
 	uint32_t spare = JR_SPARE_TARGET, grow = 0;
-	bool strict = overcommit_strict(jr);
+	bool strict = jitring_host_overcommit_strict() ||
+		      JITRING_FAULT(overcommit_strict, jr);
 
 	/* Address space: within half the budget, and the growth budget
 	 * (a quarter) for successors, which only adaptive rings have. */

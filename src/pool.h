@@ -40,6 +40,10 @@ struct jr_ring *jitring_spare_take(struct jr_rings *e, struct jr_spares *sp);
 /* The stocks of spare rings: made (start), freed (close, failed start),
  * emptied (a fork child: jitring_pool_release() freed the rings). */
 int jitring_spares_init(struct jr_rings *e);
+/* vm.overcommit_memory is 2 (strict) on this host: every mapping is
+ * charged to the commit limit when made, touched or not, so untaken
+ * spares would take 400 MiB of it; the stocks are made smaller. */
+bool jitring_host_overcommit_strict(void);
 void jitring_spares_fini(struct jr_rings *e);
 void jitring_spares_reset(struct jr_rings *e);
 /*

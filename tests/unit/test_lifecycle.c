@@ -88,6 +88,7 @@
 
 #include "harness.h"
 #include "jitring.h"
+#include "pool.h"
 #include "reader.h"
 #include "rings.h"
 #include "testpoint.h"
@@ -185,20 +186,6 @@ static void make_spares(struct jitring *jr)
 {
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_CHECK_EQ(jitring_flush(jr), 0);
-}
-
-/* vm.overcommit_memory=2 on this host: the engine keeps fewer spares. */
-static bool host_overcommit_strict(void)
-{
-	FILE *f = fopen("/proc/sys/vm/overcommit_memory", "r");
-	int mode = 0;
-
-	if (f) {
-		if (fscanf(f, "%d", &mode) != 1)
-			mode = 0;
-		fclose(f);
-	}
-	return mode == 2;
 }
 
 /* Is @r one of @jr's rings?  On the flusher only (its registry). */
@@ -997,7 +984,7 @@ static void case_spares(void)
 
 	tp_reset(jr, 11);
 	/* The defaults (a quarter and an eighth under strict overcommit). */
-	if (host_overcommit_strict())
+	if (jitring_host_overcommit_strict())
 		T_CHECK(spares == 1024 && grows == 127);
 	else
 		T_CHECK(spares == 4096 && grows == 1020);
