@@ -1305,11 +1305,6 @@ static void case_succ_trimmed(void)
 /* ------------------------------------------------------------------ */
 /* 15. Pool takes and a napping flusher.                                */
 
-static void *write_once_main(void *arg)
-{
-	return (void *)(intptr_t)t_write_at(arg, "N", 0xc150000);
-}
-
 /* A new thread writes once (its first write takes a pooled ring) and
  * leaves.  Return: 1 if its write succeeded. */
 static int one_new_thread(struct jitring *jr)
@@ -1317,7 +1312,7 @@ static int one_new_thread(struct jitring *jr)
 	pthread_t th;
 	void *r;
 
-	T_REQUIRE(pthread_create(&th, NULL, write_once_main, jr) == 0);
+	T_REQUIRE(pthread_create(&th, NULL, writer_main, jr) == 0);
 	pthread_join(th, &r);
 	return (intptr_t)r > 0;
 }
