@@ -1220,9 +1220,10 @@ static struct jr_ring *my_ring(struct jitring *jr)
 }
 
 /*
- * Write past half of the first ring (it asks to grow), let a round make
- * the successor, idle until told, then fill the ring: the full ring
- * trades for that successor.  Return: entries written, or -1.
+ * Write past half of the first ring (it asks to grow; the flusher is held,
+ * so it cannot drain the ring first), let a round make the successor, idle
+ * until told, then fill the ring: the full ring trades for that
+ * successor.  Return: entries written, or -1.
  */
 static void *succ_main(void *arg)
 {
@@ -1236,7 +1237,8 @@ static void *succ_main(void *arg)
 		n++;
 		r = my_ring(jr);
 	} while (r && !r->grow_asked && n < 100000);
-	if (!r || jitring_flush(jr))
+	TP_SET(tp.hold_flusher = false);
+	if (!r || !r->grow_asked || jitring_flush(jr))
 		return (void *)(intptr_t)-1;
 	if (!T_POLL_UNTIL((g = atomic_load(&r->next_ring)) != NULL, 10000))
 		return (void *)(intptr_t)-1;
@@ -1275,6 +1277,12 @@ static void case_succ_trimmed(void)
 
 	tp_reset(jr, 14);
 	st = t_stats(jr);
+	/* Held until the thread asked to grow: a flusher that kept up with
+	 * it (under TSan) kept its ring under half full, and no successor
+	 * was ever made. */
+	TP_SET(tp.hold_flusher = true);
+	jitring_rings_kick(jr);
+	T_REQUIRE(TP_WAIT(tp.flusher_held, 30));
 	T_REQUIRE(pthread_create(&w, NULL, succ_main, jr) == 0);
 	T_REQUIRE(TP_WAIT(tp.succ != NULL, 30));
 	g = T_LOCKED(&tp.lock, tp.succ);
