@@ -68,7 +68,9 @@
  * 13. the pool a storm raised is given back while the process idles.
  * 14. a successor made ahead and never taken is trimmed like an idle ring.
  * 15. a new thread's pool take wakes a napping flusher only once the pool
- *     is under a quarter of its mark.
+ *     is under a quarter of its mark; with the flusher held between its
+ *     round and its sleep-mode store ("flusher_round"), such takes find
+ *     it awake and leave only pool_want, which it must see and refill.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -1337,9 +1339,9 @@ static void case_take_no_wake(void)
 {
 	struct jitring *jr = open_ready("c15", 0, 0, 64, 60000);
 	struct jr_rings *e = jr->eng;
-	uint64_t r0, w0, w8;
+	uint64_t r0, w0, w8, w3;
 	uint32_t low = 0;
-	int ok = 0, more = 0;
+	int ok = 0, more = 0, held = 0;
 
 	tp_reset(jr, 15);
 	T_REQUIRE(t_write_at(jr, "M", 0xc14f000) > 0);
@@ -1364,12 +1366,32 @@ static void case_take_no_wake(void)
 			     10000));
 	w0 = atomic_load(&jr->c.wakes) - w0 - w8;
 	T_CHECK(w0 > 0);
+
+	/*
+	 * The same take's Dekker pair with the flusher's sleep, the window
+	 * held open: the flusher is held after a round that wrote an entry
+	 * (it will nap 60 s), before it stores its sleep mode.  Takes then
+	 * find it awake (no wake, no system call) and leave only pool_want;
+	 * released, the flusher must see it and refill instead of napping.
+	 */
+	T_REQUIRE(t_write_at(jr, "M", 0xc14f000) > 0);
+	TP_SET(tp.hold_flusher = true);
+	jitring_rings_kick(jr);
+	T_REQUIRE(TP_WAIT(tp.flusher_held, 30));
+	w3 = atomic_load(&jr->c.wakes);
+	while (4 * pool_size(e, &low) >= low && held < 1000)
+		held += one_new_thread(jr);
+	T_CHECK(held > 0 && held < 1000);
+	T_CHECK_EQ(atomic_load(&jr->c.wakes), w3);
+	TP_SET(tp.hold_flusher = false);
+	T_CHECK(T_POLL_UNTIL(pool_size(e, &low) >= low, 10000));
 	T_CHECK_EQ(jitring_close(jr), 0);
-	T_CHECK_EQ(count_loads("c15"), 1 + 8 + 41);
+	T_CHECK_EQ(count_loads("c15"), 1 + 8 + 41 + 1 + held);
 	printf("64 ready rings, flusher napping: 8 takes woke it %" PRIu64
 	       " times; under a quarter left, %" PRIu64
-	       " wake(s) and a refill\n",
-	       w8, w0);
+	       " wake(s) and a refill; %d takes past the flusher's sleep "
+	       "store refilled too\n",
+	       w8, w0, held);
 }
 
 int main(void)
