@@ -28,19 +28,20 @@
  * Concurrency table ("-" = may overlap freely, "X" = caller must serialise,
  * "E" = not allowed at all, see the note).  Rows and columns: open,
  * write/move, flush, stats, thread_detach, close, trampolines_new,
- * trampolines_get/_get_parts, trampolines_free (the last three on the same
- * set of trampolines).
+ * trampolines_get/_get_parts/_reuse/_reuse_parts, trampolines_rebind,
+ * trampolines_free (the last four on the same set of trampolines).
  *
- *                 open write flush stats detach close t_new t_get t_free
- *   open           -    -     -     -     -      -     -     -     -
- *   write/move     -    -     -     -     -     (1)    -     -     -
- *   flush          -    -     -     -     -     (1)    -     -     -
- *   stats          -    -     -     -     -      -     -     -     -
- *   thread_detach  -    -     -     -     -      -     -     -     -
- *   close          -   (1)   (1)    -     -     (2)   (1)   (1)   (3)
- *   t_new          -    -     -     -     -     (1)    -     -     -
- *   t_get          -    -     -     -     -     (1)    -     -     E(4)
- *   t_free         -    -     -     -     -     (3)    -    E(4)   X
+ *                 open write flush stats detach close t_new t_get t_rebind t_free
+ *   open           -    -     -     -     -      -     -     -     -       -
+ *   write/move     -    -     -     -     -     (1)    -     -     -       -
+ *   flush          -    -     -     -     -     (1)    -     -     -       -
+ *   stats          -    -     -     -     -      -     -     -     -       -
+ *   thread_detach  -    -     -     -     -      -     -     -     -       -
+ *   close          -   (1)   (1)    -     -     (2)   (1)   (1)   (5)     (3)
+ *   t_new          -    -     -     -     -     (1)    -     -     -       -
+ *   t_get          -    -     -     -     -     (1)    -     -    (5)     E(4)
+ *   t_rebind       -    -     -     -     -     (5)    -    (5)    X       X
+ *   t_free         -    -     -     -     -     (3)    -    E(4)   X       X
  *
  * (1) A call that overlaps jitring_close() either completes normally (and
  *     what it wrote is in the file) or returns -ESHUTDOWN and writes nothing.
@@ -53,6 +54,9 @@
  *     returned.
  * (4) free() unmaps the copies: no get() may run, or follow, on that set,
  *     and no thread may still run code in a copy.
+ * (5) rebind() returns -EBUSY until the set's writer is closed, and
+ *     -ESHUTDOWN if the new writer's close has started; a get() racing it
+ *     describes its copy through either writer (see (1) for the old one).
  * jitring_pause() overlaps everything as jitring_flush() does.
  *
  * Fork: the child gets its own jit-<childpid>.dump and a working writer for
@@ -78,7 +82,7 @@ extern "C" {
 #endif
 
 #define JITRING_VERSION_MAJOR 0
-#define JITRING_VERSION_MINOR 1
+#define JITRING_VERSION_MINOR 2
 
 /** Longest function or file name, in bytes, without the NUL. */
 #define JITRING_NAME_MAX 4095u
@@ -886,6 +890,74 @@ JITRING_API int64_t jitring_trampolines_get(struct jitring_trampolines *t,
 JITRING_API int64_t jitring_trampolines_get_parts(
 	struct jitring_trampolines *t, const struct jitring_str *parts,
 	unsigned int nr_parts, void **addr);
+
+/**
+ * jitring_trampolines_reuse() - Describe a copy handed out earlier again.
+ * @t: the set.
+ * @addr: a copy that jitring_trampolines_get() (or _get_parts()) of this
+ *	set handed out.
+ * @name: the name to describe it by now, as for jitring_trampolines_get().
+ *
+ * Writes a new group for the copy at @addr (UNWINDING_INFO + CODE_LOAD
+ * named @name, a new code_index, the dumped bytes salted anew so no perf
+ * build-id repeats) through the set's writer, and hands out no new copy.
+ * For a runtime that recycles copies: a copy whose function is gone may
+ * serve another (every copy has the same executable bytes, so a thread
+ * still returning through it is unaffected; perf names samples in it by
+ * the newest description), and after jitring_trampolines_rebind() each
+ * copy still in use is described in the new writer's dump this way.
+ * Copies are never unmapped, so recycling them is how a long-running
+ * process keeps its trampoline memory flat.
+ *
+ * Context: any thread, concurrently with every call on the set but
+ * jitring_trampolines_free(); not async-signal-safe.
+ * Return: the new code_index (> 0); -EINVAL for NULL arguments, a bad name,
+ * or an @addr that is not the start of a copy this set handed out (but
+ * -ESHUTDOWN once the writer is closing); otherwise what jitring_write()
+ * returns.
+ */
+JITRING_API int64_t jitring_trampolines_reuse(struct jitring_trampolines *t,
+					      void *addr, const char *name);
+
+/**
+ * jitring_trampolines_reuse_parts() - jitring_trampolines_reuse(), the name
+ *	in pieces.
+ * @t: the set.
+ * @addr: as for jitring_trampolines_reuse().
+ * @parts: the name's pieces, as for jitring_trampolines_get_parts().
+ * @nr_parts: pieces at @parts, 1 to JITRING_NAME_PARTS_MAX.
+ *
+ * Context: as jitring_trampolines_reuse().
+ * Return: as jitring_trampolines_reuse(), and -EINVAL for the pieces as
+ * jitring_trampolines_get_parts().
+ */
+JITRING_API int64_t jitring_trampolines_reuse_parts(
+	struct jitring_trampolines *t, void *addr,
+	const struct jitring_str *parts, unsigned int nr_parts);
+
+/**
+ * jitring_trampolines_rebind() - Hand a set to another writer.
+ * @t: the set; its writer must be closed.
+ * @jr: the writer to describe its copies through from now on.
+ *
+ * A set outlives its writer (its copies may still run), so a runtime that
+ * closes a writer and opens another (a profiler switched off and on) keeps
+ * one set instead of making a new one per writer: its arenas, the copies
+ * handed out and the stock ready ahead carry over, and @jr's background
+ * thread keeps the stock from then on.  Copies handed out before are not
+ * described in @jr's dump until jitring_trampolines_reuse() says so.
+ * A get() racing this call describes its copy through either writer (the
+ * old one refuses it with -ESHUTDOWN).
+ *
+ * Context: any thread; not concurrently with another rebind or
+ * jitring_trampolines_free() of the same set; not async-signal-safe.
+ * Return: 0 (also if @jr is already the set's writer); -EINVAL for NULL
+ * arguments; -EBUSY while the set's writer is still open (nothing
+ * changes); -ESHUTDOWN once @jr is closing (the set then belongs to @jr,
+ * closed, and may be rebound again).
+ */
+JITRING_API int jitring_trampolines_rebind(struct jitring_trampolines *t,
+					   struct jitring *jr);
 
 /**
  * jitring_trampolines_free() - Unmap a set's arenas.

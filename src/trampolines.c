@@ -155,11 +155,15 @@ struct tr_arena {
 	void *map; /* the mapping, guards included */
 	size_t map_len;
 	struct tr_arena *all_next; /* the set's `all` list */
+	/* The set's `installed` list: set before the push, then immutable. */
+	struct tr_arena *inst_next;
 };
 
 struct jitring_trampolines {
+	/* The writer: changed only by jitring_trampolines_rebind(), once
+	 * the one before is closed; read it through tr_writer(). */
+	alignas(JITRING_CACHELINE) _Atomic(struct jitring *) jr;
 	/* Immutable after jitring_trampolines_new(). */
-	alignas(JITRING_CACHELINE) struct jitring *jr;
 	uint8_t *code;     /* the template's bytes */
 	uint8_t *eh_frame; /* built once for every copy, or NULL */
 	uint32_t code_size;
@@ -197,12 +201,28 @@ struct jitring_trampolines {
 	_Atomic uint32_t taken;         /* getters' takes since the flusher
 					 * last looked (the demand) */
 	_Atomic(struct tr_arena *) all; /* every arena made */
+	/* Every arena that was ever cur (copies were handed out of it only):
+	 * pushed, never unlinked until the set is freed. */
+	_Atomic(struct tr_arena *) installed;
+	_Atomic uint64_t
+		reuses; /* descriptions by jitring_trampolines_reuse() */
 	/* Flusher-private: the demand, in arenas taken per window. */
 	bool warned;
 	uint32_t want_floor; /* never fewer ready: the default or ready_copies */
 	struct jr_demand demand;
 	_Atomic(struct tr_arena *) ready[JR_TRAMP_READY_CAP];
 };
+
+/*
+ * The set's writer.  Acquire: pairs with the release store in
+ * jitring_trampolines_rebind(), so a caller that sees a new writer sees its
+ * handle complete.
+ */
+static inline struct jitring *tr_writer(const struct jitring_trampolines *t)
+{
+	return atomic_load_explicit(&((struct jitring_trampolines *)t)->jr,
+				    memory_order_acquire);
+}
 
 /* ------------------------------------------------------------------ */
 /* Salts.                                                               */
@@ -230,16 +250,22 @@ static void tr_init(void)
 }
 
 /*
- * The 8-byte salt of the copy at @code: distinct for every (set, address)
- * pair of the process while addresses stay below 2^48 and fewer than 65536
- * sets are made, because jr_mix64() is a bijection.
+ * The 8-byte salt of the copy at @code, described for the @gen-th time by
+ * jitring_trampolines_reuse() (0: by get()): for get() distinct for every
+ * (set, address) pair of the process while addresses stay below 2^48 and
+ * fewer than 65536 sets are made, because jr_mix64() is a bijection; a
+ * reuse's is mixed once more with its generation, so the same address
+ * described again under another name never repeats its earlier bytes (but
+ * with odds of 2^-64).
  */
-static uint64_t salt_of(const struct jitring_trampolines *t, const void *code)
+static uint64_t salt_of(const struct jitring_trampolines *t, const void *code,
+			uint64_t gen)
 {
 	uint64_t v = (uint64_t)(uintptr_t)code ^ (t->serial << 48);
+	uint64_t s = jr_mix64(
+		v ^ atomic_load_explicit(&tr_key, memory_order_relaxed));
 
-	return jr_mix64(v ^
-			atomic_load_explicit(&tr_key, memory_order_relaxed));
+	return gen ? jr_mix64(s + gen) : s;
 }
 
 /* ------------------------------------------------------------------ */
@@ -433,7 +459,7 @@ static struct tr_arena *ready_take(struct jitring_trampolines *t)
 
 static void wake_flusher(struct jitring_trampolines *t)
 {
-	struct jitring *jr = t->jr;
+	struct jitring *jr = tr_writer(t);
 
 	/* jr->sleep lives in the handle: valid even after close. */
 	if (jr->engine == JITRING_ENGINE_RINGS)
@@ -450,7 +476,7 @@ static void wake_flusher(struct jitring_trampolines *t)
  */
 static uint32_t want_cap(const struct jitring_trampolines *t)
 {
-	return t->jr->engine == JITRING_ENGINE_RINGS && t->image >= 0 &&
+	return tr_writer(t)->engine == JITRING_ENGINE_RINGS && t->image >= 0 &&
 			       t->image_maps == 1 ?
 		       JR_TRAMP_READY_CAP / 2 :
 		       JR_TRAMP_WANT_MAX;
@@ -475,7 +501,7 @@ static void want_grow(struct jitring_trampolines *t, uint32_t seen)
 	}
 	/* No flusher (mutex engine): callers make every arena anyway.  An
 	 * image's arenas have a fixed size. */
-	if (t->jr->engine != JITRING_ENGINE_RINGS || t->image >= 0)
+	if (tr_writer(t)->engine != JITRING_ENGINE_RINGS || t->image >= 0)
 		return;
 	len = atomic_load_explicit(&t->slots_len, memory_order_relaxed);
 	/* Twice the bytes per arena, half as many kept ready: the ready
@@ -510,6 +536,24 @@ static struct tr_arena *stock_take(struct jitring_trampolines *t, bool getter)
 	if (left < (int32_t)want)
 		wake_flusher(t);
 	return a;
+}
+
+/*
+ * @a becomes cur (the thread whose CAS or init installed it): copies are
+ * handed out of it from now on, so jitring_trampolines_reuse() must find it.
+ */
+static void installed_push(struct jitring_trampolines *t, struct tr_arena *a)
+{
+	struct tr_arena *head =
+		atomic_load_explicit(&t->installed, memory_order_relaxed);
+
+	do {
+		a->inst_next = head;
+		/* Pairs with the acquire load in handed_out(): inst_next
+		 * before the arena is on the list. */
+	} while (!atomic_compare_exchange_weak_explicit(&t->installed, &head, a,
+							memory_order_release,
+							memory_order_relaxed));
 }
 
 /* succ of an arena that cur has left: no arena is linked to it any more. */
@@ -550,6 +594,7 @@ static void switched_to(struct jitring_trampolines *t, struct tr_arena *old,
 {
 	struct tr_arena *s;
 
+	installed_push(t, n);
 	/* Wake the waiters in wait_switch() (they re-read cur). */
 	atomic_fetch_add_explicit(&t->switched, 1, memory_order_relaxed);
 	jr_futex_wake(&t->switched, INT_MAX);
@@ -608,7 +653,7 @@ static bool wait_switch(struct jitring_trampolines *t, struct tr_arena *old)
 static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 				     struct tr_arena *old)
 {
-	struct jitring *jr = t->jr;
+	struct jitring *jr = tr_writer(t);
 	struct tr_arena *n, *expect = old;
 
 	/* Someone moved on already: use theirs. */
@@ -867,12 +912,71 @@ static int template_check(const struct jitring_trampoline_template *ut,
 	return 0;
 }
 
+/*
+ * Put @t, complete, on @jr's list of sets, where its flusher keeps its
+ * stock.  Inside the cold-path bracket: once close has drained the users,
+ * no set appears on the list any more.
+ * Return: 0, or -ESHUTDOWN (-EBADF) once @jr is closing.
+ */
+static int set_push(struct jitring *jr, struct jitring_trampolines *t)
+{
+	struct jitring_trampolines *head;
+	uint32_t s = jitring_enter(jr);
+
+	if (s >= JR_CLOSING)
+		return jitring_refuse_state(jr, s);
+	head = atomic_load_explicit(&jr->trampoline_sets, memory_order_acquire);
+	do {
+		t->next = head;
+		/* Release: pairs with the acquire load of the head in
+		 * jitring_trampolines_maintain() (the set is complete); acquire:
+		 * so is every set pushed before us. */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&jr->trampoline_sets, &head, t, memory_order_acq_rel,
+		memory_order_acquire));
+	/*
+	 * The stock beyond the first arenas is the flusher's to make: wake
+	 * it, or a flusher asleep without a timer leaves the set short until
+	 * the first switch (a storm's first copies then wait).  The fence is
+	 * the Dekker pair of the flusher's store of its sleep mode before
+	 * its check in jitring_trampolines_wanted(): it sees the set, or we
+	 * see it asleep.
+	 */
+	atomic_thread_fence(memory_order_seq_cst);
+	wake_flusher(t);
+	jitring_exit(jr);
+	return 0;
+}
+
+/* Take @t off the list of @jr, which is closed (no flusher reads it). */
+static void set_unlink(struct jitring *jr, struct jitring_trampolines *t)
+{
+	struct jitring_trampolines **pp, *head;
+
+	/* Other frees and rebinds of the same writer's sets; fork. */
+	pthread_mutex_lock(&jr->lock);
+	head = atomic_load_explicit(&jr->trampoline_sets, memory_order_relaxed);
+	if (head == t) {
+		atomic_store_explicit(&jr->trampoline_sets, t->next,
+				      memory_order_relaxed);
+	} else {
+		for (pp = head ? &head->next : NULL; pp && *pp;
+		     pp = &(*pp)->next) {
+			if (*pp == t) {
+				*pp = t->next;
+				break;
+			}
+		}
+	}
+	pthread_mutex_unlock(&jr->lock);
+}
+
 int jitring_trampolines_new(struct jitring *jr,
 			    const struct jitring_trampoline_template *ut,
 			    struct jitring_trampolines **out)
 {
 	struct jitring_trampoline_template tp;
-	struct jitring_trampolines *t, *head;
+	struct jitring_trampolines *t;
 	struct tr_arena *a;
 	uint64_t slot;
 	uint32_t s, made = 0;
@@ -895,7 +999,7 @@ int jitring_trampolines_new(struct jitring *jr,
 		return -ENOMEM;
 	memset(t, 0, sizeof(*t));
 	t->image = -1;
-	t->jr = jr;
+	atomic_init(&t->jr, jr);
 	t->code_size = tp.code_size;
 	t->salt_offset = tp.salt_offset;
 	t->eh_frame_size = (uint32_t)eh_size;
@@ -1005,6 +1109,8 @@ int jitring_trampolines_new(struct jitring *jr,
 		atomic_fetch_add_explicit(&tr_serial, 1, memory_order_relaxed);
 	atomic_init(&t->nready, 0);
 	atomic_init(&t->all, NULL);
+	atomic_init(&t->installed, NULL);
+	atomic_init(&t->reuses, 0);
 	for (uint32_t i = 0; i < JR_TRAMP_READY_CAP; i++)
 		atomic_init(&t->ready[i], NULL);
 
@@ -1015,6 +1121,8 @@ int jitring_trampolines_new(struct jitring *jr,
 	if (ret)
 		goto err;
 	atomic_init(&t->cur, a);
+	a->inst_next = NULL;
+	atomic_init(&t->installed, a);
 	made++;
 	if (jr->engine == JITRING_ENGINE_RINGS) {
 		while (made <= JR_TRAMP_WANT_INIT && !arena_make(t, &a)) {
@@ -1023,33 +1131,9 @@ int jitring_trampolines_new(struct jitring *jr,
 		}
 	}
 
-	/* Publish inside the cold-path bracket: once close has drained the
-	 * users, no set appears on the list any more. */
-	s = jitring_enter(jr);
-	if (s >= JR_CLOSING) {
-		ret = jitring_refuse_state(jr, s);
+	ret = set_push(jr, t);
+	if (ret)
 		goto err;
-	}
-	head = atomic_load_explicit(&jr->trampoline_sets, memory_order_acquire);
-	do {
-		t->next = head;
-		/* Release: pairs with the acquire load of the head in
-		 * jitring_trampolines_maintain() (the set is complete); acquire:
-		 * so is every set pushed before us. */
-	} while (!atomic_compare_exchange_weak_explicit(
-		&jr->trampoline_sets, &head, t, memory_order_acq_rel,
-		memory_order_acquire));
-	/*
-	 * The stock beyond the first arenas is the flusher's to make: wake
-	 * it, or a flusher asleep without a timer leaves the set short until
-	 * the first switch (a storm's first copies then wait).  The fence is
-	 * the Dekker pair of the flusher's store of its sleep mode before
-	 * its check in jitring_trampolines_wanted(): it sees the set, or we
-	 * see it asleep.
-	 */
-	atomic_thread_fence(memory_order_seq_cst);
-	wake_flusher(t);
-	jitring_exit(jr);
 	jitring_count(&jr->c.trampoline_arenas_ahead, made);
 	*out = t;
 	return 0;
@@ -1060,18 +1144,19 @@ err:
 }
 
 /*
- * Describe the copy @e->code_addr (its group @g planned) through the
- * writer, with the dumped bytes salted into @dumped (room for
- * t->code_size).
+ * Describe the copy @e->code_addr (its group @g planned) through writer
+ * @jr, with the dumped bytes salted for generation @gen (see salt_of())
+ * into @dumped (room for t->code_size).
  */
 static inline __attribute__((always_inline)) int64_t
-copy_write(struct jitring_trampolines *t, struct jitring_group *g,
-	   struct jitring_entry *e, unsigned char *dumped)
+copy_write(struct jitring_trampolines *t, struct jitring *jr,
+	   struct jitring_group *g, struct jitring_entry *e,
+	   unsigned char *dumped, uint64_t gen)
 {
 	int64_t idx;
 
 	if (t->salt_offset != JITRING_TRAMPOLINE_NO_SALT) {
-		uint64_t salt = salt_of(t, e->code_addr);
+		uint64_t salt = salt_of(t, e->code_addr, gen);
 
 		memcpy(dumped, t->code, t->code_size);
 		if (t->code_size >= JR_TRAMP_SALT_SIZE) {
@@ -1084,9 +1169,9 @@ copy_write(struct jitring_trampolines *t, struct jitring_group *g,
 		}
 		e->code_bytes = dumped;
 	}
-	idx = jitring_write_group(t->jr, g);
+	idx = jitring_write_group(jr, g);
 	if (idx > 0)
-		jitring_count(&t->jr->c.trampoline_copies, 1);
+		jitring_count(&jr->c.trampoline_copies, 1);
 	return idx;
 }
 
@@ -1099,12 +1184,60 @@ copy_write(struct jitring_trampolines *t, struct jitring_group *g,
 #define COPY_STACK_MAX 128u
 
 static JR_NOINLINE int64_t copy_write_big(struct jitring_trampolines *t,
+					  struct jitring *jr,
 					  struct jitring_group *g,
-					  struct jitring_entry *e)
+					  struct jitring_entry *e, uint64_t gen)
 {
 	unsigned char dumped[JITRING_TRAMPOLINE_MAX];
 
-	return copy_write(t, g, e, dumped);
+	return copy_write(t, jr, g, e, dumped, gen);
+}
+
+/*
+ * The group of a copy named @name, or by @parts when @name is NULL, into
+ * @g and @e (the address is the caller's to fill).  The name's one check:
+ * before a slot is claimed, so a refused name wastes none.
+ * Return: 0; -EINVAL (counted) for a bad name; -ESHUTDOWN once @jr closes.
+ */
+static int copy_plan(struct jitring_trampolines *t, struct jitring *jr,
+		     const char *name, const struct jitring_str *parts,
+		     uint32_t nparts, struct jitring_group *g,
+		     struct jitring_entry *e)
+{
+	uint32_t s;
+
+	memset(e, 0, sizeof(*e));
+	e->name = name;
+	if (!name) {
+		e->name_parts = parts;
+		e->nr_name_parts = nparts;
+	}
+	e->code_size = t->code_size;
+	e->code_bytes = t->code;
+	e->eh_frame = t->eh_frame;
+	e->eh_frame_size = t->eh_frame_size;
+	/* The set's group, planned once, renamed. */
+	*g = t->group;
+	if (jitring_record_rename(g, e))
+		return jitring_refuse_args(jr, -EINVAL);
+	/* An early out only: jitring_write() decides (a slot is wasted if
+	 * close starts in between). */
+	s = atomic_load_explicit(&jr->state, memory_order_relaxed);
+	if (unlikely(s >= JR_CLOSING))
+		return jitring_refuse_state(jr, s);
+	return 0;
+}
+
+/* Describe @e (planned by copy_plan(), its address filled in). */
+static inline int64_t copy_describe(struct jitring_trampolines *t,
+				    struct jitring *jr, struct jitring_group *g,
+				    struct jitring_entry *e, uint64_t gen)
+{
+	unsigned char dumped[COPY_STACK_MAX];
+
+	if (likely(t->code_size <= COPY_STACK_MAX))
+		return copy_write(t, jr, g, e, dumped, gen);
+	return copy_write_big(t, jr, g, e, gen);
 }
 
 /* A copy named @name, or by @parts when @name is NULL. */
@@ -1112,38 +1245,21 @@ static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 			const struct jitring_str *parts, uint32_t nparts,
 			void **addr)
 {
-	unsigned char dumped[COPY_STACK_MAX];
 	struct jitring_group g;
 	struct jitring_entry e;
 	struct jitring *jr;
 	struct tr_arena *a;
 	uint64_t i;
-	uint32_t s;
 	int64_t idx;
 
 	if (!t)
 		return -EINVAL;
-	jr = t->jr;
-	memset(&e, 0, sizeof(e));
-	e.name = name;
-	if (!name) {
-		e.name_parts = parts;
-		e.nr_name_parts = nparts;
-	}
-	e.code_size = t->code_size;
-	e.code_bytes = t->code;
-	e.eh_frame = t->eh_frame;
-	e.eh_frame_size = t->eh_frame_size;
-	/* The set's group, planned once, renamed: the name's one check,
-	 * before a slot is claimed (a refused name wastes none). */
-	g = t->group;
-	if (!addr || jitring_record_rename(&g, &e))
+	jr = tr_writer(t);
+	if (!addr)
 		return jitring_refuse_args(jr, -EINVAL);
-	/* An early out only: jitring_write() decides (a slot is wasted if
-	 * close starts in between). */
-	s = atomic_load_explicit(&jr->state, memory_order_relaxed);
-	if (unlikely(s >= JR_CLOSING))
-		return jitring_refuse_state(jr, s);
+	idx = copy_plan(t, jr, name, parts, nparts, &g, &e);
+	if (idx)
+		return idx;
 
 	for (;;) {
 		/* Pairs with the release CAS of cur in arena_advance() (and
@@ -1158,10 +1274,7 @@ static int64_t get_copy(struct jitring_trampolines *t, const char *name,
 			return idx;
 	}
 	e.code_addr = a->base + i * t->slot_size;
-	if (likely(t->code_size <= COPY_STACK_MAX))
-		idx = copy_write(t, &g, &e, dumped);
-	else
-		idx = copy_write_big(t, &g, &e);
+	idx = copy_describe(t, jr, &g, &e, 0);
 	if (idx > 0)
 		*addr = (void *)e.code_addr;
 	return idx;
@@ -1179,6 +1292,106 @@ int64_t jitring_trampolines_get_parts(struct jitring_trampolines *t,
 				      unsigned int nr_parts, void **addr)
 {
 	return get_copy(t, NULL, parts, nr_parts, addr);
+}
+
+/*
+ * Whether @addr is a copy this set handed out: a slot's start in an arena
+ * that was cur, below the arena's claim counter.  Only installed arenas
+ * are searched: that list is never unlinked while the set lives, unlike
+ * `all`, whose ready arenas the flusher may unmap under a reader.
+ */
+static bool handed_out(const struct jitring_trampolines *t, const void *addr)
+{
+	uintptr_t p = (uintptr_t)addr;
+
+	/* Pairs with the release CAS in installed_push(). */
+	for (const struct tr_arena *a = atomic_load_explicit(
+		     &((struct jitring_trampolines *)t)->installed,
+		     memory_order_acquire);
+	     a; a = a->inst_next) {
+		uintptr_t base = (uintptr_t)a->base;
+		uint64_t i, claimed;
+
+		if (p < base || p >= base + a->nslots * t->slot_size)
+			continue;
+		if ((p - base) % t->slot_size)
+			return false;
+		i = (p - base) / t->slot_size;
+		/* Relaxed: the caller got @addr from a get() whose
+		 * fetch_add happened before it. */
+		claimed = atomic_load_explicit(&((struct tr_arena *)a)->next,
+					       memory_order_relaxed);
+		return i < claimed;
+	}
+	return false;
+}
+
+/* Describe again the copy at @addr, named @name or by @parts. */
+static int64_t reuse_copy(struct jitring_trampolines *t, void *addr,
+			  const char *name, const struct jitring_str *parts,
+			  uint32_t nparts)
+{
+	struct jitring_group g;
+	struct jitring_entry e;
+	struct jitring *jr;
+	int64_t idx;
+
+	if (!t)
+		return -EINVAL;
+	jr = tr_writer(t);
+	idx = copy_plan(t, jr, name, parts, nparts, &g, &e);
+	if (idx)
+		return idx;
+	if (!addr || !handed_out(t, addr))
+		return jitring_refuse_args(jr, -EINVAL);
+	e.code_addr = addr;
+	return copy_describe(t, jr, &g, &e,
+			     atomic_fetch_add_explicit(&t->reuses, 1,
+						       memory_order_relaxed) +
+				     1);
+}
+
+int64_t jitring_trampolines_reuse(struct jitring_trampolines *t, void *addr,
+				  const char *name)
+{
+	return reuse_copy(t, addr, name, NULL, 0);
+}
+
+int64_t jitring_trampolines_reuse_parts(struct jitring_trampolines *t,
+					void *addr,
+					const struct jitring_str *parts,
+					unsigned int nr_parts)
+{
+	return reuse_copy(t, addr, NULL, parts, nr_parts);
+}
+
+int jitring_trampolines_rebind(struct jitring_trampolines *t,
+			       struct jitring *jr)
+{
+	struct jitring *old;
+	int ret;
+
+	if (!t || !jr || jr->magic != JR_MAGIC)
+		return -EINVAL;
+	old = tr_writer(t);
+	if (old == jr)
+		return 0;
+	/* Pairs with the release store of JR_CLOSED in jitring_close(): the
+	 * old flusher is gone, so the set's flusher-private fields are ours
+	 * until the push below hands them to the new one. */
+	if (atomic_load_explicit(&old->state, memory_order_acquire) !=
+	    JR_CLOSED)
+		return -EBUSY;
+	set_unlink(old, t);
+	t->warned = false;
+	/* Pairs with the acquire load in tr_writer(): a get() that sees the
+	 * new writer sees its handle. */
+	atomic_store_explicit(&t->jr, jr, memory_order_release);
+	ret = set_push(jr, t);
+	/* Refused (the new writer is closing): the set is that writer's all
+	 * the same, off every list, and may be rebound again once it is
+	 * closed. */
+	return ret;
 }
 
 void jitring_trampolines_state(const struct jitring_trampolines *t,
@@ -1201,32 +1414,16 @@ void jitring_trampolines_state(const struct jitring_trampolines *t,
 
 int jitring_trampolines_free(struct jitring_trampolines *t)
 {
-	struct jitring_trampolines **pp, *head;
 	struct jitring *jr;
 
 	if (!t)
 		return 0;
-	jr = t->jr;
+	jr = tr_writer(t);
 	/* Pairs with the release store of JR_CLOSED in jitring_close(): the
 	 * flusher is gone and no set is pushed any more. */
 	if (atomic_load_explicit(&jr->state, memory_order_acquire) != JR_CLOSED)
 		return -EBUSY;
-	/* Other frees of the same writer's sets; fork. */
-	pthread_mutex_lock(&jr->lock);
-	head = atomic_load_explicit(&jr->trampoline_sets, memory_order_relaxed);
-	if (head == t) {
-		atomic_store_explicit(&jr->trampoline_sets, t->next,
-				      memory_order_relaxed);
-	} else {
-		for (pp = head ? &head->next : NULL; pp && *pp;
-		     pp = &(*pp)->next) {
-			if (*pp == t) {
-				*pp = t->next;
-				break;
-			}
-		}
-	}
-	pthread_mutex_unlock(&jr->lock);
+	set_unlink(jr, t);
 	set_destroy(t);
 	return 0;
 }

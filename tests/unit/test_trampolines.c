@@ -28,7 +28,20 @@
  *     its own dump, salted differently from the parent's;
  *  8. rings engine: a set made while the flusher sleeps gets its whole
  *     stock ("stock woken"), and the stock follows demand up and back
- *     down to its floor, the extra arenas unmapped ("stock shrinks").
+ *     down to its floor, the extra arenas unmapped ("stock shrinks");
+ *  9. rebind and reuse: a set moves to a second writer once its first is
+ *     closed (-EBUSY before, -EINVAL for NULLs); every old copy described
+ *     again there under a new name and code_index, salted anew, still
+ *     callable; copies taken after the move come from the same arenas
+ *     and are in the second dump; reuse of an address the set never
+ *     handed out (inside a copy, past the claimed slots, elsewhere) is
+ *     -EINVAL;
+ * 10. rebind cycles: 4 threads take and reuse copies without pause while
+ *     the main thread closes the writer, opens the next (the same dump,
+ *     continued) and rebinds the set, hundreds of times: every call
+ *     returns a code_index or -ESHUTDOWN, every copy runs, the dump holds
+ *     exactly the groups handed out, and the process's mappings stay
+ *     flat (a set per writer would add its whole stock per cycle).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -1427,6 +1440,229 @@ static void test_stock_shrinks(uint32_t engine)
 	t_dir_remove(&d);
 }
 
+/* ------------------------------------------------------------------ */
+/* 9. Rebind and reuse.                                                 */
+
+static void test_rebind(uint32_t engine)
+{
+	struct jitring_trampoline_template tmpl;
+	struct jitring_trampolines *set = NULL;
+	struct copies a = { 0 }, r = { 0 };
+	struct jitring *ja, *jb;
+	struct tmpl_info ti;
+	struct t_dir da, db;
+	unsigned long bad = 0;
+	char name[64];
+	int local = 0;
+
+	t_dir_make(&da, "rebind-a");
+	t_dir_make(&db, "rebind-b");
+	T_REQUIRE(t_open(engine, da.path, 0, &ja) == 0);
+	T_REQUIRE(t_open(engine, db.path, 0, &jb) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
+	ti = tmpl_info(&tmpl);
+	T_REQUIRE(jitring_trampolines_new(ja, &tmpl, &set) == 0);
+	take(set, 30, 50, false, &a);
+	T_CHECK_EQ(jitring_trampolines_rebind(set, jb), -EBUSY);
+	T_CHECK_EQ(jitring_trampolines_rebind(NULL, jb), -EINVAL);
+	T_CHECK_EQ(jitring_trampolines_rebind(set, NULL), -EINVAL);
+	T_CHECK_EQ(jitring_close(ja), 0);
+	T_CHECK_EQ(jitring_trampolines_rebind(set, jb), 0);
+	T_CHECK_EQ(jitring_trampolines_rebind(set, jb), 0);
+	/* Freed only once its writer, now jb, is closed. */
+	T_CHECK_EQ(jitring_trampolines_free(set), -EBUSY);
+
+	for (size_t i = 0; i < a.n; i++) {
+		struct copy y = a.v[i];
+
+		y.phase = 31;
+		name_of(name, sizeof(name), &y);
+		y.idx = jitring_trampolines_reuse(set, (void *)(uintptr_t)y.addr,
+						  name);
+		T_CHECK(y.idx > a.v[a.n - 1].idx);
+		if (!call_copy((void *)(uintptr_t)y.addr, y.n, 31, 7))
+			bad++;
+		copies_add(&r, &y);
+	}
+	T_CHECK_EQ(bad, 0);
+	{
+		/* A fresh set hands out slot 0 of its first arena first. */
+		char *base = (char *)(uintptr_t)a.v[0].addr;
+		struct jitring_str part = { "x", 1 };
+
+		T_CHECK_EQ(jitring_trampolines_reuse(set, base + 1, "x"),
+			   -EINVAL);
+		T_CHECK_EQ(jitring_trampolines_reuse(
+				   set, base + 60 * jitring_trampoline_slot_size(
+						  tmpl.code_size, ti.eh_frame_size),
+				   "x"),
+			   -EINVAL);
+		T_CHECK_EQ(jitring_trampolines_reuse(set, &local, "x"),
+			   -EINVAL);
+		T_CHECK_EQ(jitring_trampolines_reuse(set, NULL, "x"), -EINVAL);
+		T_CHECK_EQ(jitring_trampolines_reuse(NULL, base, "x"),
+			   -EINVAL);
+		T_CHECK_EQ(jitring_trampolines_reuse(set, base, ""), -EINVAL);
+		T_CHECK_EQ(jitring_trampolines_reuse_parts(set, base, &part, 0),
+			   -EINVAL);
+	}
+	take(set, 32, 50, false, &r);
+	for (size_t i = a.n; i < r.n; i++)
+		T_CHECK(r.v[i].addr > a.v[a.n - 1].addr);
+	T_CHECK_EQ(jitring_flush(jb), 0);
+	T_CHECK_EQ(t_stats(jb).trampoline_copies, 100);
+	qsort(r.v, r.n, sizeof(*r.v), cmp_addr);
+	check_dump(db.dump, &r, &ti);
+	{
+		uint64_t sa = salt_in(da.dump, a.v[0].addr, tmpl.salt_offset);
+		uint64_t sb = salt_in(db.dump, a.v[0].addr, tmpl.salt_offset);
+
+		T_CHECK(sa != 0 && sb != 0 && sa != sb);
+	}
+	T_CHECK_EQ(jitring_close(jb), 0);
+	T_CHECK_EQ(jitring_trampolines_reuse(set, (void *)(uintptr_t)a.v[0].addr,
+					     "late"),
+		   -ESHUTDOWN);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	free(a.v);
+	free(r.v);
+	t_dir_remove(&da);
+	t_dir_remove(&db);
+}
+
+/* ------------------------------------------------------------------ */
+/* 10. Rebind cycles.                                                   */
+
+#define CYCLERS 4
+#define CYCLER_KEEP 64
+/* Calls allowed per cycle, all threads together: the main thread closes
+ * once half are spent, so each close lands among calls in flight. */
+#define CYCLE_CALLS 200
+
+struct cycler {
+	pthread_t thread;
+	struct jitring_trampolines *set;
+	_Atomic bool *stop;
+	_Atomic int *budget;
+	uint32_t id;
+	uint64_t ok, shut, bad;
+	int other;
+};
+
+static void *cycler_main(void *arg)
+{
+	struct cycler *c = arg;
+	void *mine[CYCLER_KEEP];
+	uint32_t n = 0;
+	char name[64];
+
+	for (uint32_t i = 0;
+	     !atomic_load_explicit(c->stop, memory_order_relaxed); i++) {
+		void *addr = NULL;
+		int64_t idx;
+
+		if (atomic_fetch_sub_explicit(c->budget, 1,
+					      memory_order_relaxed) <= 0) {
+			sched_yield();
+			continue;
+		}
+		snprintf(name, sizeof(name), "cycle_t%u_%u", c->id, i);
+		if (n < CYCLER_KEEP) {
+			idx = jitring_trampolines_get(c->set, name, &addr);
+			if (idx > 0)
+				mine[n++] = addr;
+		} else {
+			addr = mine[i % CYCLER_KEEP];
+			idx = jitring_trampolines_reuse(c->set, addr, name);
+		}
+		if (idx > 0) {
+			c->ok++;
+			if (!call_copy(addr, i, c->id, 3))
+				c->bad++;
+		} else if (idx == -ESHUTDOWN) {
+			c->shut++;
+		} else {
+			c->other = (int)idx;
+			c->bad++;
+		}
+	}
+	return NULL;
+}
+
+static void test_rebind_cycles(uint32_t engine)
+{
+	struct jitring_trampoline_template tmpl;
+	struct jitring_trampolines *set = NULL;
+	struct cycler cs[CYCLERS];
+	_Atomic bool stop = false;
+	_Atomic int budget = CYCLE_CALLS;
+	uint64_t ok = 0, shut = 0, bad = 0;
+	size_t maps_warm = 0, maps_end;
+	struct map_ent *mv;
+	struct jitring *jr;
+	struct t_dump du;
+	struct t_dir d;
+	uint32_t cycles = T_TSAN ? 60 : 300;
+
+	t_dir_make(&d, "cycles");
+	T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
+	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
+	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
+	memset(cs, 0, sizeof(cs));
+	for (uint32_t i = 0; i < CYCLERS; i++) {
+		cs[i].set = set;
+		cs[i].stop = &stop;
+		cs[i].budget = &budget;
+		cs[i].id = i;
+		T_REQUIRE(pthread_create(&cs[i].thread, NULL, cycler_main,
+					 &cs[i]) == 0);
+	}
+	for (uint32_t k = 0; k < cycles; k++) {
+		if (k == cycles / 4) {
+			maps_warm = maps_read(&mv);
+			free(mv);
+		}
+		/* No sleep: the close must come while calls are in flight. */
+		for (uint32_t spin = 0;
+		     atomic_load(&budget) > CYCLE_CALLS / 2 && spin < 10000000;
+		     spin++)
+			sched_yield();
+		T_CHECK_EQ(jitring_close(jr), 0);
+		/* The same directory: the dump is continued. */
+		T_REQUIRE(t_open(engine, d.path, 0, &jr) == 0);
+		T_CHECK_EQ(jitring_trampolines_rebind(set, jr), 0);
+		atomic_store(&budget, CYCLE_CALLS);
+	}
+	atomic_store(&stop, true);
+	for (uint32_t i = 0; i < CYCLERS; i++) {
+		pthread_join(cs[i].thread, NULL);
+		ok += cs[i].ok;
+		shut += cs[i].shut;
+		bad += cs[i].bad;
+		if (cs[i].other)
+			printf("cycler %u: %d\n", i, cs[i].other);
+	}
+	maps_end = maps_read(&mv);
+	free(mv);
+	T_CHECK_EQ(jitring_close(jr), 0);
+	T_CHECK_EQ(bad, 0);
+	T_CHECK(ok > 0);
+	t_dump_read(&du, d.dump);
+	T_CHECK_EQ(du.check, 0);
+	T_CHECK_EQ(du.res.count[JITRING_RD_CODE_LOAD], ok);
+	T_CHECK_EQ(du.res.count[JITRING_RD_CODE_UNWINDING_INFO], ok);
+	t_dump_free(&du);
+	/* Flat: not a stock (12 arenas, about 200 mappings) per cycle. */
+	T_CHECK(maps_end <= maps_warm + 24);
+	printf("rebind cycles: %u writers, %llu copies described, %llu "
+	       "refused by a closed writer; %zu mappings at a quarter, %zu "
+	       "at the end\n",
+	       cycles + 1, (unsigned long long)ok, (unsigned long long)shut,
+	       maps_warm, maps_end);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	t_dir_remove(&d);
+}
+
 int main(void)
 {
 	struct jitring_trampoline_template t;
@@ -1443,6 +1679,8 @@ int main(void)
 		t_run("stock woken", t_engines[i], test_stock_woken);
 		t_run("stock shrinks", t_engines[i], test_stock_shrinks);
 		t_run("switch races", t_engines[i], test_switch_races);
+		t_run("rebind", t_engines[i], test_rebind);
+		t_run("rebind cycles", t_engines[i], test_rebind_cycles);
 	}
 	return t_report();
 }
