@@ -46,6 +46,16 @@
  * commit wakes it.  While a flush or close waits, DEEP too, with a timer
  * only for what no commit announces (a hold-back deadline).
  *
+ * Pause (jitring_pause()): the thread leaves after a round that left
+ * nothing behind, and first gives back what its idle rounds would have
+ * given back over the next seconds (give_back_idle(): every idle ring's
+ * pages, the pool down to its floor), since none will run.  With no
+ * flusher because it could not be started again (pthread_create failed),
+ * a flush, close or a writer with a full ring runs the rounds on its own
+ * thread (jitring_flusher_drain()) under run_lock and fork_lock: run_lock
+ * keeps a flusher from starting meanwhile, so the flusher-private state
+ * has one user at a time, as with the thread.
+ *
  * The ring pool, the registry and the budget are in pool.c; the producer
  * side in ring.c and thread.c.
  */
@@ -530,8 +540,11 @@ static void ring_trim(struct jr_ring *r, uint32_t own)
 			MADV_DONTNEED);
 }
 
-/* Drop the pages of rings idle for JR_TRIM_NS; see trim_wait() (ring.c). */
-static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
+/*
+ * Drop the pages of rings idle for @idle_ns (JR_TRIM_NS; 0 at a pause:
+ * every idle ring); see trim_wait() (ring.c).
+ */
+static uint64_t trim_idle(struct jr_rings *e, uint64_t T, uint64_t idle_ns)
 {
 	uint64_t next = UINT64_MAX;
 
@@ -553,9 +566,9 @@ static uint64_t trim_idle(struct jr_rings *e, uint64_t T)
 		    (own != JR_OWN_ACTIVE && own != JR_OWN_POOLED &&
 		     own != JR_OWN_NEXT))
 			continue;
-		if (T - r->idle_since < JR_TRIM_NS) {
-			if (r->idle_since + JR_TRIM_NS < next)
-				next = r->idle_since + JR_TRIM_NS;
+		if (T - r->idle_since < idle_ns) {
+			if (r->idle_since + idle_ns < next)
+				next = r->idle_since + idle_ns;
 			continue;
 		}
 		/* Pairs with the fetch_or of BUSY (A) in slot_begin(), which
@@ -840,7 +853,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		stock_at = jitring_trampolines_maintain(e->jr, rd.T);
 	}
 	jitring_idmap_ahead(e);
-	trim_at = rd.stopping ? UINT64_MAX : trim_idle(e, rd.T);
+	trim_at = rd.stopping ? UINT64_MAX : trim_idle(e, rd.T, JR_TRIM_NS);
 	/* Wake for a trim, or for the pool or the arena stock to follow
 	 * demand down. */
 	if (stock_at < trim_at)
@@ -929,6 +942,68 @@ static void flusher_sleep(struct jr_rings *e, const struct round_out *o)
 	atomic_store_explicit(&jr->sleep, JR_AWAKE, memory_order_relaxed);
 }
 
+/*
+ * No flusher will run rounds for a while (a pause): give back now what idle
+ * rounds would give back over the next two seconds.  The pool's demand
+ * decays to nothing, so its stock falls to the floor; every idle ring's
+ * pages go (a ready ring keeps the page of its next write).  Under
+ * fork_lock, like a round; threads may write meanwhile: trim_idle()'s CAS
+ * on pub leaves a ring that committed since the last scan alone.
+ */
+static void give_back_idle(struct jr_rings *e)
+{
+	uint64_t T = jitring_clock_ns();
+
+	memset(&e->demand, 0, sizeof(e->demand));
+	jitring_pool_maintain(e, T);
+	trim_idle(e, T, 0);
+}
+
+static void drain_wait(const struct round_out *o)
+{
+	/* At most 1 ms: no commit wakes this thread (the sleep word stays
+	 * JR_STOPPED), so a BUSY ring's commit is polled for. */
+	uint64_t ns = o->timeout && o->timeout < 1000000u ? o->timeout :
+							    1000000u;
+	struct timespec rel = jitring_clock_rel(ns);
+
+	if (o->mode != JR_AWAKE)
+		nanosleep(&rel, NULL);
+}
+
+int jitring_flusher_drain(struct jr_rings *e)
+{
+	struct round_out o;
+	uint64_t t = 0;
+
+	JITRING_TESTPOINT(flush_drain, e->jr);
+	/*
+	 * A ticket of our own (unless close's stop asks for everything):
+	 * the round snapshots every ring's tail and completes it once the
+	 * heads passed them.  Relaxed: the rounds that read it run here.
+	 */
+	if (!atomic_load_explicit(&e->stop, memory_order_relaxed))
+		t = atomic_fetch_add_explicit(&e->flush_req, 1,
+					      memory_order_relaxed) +
+		    1;
+	for (;;) {
+		pthread_mutex_lock(&e->fork_lock);
+		round_run(e, &o);
+		pthread_mutex_unlock(&e->fork_lock);
+		if (o.done)
+			return 0;
+		/* Relaxed: stored by our own round (complete_flush()). */
+		if (t && atomic_load_explicit(&e->flush_done,
+					      memory_order_relaxed) >= t)
+			break;
+		drain_wait(&o);
+	}
+	pthread_mutex_lock(&e->fork_lock);
+	give_back_idle(e);
+	pthread_mutex_unlock(&e->fork_lock);
+	return 0;
+}
+
 void *jitring_flusher_main(void *arg)
 {
 	struct jr_rings *e = arg;
@@ -965,8 +1040,14 @@ void *jitring_flusher_main(void *arg)
 			 */
 			atomic_store_explicit(&e->jr->sleep, JR_STOPPED,
 					      memory_order_seq_cst);
-			if (!news(e, JR_DEEP))
+			if (!news(e, JR_DEEP)) {
+				/* No rounds from here until a waker starts a
+				 * flusher: give back what they would. */
+				pthread_mutex_lock(&e->fork_lock);
+				give_back_idle(e);
+				pthread_mutex_unlock(&e->fork_lock);
 				break;
+			}
 			atomic_store_explicit(&e->jr->sleep, JR_AWAKE,
 					      memory_order_relaxed);
 			atomic_store_explicit(&e->pause_req, 1,

@@ -17,6 +17,15 @@ void jitring_flusher_fini(struct jr_rings *e);
 int jitring_flusher_fit(struct jr_rings *e, uint32_t cap);
 /* The thread: rounds until close's last one (pthread start routine). */
 void *jitring_flusher_main(void *arg);
+/*
+ * With no flusher thread (paused, and it could not be started again), run
+ * its rounds on the calling thread until every entry committed before the
+ * call is in the file (after jitring_rings_stop() set stop: until its last
+ * round, CLOSE included), then give back what idle rounds would.  The
+ * caller holds run_lock and saw running false, so no other thread runs
+ * rounds or reads the flusher-private state.  Return: 0.
+ */
+int jitring_flusher_drain(struct jr_rings *e);
 /* Append a CLOSE record if JITRING_F_WRITE_CLOSE asks for one. */
 void jitring_flusher_write_close(struct jr_rings *e);
 

@@ -108,7 +108,8 @@ static JR_NOINLINE void ask_grow(struct jitring *jr, struct jr_ring *r)
  * The ring is full: wake the flusher once, spin briefly (it may be running
  * on another CPU), then sleep until it publishes our head.  The timeout is
  * only a safety net; the flusher also wakes space waiters on close and on
- * failure.
+ * failure.  With no flusher (paused, and it could not start again) the
+ * wait starts one or drains here (jitring_rings_stalled()).
  */
 static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
 				  uint32_t need)
@@ -132,6 +133,13 @@ static JR_NOINLINE int wait_space(struct jitring *jr, struct jr_ring *r,
 			return jitring_refuse_state(jr, s);
 		if (spins < 100) {
 			jr_cpu_relax();
+		} else if (atomic_load_explicit(&jr->sleep,
+						memory_order_relaxed) ==
+			   JR_STOPPED) {
+			int ret = jitring_rings_stalled(jr);
+
+			if (ret)
+				return ret;
 		} else {
 			struct timespec rel = jitring_clock_rel(100 * 1000000u);
 

@@ -8,7 +8,10 @@
  *
  * Invariants: the engine state (jr->eng) is freed only by close, after
  * every cold-path user left (jitring_enter()/jitring_exit()) and the
- * flusher's last round saw no ring BUSY; the restart in a fork child moves
+ * flusher's last round saw no ring BUSY; at most one thread runs flusher
+ * rounds at a time: the flusher, or with none (paused, and pthread_create
+ * failed) a flush, close or full writer draining under run_lock, which
+ * every start after a pause takes; the restart in a fork child moves
  * FORKED -> OPEN (or FAILED) by a CAS under fork_lock, so a racing close
  * wins or loses cleanly and a failed restart is never tried again.
  */
@@ -34,6 +37,25 @@
 #define JR_POOL_FLOOR 64u
 /* How long jitring_pause() waits for the flusher to find a quiet round. */
 #define JR_PAUSE_WAIT_NS (50 * 1000000ull)
+/*
+ * The engine whose run_lock this thread holds (a pause, a flush draining, a
+ * start).  A signal handler that interrupts such a call and writes must not
+ * take run_lock again: it would wait for itself.
+ */
+static __thread struct jr_rings *tls_run_held
+	__attribute__((tls_model("initial-exec")));
+
+static void run_lock(struct jr_rings *e)
+{
+	pthread_mutex_lock(&e->run_lock);
+	tls_run_held = e;
+}
+
+static void run_unlock(struct jr_rings *e)
+{
+	tls_run_held = NULL;
+	pthread_mutex_unlock(&e->run_lock);
+}
 
 /* ------------------------------------------------------------------ */
 /* Waking the flusher.                                                  */
@@ -62,19 +84,36 @@ void jitring_rings_kick(struct jitring *jr)
 /* ------------------------------------------------------------------ */
 /* Flush, start, stop.                                                  */
 
-int jitring_rings_flush(struct jitring *jr)
+/*
+ * No flusher thread.  Paused: a write that returned after the pause
+ * started one before it returned, unless pthread_create() failed (a pids
+ * cgroup limit, RLIMIT_NPROC, no memory for a stack); then its entry is
+ * in a ring and nobody drains it.  Drain on this thread, under run_lock
+ * (no flusher can start meanwhile) and fork_lock (the rounds').  A paused
+ * engine with nothing pending makes that a quick round, and never brings
+ * the thread back: the pause holds.  A fork child's engine not started
+ * yet has nothing of its own buffered.
+ * Return: 1 if a flusher runs after all (the caller asks it), else 0.
+ */
+static int flush_here(struct jr_rings *e)
 {
-	struct jr_rings *e = jr->eng;
+	int ret = 0;
+
+	run_lock(e);
+	if (atomic_load_explicit(&e->running, memory_order_relaxed))
+		ret = 1;
+	else if (e->paused)
+		jitring_flusher_drain(e);
+	run_unlock(e);
+	return ret;
+}
+
+/* Ask the running flusher for a round that writes everything committed so
+ * far, and wait.  Return: 0, or 1 if no flusher runs any longer. */
+static int flush_ask(struct jitring *jr, struct jr_rings *e)
+{
 	uint64_t t;
 
-	/*
-	 * No flusher: paused (every write that returned before the pause is
-	 * in the file, and every later one started a flusher before it
-	 * returned) or a fork child's engine not started yet.  Pairs with
-	 * the release stores of running in start_thread() and pause.
-	 */
-	if (!atomic_load_explicit(&e->running, memory_order_acquire))
-		return 0;
 	/* Pairs with the acquire load of flush_req in the flusher's round;
 	 * seq_cst against a flusher pausing (news()): it sees this request,
 	 * or our wake below sees JR_STOPPED and starts a flusher again. */
@@ -91,7 +130,31 @@ int jitring_rings_flush(struct jitring *jr)
 		if (atomic_load_explicit(&e->flush_done,
 					 memory_order_acquire) >= t)
 			return 0;
+		/*
+		 * A flusher leaves only with no request pending (news()), so
+		 * none runs now only if ours came after it committed to
+		 * leaving and the wake above could not start one again.
+		 * Pairs with the release stores of running in start_thread()
+		 * and jitring_rings_pause().
+		 */
+		if (!atomic_load_explicit(&e->running, memory_order_acquire))
+			return 1;
 		jr_futex_wait(&e->flush_seq, seq, &rel);
+	}
+}
+
+int jitring_rings_flush(struct jitring *jr)
+{
+	struct jr_rings *e = jr->eng;
+
+	for (;;) {
+		/* Pairs with the release stores of running in start_thread()
+		 * and jitring_rings_pause(). */
+		if (atomic_load_explicit(&e->running, memory_order_acquire) &&
+		    !flush_ask(jr, e))
+			return 0;
+		if (!flush_here(e))
+			return 0;
 	}
 }
 
@@ -100,6 +163,10 @@ static int start_thread(struct jr_rings *e)
 	sigset_t all, old;
 	int ret;
 
+	/* A test fails the start as a pids cgroup limit or RLIMIT_NPROC
+	 * would (pthread_create's EAGAIN). */
+	if (JITRING_FAULT(flusher_start, e->jr))
+		return -EAGAIN;
 	/* The flusher must never run the runtime's signal handlers. */
 	sigfillset(&all);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -242,7 +309,15 @@ int jitring_rings_stop(struct jitring *jr)
 	 */
 	if (e->paused && start_thread(e) == 0)
 		e->paused = false;
-	if (atomic_load_explicit(&e->running, memory_order_relaxed)) {
+	if (e->paused) {
+		/*
+		 * It could not start: run its rounds here, the last one
+		 * (CLOSE included) as it would.  No user is left to take
+		 * run_lock, and the pause joined the last flusher.
+		 */
+		atomic_store_explicit(&e->stop, 1, memory_order_relaxed);
+		jitring_flusher_drain(e);
+	} else if (atomic_load_explicit(&e->running, memory_order_relaxed)) {
 		/* Pairs with the seq_cst load of stop in round_begin(). */
 		atomic_store_explicit(&e->stop, 1, memory_order_seq_cst);
 		jitring_rings_kick(jr);
@@ -251,8 +326,7 @@ int jitring_rings_stop(struct jitring *jr)
 	} else {
 		/*
 		 * No flusher: a fork child that never wrote (nothing of its
-		 * own buffered), or a paused one that could not be started
-		 * again: maybe CLOSE.
+		 * own buffered): maybe CLOSE.
 		 */
 		jitring_flusher_write_close(e);
 	}
@@ -293,12 +367,16 @@ int jitring_rings_pause(struct jitring *jr)
 	pid_t tid;
 	int ret;
 
-	pthread_mutex_lock(&e->run_lock);
+	run_lock(e);
 	if (!atomic_load_explicit(&e->running, memory_order_relaxed)) {
-		pthread_mutex_unlock(&e->run_lock);
+		run_unlock(e);
 		return 0;
 	}
-	/* Everything written so far goes into the file first. */
+	/*
+	 * Everything written so far goes into the file first.  A flusher
+	 * runs, and only a holder of run_lock stops it: the flush never
+	 * takes the drain path (flush_here()), which takes run_lock.
+	 */
 	ret = jitring_rings_flush(jr);
 	/* Pairs with the seq_cst load of pause_req in round_run(). */
 	atomic_store_explicit(&e->pause_req, 1, memory_order_seq_cst);
@@ -337,7 +415,7 @@ int jitring_rings_pause(struct jitring *jr)
 		    atomic_compare_exchange_strong_explicit(
 			    &e->pause_req, &one, 0, memory_order_seq_cst,
 			    memory_order_relaxed)) {
-			pthread_mutex_unlock(&e->run_lock);
+			run_unlock(e);
 			if (closing)
 				return jitring_refuse_state(jr, JR_CLOSING);
 			return ret ? ret : -EAGAIN;
@@ -348,8 +426,34 @@ int jitring_rings_pause(struct jitring *jr)
 	e->paused = true;
 	/* Pairs with the acquire load of running in jitring_rings_flush(). */
 	atomic_store_explicit(&e->running, false, memory_order_release);
-	pthread_mutex_unlock(&e->run_lock);
+	run_unlock(e);
 	wait_gone(tid);
+	return ret;
+}
+
+/* Start the flusher unless one runs; under run_lock (after a pause's
+ * join: never two flushers).  Return: 0 or -errno from pthread_create(). */
+static int resume_locked(struct jitring *jr, struct jr_rings *e)
+{
+	int ret;
+
+	if (atomic_load_explicit(&e->running, memory_order_relaxed))
+		return 0;
+	/*
+	 * Not JR_STOPPED from here on, before the thread exists: a pause
+	 * that takes run_lock next finds a running flusher, and its flush
+	 * must not take this path (run_lock is not recursive).
+	 */
+	atomic_store_explicit(&jr->sleep, JR_AWAKE, memory_order_relaxed);
+	ret = start_thread(e);
+	e->paused = ret != 0;
+	if (ret) {
+		/* No thread: the next waker tries again. */
+		atomic_store_explicit(&jr->sleep, JR_STOPPED,
+				      memory_order_relaxed);
+		jitring_log(jr, JITRING_LOG_ERR,
+			    "cannot restart the flusher: %s", strerror(-ret));
+	}
 	return ret;
 }
 
@@ -357,36 +461,51 @@ void jitring_rings_resume(struct jitring *jr)
 {
 	uint32_t s = jitring_enter(jr);
 
-	if (s == JR_OPEN) {
+	/*
+	 * Not from a handler that interrupted our own pause or flush (it
+	 * would wait for itself): what it committed waits for the next
+	 * flush, or the next waker.
+	 */
+	if (s == JR_OPEN && tls_run_held != jr->eng) {
 		struct jr_rings *e = jr->eng;
-		int ret = 0;
 
-		/* After a pause's join: never two flushers. */
-		pthread_mutex_lock(&e->run_lock);
-		if (!atomic_load_explicit(&e->running, memory_order_relaxed)) {
-			/*
-			 * Not JR_STOPPED from here on, before the thread
-			 * exists: a pause that takes run_lock next finds a
-			 * running flusher, and its flush must not take this
-			 * path (run_lock is not recursive).
-			 */
-			atomic_store_explicit(&jr->sleep, JR_AWAKE,
-					      memory_order_relaxed);
-			ret = start_thread(e);
-			e->paused = ret != 0;
-			/* No thread: the next waker tries again. */
-			if (ret)
-				atomic_store_explicit(&jr->sleep, JR_STOPPED,
-						      memory_order_relaxed);
-		}
-		pthread_mutex_unlock(&e->run_lock);
-		if (ret)
-			jitring_log(jr, JITRING_LOG_ERR,
-				    "cannot restart the flusher: %s",
-				    strerror(-ret));
+		run_lock(e);
+		resume_locked(jr, e);
+		run_unlock(e);
 	}
 	if (s < JR_CLOSING)
 		jitring_exit(jr);
+}
+
+int jitring_rings_stalled(struct jitring *jr)
+{
+	uint32_t s = jitring_enter(jr);
+	struct jr_rings *e;
+	int ret = 0;
+
+	/* Not open: the caller's loop reads the state and refuses. */
+	if (s != JR_OPEN) {
+		if (s < JR_CLOSING)
+			jitring_exit(jr);
+		return 0;
+	}
+	e = jr->eng;
+	if (tls_run_held == e) {
+		/* A handler that interrupted our own pause or flush: the
+		 * engine is ours already, and waiting would be for good. */
+		jitring_count(&jr->c.refused_invalid, 1);
+		ret = -EDEADLK;
+	} else {
+		/* Another holder is done within milliseconds (a start, a
+		 * pause) or a drain's hold-back at most. */
+		run_lock(e);
+		/* The limit that refused the flusher may have passed. */
+		if (resume_locked(jr, e) && e->paused)
+			jitring_flusher_drain(e);
+		run_unlock(e);
+	}
+	jitring_exit(jr);
+	return ret;
 }
 
 /* ------------------------------------------------------------------ */

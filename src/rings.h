@@ -251,6 +251,14 @@ int jitring_rings_restart(struct jitring *jr);
 int jitring_rings_pause(struct jitring *jr);
 /* Start the flusher again after a pause (a waker found JR_STOPPED). */
 void jitring_rings_resume(struct jitring *jr);
+/*
+ * A lossless writer's ring is full and the sleep word says JR_STOPPED: no
+ * flusher.  Start one, or else drain on this thread (after whoever holds
+ * the engine now).  Return: 0 to look at the ring again; -EDEADLK
+ * (counted) from a signal handler that interrupted this thread's own
+ * pause or flush, which holds the engine.
+ */
+int jitring_rings_stalled(struct jitring *jr);
 
 /*
  * Where the next group at or after @rd starts (before @end), past the gap
