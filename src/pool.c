@@ -492,17 +492,31 @@ static uint32_t slab_new(uint32_t size, uint32_t k, struct jr_slab **out)
 	return n;
 }
 
-/* Unmap every untaken spare's buffer of @sp and drop its block. */
+/*
+ * Unmap every untaken spare's buffer of @sp and drop its block.  A slab's
+ * blocks come out in order and their buffers are adjacent, so a run of
+ * them goes in one munmap(): one call per buffer made every close of a
+ * writer cost thousands of system calls (each splitting the mapping).
+ */
 static void spares_drain(struct jr_spares *sp)
 {
+	uint8_t *run = NULL, *end = NULL;
 	struct jr_ring *r;
 
 	while (ck_ring_dequeue_spmc(&sp->q, sp->buf, &r)) {
 		struct jr_slab *s = slab_of(r);
+		uint8_t *buf = slab_buf(s, r);
 
-		munmap(slab_buf(s, r), s->size);
+		if (buf != end) {
+			if (run)
+				munmap(run, (size_t)(end - run));
+			run = buf;
+		}
+		end = buf + s->size;
 		slab_put(s);
 	}
+	if (run)
+		munmap(run, (size_t)(end - run));
 }
 
 static int spares_init(struct jr_spares *sp, uint32_t cap, uint32_t target,

@@ -19,7 +19,9 @@
  *    or the growth switch) with one CAS, ACTIVE -> DETACHED, after which it
  *    never touches the ring again; if close's CAS to ORPHAN won instead,
  *    the thread frees the control block and nothing else (close has the
- *    buffer, see pool.c);
+ *    buffer, see pool.c): when it next calls that writer, detaches or
+ *    exits, or at its next attach to any writer (drop_orphans()), so a
+ *    thread that outlives writer after writer holds none of theirs;
  *  - a ring the thread made itself (or took as a spare) is reachable from
  *    the attach stack before the thread's first timestamp on it: the push
  *    (release CAS) is followed by a seq_cst fence, paired with the
@@ -82,6 +84,35 @@ static void ring_release(struct jr_ring *r)
 	 * touch it.
 	 */
 	jitring_ring_ctl_free(r);
+}
+
+/*
+ * Free the control blocks that closed writers left on the calling thread's
+ * list (ORPHAN: close took the buffer).  Nothing else ever frees them, and
+ * a spare's block pins its whole slab, so a thread that outlives writer
+ * after writer would keep one per writer it wrote to.  Called where the
+ * thread attaches to a writer it holds no ring of (a thread writing to a
+ * new writer always does), not on the write path: the list holds at most
+ * one such block per writer the thread wrote to since its last attach.
+ */
+static void drop_orphans(void)
+{
+	struct jr_ring **pp = &jitring_tls_rings, *r;
+
+	while ((r = *pp)) {
+		/*
+		 * Pairs with the acq_rel CAS to ORPHAN in
+		 * jitring_pool_release(): close is done with the block (it
+		 * reads nothing of it after the CAS).
+		 */
+		if (atomic_load_explicit(&r->own, memory_order_acquire) !=
+		    JR_OWN_ORPHAN) {
+			pp = &r->tls_next;
+			continue;
+		}
+		*pp = r->tls_next;
+		jitring_ring_ctl_free(r);
+	}
 }
 
 /* Detach the calling thread's rings of @jr (NULL: all).  Returns count. */
@@ -276,6 +307,7 @@ struct jr_ring *jitring_thread_attach(struct jitring *jr, int *err)
 			return r;
 		}
 	}
+	drop_orphans();
 
 	s = jitring_enter(jr);
 	/* Whatever the restart below ends in, we hold a user count. */
