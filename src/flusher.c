@@ -767,8 +767,8 @@ static void round_recycle(struct jr_rings *e, const struct round *rd)
 		/* Its owner left before taking the successor it asked for
 		 * (never itself a candidate: a successor is not DETACHED). */
 		drop_next(e, r);
-		/* Pages stay warm for the next thread (the pool is bounded,
-		 * idle rings are trimmed).  Grown rings go: every thread
+		/* Back to the pool rewound, its first page warm for the next
+		 * thread (jitring_pool_put()).  Grown rings go: every thread
 		 * starts at ring_min. */
 		if (r->size > e->jr->ring_min) {
 			jitring_pool_drop(e, r);

@@ -16,7 +16,10 @@
  *            the thread and pushed to the attach stack like a ring the
  *            thread made;
  *   ACTIVE   a thread's; it lets go with a CAS to DETACHED (thread.c), and
- *            the flusher recycles the ring once drained;
+ *            the flusher recycles the ring once drained: back to POOLED,
+ *            its positions moved on to the next lap and its pages but the
+ *            first dropped (ring_rewind()), so a pooled ring costs one
+ *            resident page however often it is reused;
  *   ORPHAN   close won the CAS instead: close owns the buffer (unmaps it
  *            here, reading buf and size before the CAS and nothing after
  *            it), the thread owns the control block (frees it later);
@@ -341,9 +344,45 @@ static uint32_t ring_new_batch(struct jr_rings *e, uint64_t now, uint32_t k,
 	return made;
 }
 
+/*
+ * The ring's next owner starts at its first byte, and only that page
+ * stays resident: positions skip to the next lap, as if the last owner
+ * had padded to the end of the buffer, and the pages it wrote past the
+ * first are dropped.  Without this each owner wrote on from the last
+ * one's tail, so a ring reused faster than the idle trim (a pool under
+ * thread churn) ended up with all its pages resident: 64 KiB per ready
+ * ring, where docs/api.md promises one page.
+ *
+ * Positions only ever move forward: the flusher's differences (a flush
+ * ticket's target, the tail a scan saw) stay valid across the skip, which
+ * is less than a lap.  The ring is drained and no thread holds it, so
+ * pub, head, rd and the tails all equal head_local; they move together.
+ * The new values reach the next owner with own (release, below).
+ */
+static void ring_rewind(struct jr_ring *r)
+{
+	uint32_t used = r->head_local - r->lap_start;
+	uint32_t next = (r->head_local + r->mask) & ~r->mask;
+	size_t page = jitring_page_size();
+
+	/* (used is modulo 2^32: pages of an owner that wrote 4 GiB may be
+	 * left to the idle trim.) */
+	if (used > page && r->size > page) {
+		size_t end = used < r->size ? (used + page - 1) & ~(page - 1) :
+					      r->size;
+
+		madvise(r->buf + page, end - page, MADV_DONTNEED);
+	}
+	r->lap_start = next;
+	r->head_local = r->rd = r->seen_tail = next;
+	atomic_store_explicit(&r->head, next, memory_order_relaxed);
+	atomic_store_explicit(&r->pub, JR_PUB(next), memory_order_relaxed);
+}
+
 /* Hand a drained ring we own to the pool (or free it if the pool is full). */
 void jitring_pool_put(struct jr_rings *e, struct jr_ring *r, uint64_t now)
 {
+	ring_rewind(r);
 	/* Producer fields are ours while the ring is not ACTIVE. */
 	r->tail = r->head_local;
 	r->head_cache = r->head_local;
