@@ -512,7 +512,12 @@ JITRING_API int jitring_open(const struct jitring_config *cfg,
  * larger than half a ring is copied into a one-off heap buffer).  In the
  * default lossless mode, a full ring makes the call wait for the flusher;
  * with JITRING_F_DROP it returns -EAGAIN instead.  The entry reaches the
- * file within max_delay_ms, or at the next jitring_flush().
+ * file within max_delay_ms, or at the next jitring_flush().  After
+ * jitring_pause(), if the flusher cannot be started again (pthread_create
+ * fails: a pids cgroup limit, RLIMIT_NPROC), the call still succeeds; its
+ * entry is written by the next jitring_flush() or jitring_close(), and a
+ * lossless call that finds its ring full writes the rings itself, on its
+ * own thread, rather than wait.
  *
  * Context: any thread, concurrently with every call on the same writer.
  * Not async-signal-safe: a call from a signal handler that interrupted
@@ -530,7 +535,9 @@ JITRING_API int jitring_open(const struct jitring_config *cfg,
  * code_size must also leave the 32-bit unwind offsets room: about 2 GiB
  * less 8 KiB); -ENOMEM if no ring could be had within mem_budget (or
  * malloc failed for a large entry); -EAGAIN (JITRING_F_DROP only); -EDEADLK
- * (nested call, see above); -ESHUTDOWN once jitring_close() has started,
+ * (nested call, see above; also, with no flusher as above, a full ring in
+ * a handler that interrupted jitring_flush() or jitring_pause() on the same
+ * thread); -ESHUTDOWN once jitring_close() has started,
  * whatever @e holds (-ESHUTDOWN wins over every error of the entry: the
  * writer is gone, so the entry no longer matters; an entry racing the
  * close gets either); or the negative errno with which the file failed.
@@ -567,6 +574,9 @@ JITRING_API int jitring_move(struct jitring *jr, uint64_t code_index,
  * before this call began is in the file (written with write(2); no fsync).
  * Rings engine: wakes the flusher and sleeps; if another thread is stalled
  * inside jitring_write(), this waits at most about holdback_ms for it.
+ * While paused (jitring_pause()) it starts no thread: what writes left in
+ * the rings after the flusher could not be started again, it writes itself
+ * on the calling thread, as the flusher would, before it returns.
  *
  * Context: any thread, concurrently with every call; blocks; not
  * async-signal-safe.
@@ -588,11 +598,17 @@ JITRING_API int jitring_flush(struct jitring *jr);
  * a runtime that forks right after sees one thread fewer (CPython warns on
  * fork() in a process with more than one).  The writer stays open, and the
  * engine resumes by itself: the next call that needs the flusher (a write
- * or move, a flush, a thread's first write, a new trampoline set or
- * arena, close) starts it again before it returns; a thread that exits
- * or detaches meanwhile does not.  With other threads writing all the time the flusher may find no quiet round: after 50 ms
- * this gives up, leaves the flusher running and returns -EAGAIN.  The
- * mutex engine has no thread: 0 at once.
+ * or move, a thread's first write, a new trampoline set or arena, close)
+ * starts it again before it returns; a thread that exits or detaches
+ * meanwhile does not, nor does a flush (it writes what is left itself).
+ * If pthread_create fails then, the calls still succeed, and a flush or
+ * close, or a writer with a full ring, writes the rings on its own thread
+ * (see jitring_write()).  Before it exits, the flusher gives back what its
+ * idle rounds would over the next seconds: idle rings' pages and ready
+ * rings beyond ready_rings.  With other threads writing all the time the
+ * flusher may find no quiet round: after 50 ms this gives up, leaves the
+ * flusher running and returns -EAGAIN.  The mutex engine has no thread: 0
+ * at once.
  *
  * Context: any thread, concurrently with every call; blocks; not
  * async-signal-safe.
