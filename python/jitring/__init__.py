@@ -29,13 +29,17 @@ from ._jitring import flush, is_active, stats
 
 __all__ = ["start", "stop", "is_active", "flush", "stats"]
 
-_real_exit = None
+# os._exit as it was when jitring was imported.  Kept for good: a
+# reference to _exit_flushing taken during a session (``from os import
+# _exit``) must still exit after stop(), from any thread.
+_real_exit = _os._exit
 
 
 def _exit_flushing(status):
     # os._exit() skips exit(3), so the library's exit-time flush never
     # runs: write what the rings still hold first (a fork child that ends
-    # with os._exit, as multiprocessing's do, keeps its entries).
+    # with os._exit, as multiprocessing's do, keeps its entries).  No
+    # session: flush() does nothing.
     try:
         _jitring.flush()
     except Exception:
@@ -65,7 +69,8 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
     (a debugger, ``-X perf``) is installed, OSError if the dump cannot be
     created.
     """
-    global _real_exit
+    if dir is not None and not _os.fspath(dir):
+        raise ValueError("dir must name a directory, not %r" % (dir,))
     for name, v in (("ready_rings", ready_rings),
                     ("ready_copies", ready_copies)):
         if isinstance(v, bool) or not isinstance(v, int) \
@@ -73,18 +78,15 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
             raise ValueError("%s must be an int in [0, 2**32), not %r"
                              % (name, v))
     _jitring.start(dir, engine, perf_map, ready_rings, ready_copies)
-    if _real_exit is None and _os._exit is not _exit_flushing:
-        _real_exit = _os._exit
+    if _os._exit is _real_exit:
         _os._exit = _exit_flushing
 
 
 def stop():
     """Stop profiling and close the dump.  Returns True if it was active."""
-    global _real_exit
     was = _jitring.stop()
-    if _real_exit is not None and _os._exit is _exit_flushing:
+    if _os._exit is _exit_flushing:
         _os._exit = _real_exit
-        _real_exit = None
     return was
 
 

@@ -82,7 +82,9 @@ def main():
         sys.exit("jitring: --engine must be rings or mutex")
     if kind == "script":
         sys.argv = [target] + args
-        sys.path[0] = os.path.dirname(os.path.abspath(target))
+        # As python does: the directory of the script's real path (a
+        # symlinked script imports the modules next to its target).
+        sys.path[0] = os.path.dirname(os.path.realpath(target))
     else:
         sys.argv = [target] + args      # runpy puts the full path in
         sys.path[0] = os.getcwd()

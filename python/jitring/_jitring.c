@@ -19,10 +19,25 @@
  * it reallocates co_extra without a lock, so two threads entering the same
  * new code object race on it under free threading.
  *
- * A session is one start() .. stop(): one writer (jit-<pid>.dump), one
- * trampoline set, one tag.  Map values carry the tag of the session that
- * made them, so a later session (or a fork child, which gets its own dump)
- * never trusts a copy described in another session's dump.
+ * A session is one start() .. stop(): one writer (jit-<pid>.dump) and one
+ * tag.  Map values carry the tag of the session that described them, so a
+ * later session (or a fork child, which gets its own dump) never trusts a
+ * copy described in another session's dump.
+ *
+ * What outlives sessions, made once per process and never given back (a
+ * thread may still run in a copy after stop(), and CPython's code watcher
+ * registry may not be changed while other threads fire it):
+ *  - the trampoline set, handed to each new session's writer
+ *    (jitring_trampolines_rebind());
+ *  - the copies: a code object keeps its copy from session to session (a
+ *    new session describes it again in its own dump,
+ *    jitring_trampolines_reuse_parts()), and the copy of a destroyed code
+ *    object goes to its shard's free list for the next new one, so the
+ *    copies in use never exceed the code objects alive at once;
+ *  - the code watcher, which keeps the map and the free lists right
+ *    whether or not a session runs.
+ * So a process that starts and stops profiling thousands of times keeps
+ * the address space, mappings and descriptors of its first session.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -38,6 +53,7 @@
 #include <time.h>
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <jitring.h>
 
@@ -81,6 +97,9 @@ struct py_counters {
 	_Atomic uint64_t map_tables;	/* code map tables allocated */
 	_Atomic uint64_t map_bytes;	/* memory mapped for them */
 	_Atomic uint64_t map_forgotten;	/* map entries of destroyed code */
+	_Atomic uint64_t copies_reused;	/* copies described again (a new
+					 * session, or a new code object) */
+	_Atomic uint64_t copies_freed;	/* copies of destroyed code kept */
 };
 
 static struct py_counters pyc;
@@ -111,8 +130,13 @@ struct session {
 	uint64_t tag;		/* 1..0xffff: set before the session is
 				 * published, changed only in a fork child */
 	int engine;
-	int watcher;		/* code watcher id */
 };
+
+/* The process's trampoline set (see above); under state_mu.  Its copies'
+ * addresses stay valid for the life of the process. */
+static struct jitring_trampolines *proc_tr;
+/* The code watcher's id, -1 until the first start(); under state_mu. */
+static int watcher_id = -1;
 
 /* The running session, NULL when inactive.  Written under state_mu. */
 static struct session *_Atomic cur_session;
@@ -158,8 +182,9 @@ static void state_unlock(void)
  * A first call makes at most one map slot, so what the map costs a new
  * code object is mostly the fresh memory it touches (in a VM a first touch
  * of a 4 KiB page costs 2 us or more).  Tables, whose sizes are powers of
- * two, come from blocks of the module's own mmap(2) chunks, kept until
- * exit: no malloc (whose per-thread heaps grow by an mprotect(2) a step,
+ * two, come from blocks of the module's own mmap(2) chunks, never
+ * unmapped (a table given back is a free block for the next; a lock-free
+ * reader may still read it, see "Tables given back"): no malloc (whose per-thread heaps grow by an mprotect(2) a step,
  * taking mmap_lock against page faults and the library's arena making), no
  * memset (the pages come zeroed), no space given up (what a chunk cannot
  * serve any more is cut into power-of-two blocks for later tables), and few
@@ -219,7 +244,7 @@ static void blocks_free(uintptr_t from, uintptr_t to)
 	}
 }
 
-/* 2^@shift zeroed bytes, aligned to their size (at least 64), kept until
+/* 2^@shift zeroed bytes, aligned to their size (at least 64), mapped until
  * exit; NULL without memory.  Any thread. */
 static void *map_alloc(unsigned int shift)
 {
@@ -262,6 +287,30 @@ out:
 	return p;
 }
 
+/*
+ * Give back a table map_alloc(@shift) returned, for a later map_alloc().
+ * Lock-free readers may still read it (see "Tables given back"): it is
+ * zeroed with atomic stores, as every store into a table is atomic, and
+ * a block of its own mapping (a shard of over 131,072 keys) is kept
+ * mapped, unused.
+ */
+static void map_free(void *p, unsigned int shift)
+{
+	_Atomic uint64_t *w = p;
+
+	if (shift < BLOCK_MIN_SHIFT)
+		shift = BLOCK_MIN_SHIFT;
+	if (shift > CHUNK_SHIFT)
+		return;
+	/* map_alloc() hands out zeroes. */
+	for (size_t i = 0; i < ((size_t)1 << shift) / sizeof(*w); i++)
+		atomic_store_explicit(&w[i], 0, memory_order_relaxed);
+	pthread_mutex_lock(&chunk_mu);
+	*(void **)p = free_blocks[shift];
+	free_blocks[shift] = p;
+	pthread_mutex_unlock(&chunk_mu);
+}
+
 /* ------------------------------------------------------------------ */
 /* Code map.                                                            */
 
@@ -271,21 +320,33 @@ out:
  * 256 shards (by hash), each one open-addressing table of (key, value)
  * slots with linear probing, at most three quarters full.  Lookups (every
  * Python call) take no lock and no atomic read-modify-write: they probe
- * until the key or an EMPTY slot.  Every write takes the shard's mutex:
+ * until the key or an EMPTY slot, between two reads of the shard's
+ * sequence count (see "Tables given back" below).  Every write takes the
+ * shard's mutex:
  * inserting a key (a code object's first call in the process), claiming its
  * value for a session, publishing the copy, and deleting the key; so a
  * first call takes it twice and no later call takes it.  An insert stores
  * the value before the key (release), and reuses DEAD slots.  A shard that
  * fills up is rehashed into a new table, published with a release store;
- * the old one is kept (a reader may still be probing it).  While a shard
- * only grows, its retired tables add up to less than the live one; a
- * shard whose code objects churn (made and destroyed during a session)
- * fills with DEAD slots and is rehashed at the same size, and each such
- * rehash retires a table for good.  A value changed after a
- * rehash is changed in the new table only: a reader still on the old table
- * sees the value it had (never one that is wrong for the session: values
- * only go from PENDING to a copy, or to another session's tag), takes the
- * slow path, and the slow path works under the mutex on the current table.
+ * the old one is given back for later tables.  A shard whose code
+ * objects churn (made and destroyed, sessions or not) fills with DEAD
+ * slots and is rehashed at the same size, so tables are given back all
+ * the time in a long-running program.
+ *
+ * Tables given back.  A reader may still be probing the old table when
+ * the rehash gives it back and it becomes another table, or a free list.
+ * Its memory stays mapped (map_alloc()'s chunks are never unmapped), so
+ * the reader reads garbage at worst, never a fault, and the shard's
+ * sequence count tells it: the rehash makes the count odd before it
+ * publishes the new table and even again after it gave the old one back.
+ * A lookup reads the count (acquire) before the table and again after
+ * the value (itself an acquire load, so the second read of the count
+ * cannot come before it); an odd or changed count means the value may be
+ * garbage, and the caller takes the slow path (under the mutex, exact).
+ * The probe is bounded by the table's size, so it ends even in a block
+ * that holds something else now.  A value changed after a rehash is
+ * changed in the new table only; the count sends a reader of the old one
+ * to the slow path.
  *
  * Address reuse: a code watcher deletes the entry of every code object
  * destroyed during a session, under the shard's mutex, before the object's
@@ -317,9 +378,15 @@ _Static_assert(sizeof(struct slot) == 16, "map_alloc(bits + 4)");
 
 struct shard {
 	_Atomic uintptr_t tb;		/* slots | bits; 0 until first used */
+	_Atomic uint32_t seq;		/* odd while a rehash gives a table
+					 * back; written under mu */
 	pthread_mutex_t mu;
 	size_t used;			/* non-EMPTY slots of tb, under mu */
 	size_t live;			/* keys in tb, under mu */
+	/* Copies of destroyed code objects, for the next new one; under
+	 * mu.  Room for fl_cap. */
+	void **fl;
+	uint32_t fl_n, fl_cap;
 } __attribute__((aligned(64)));
 
 static struct shard shards[NSHARDS];
@@ -358,40 +425,95 @@ static inline unsigned int tb_bits(uintptr_t tb)
 	return (unsigned int)(tb & TB_BITS_MASK);
 }
 
-/* @key's slot in the current table, or NULL.  Lock-free; any thread. */
-static inline struct slot *map_find(uintptr_t key)
+/* A lookup's answer (map_lookup()). */
+enum lookup { LK_ABSENT, LK_FOUND, LK_RETRY };
+
+/*
+ * @key's value in the current table into *@v: LK_FOUND, LK_ABSENT (then
+ * *@v is 0), or LK_RETRY if a rehash may have given the table back under
+ * us (the value is then not to be trusted: ask under the mutex).
+ * Lock-free; any thread.
+ */
+static inline enum lookup map_lookup(uintptr_t key, uint64_t *v)
 {
 	uint64_t h = key_hash(key);
+	struct shard *sh = key_shard(h);
+	/* Pairs with the release store of the even count in shard_grow():
+	 * the table we load below is the one published before it. */
+	uint32_t seq = atomic_load_explicit(&sh->seq, memory_order_acquire);
 	/* Pairs with the release store of tb in shard_grow(). */
-	uintptr_t tb = atomic_load_explicit(&key_shard(h)->tb,
-					    memory_order_acquire);
+	uintptr_t tb = atomic_load_explicit(&sh->tb, memory_order_acquire);
 	struct slot *t = tb_slots(tb);
 	unsigned int bits = tb_bits(tb);
-	size_t i, mask = ((size_t)1 << bits) - 1;
+	size_t i, n, mask = ((size_t)1 << bits) - 1;
 
+	*v = 0;
+	if (unlikely(seq & 1))
+		return LK_RETRY;
 	if (unlikely(!t))
-		return NULL;
-	for (i = key_index(key, h, bits);; i = (i + 1) & mask) {
+		return LK_ABSENT;
+	for (i = key_index(key, h, bits), n = 0; n <= mask;
+	     i = (i + 1) & mask, n++) {
 		/* Pairs with the release store of key in shard_slot(): the
 		 * slot's value before its key. */
 		uintptr_t k = atomic_load_explicit(&t[i].key,
 						   memory_order_acquire);
 
-		if (k == key)
-			return &t[i];
 		if (k == KEY_EMPTY)
-			return NULL;
+			break;
+		if (k != key)
+			continue;
+		/* Pairs with the release stores of val in code_copy() and
+		 * copy_publish(): the copy before its address.  Acquire
+		 * also keeps the count's second read after it. */
+		*v = atomic_load_explicit(&t[i].val, memory_order_acquire);
+		if (likely(atomic_load_explicit(&sh->seq,
+						memory_order_relaxed) == seq))
+			return LK_FOUND;
+		*v = 0;
+		return LK_RETRY;
 	}
+	/* A miss counts only if the table was not given back meanwhile; the
+	 * key's acquire loads keep this read after them. */
+	return atomic_load_explicit(&sh->seq, memory_order_relaxed) == seq &&
+			       n <= mask ?
+		       LK_ABSENT :
+		       LK_RETRY;
 }
 
-/* @key's value, 0 if it has none.  Lock-free; any thread. */
+static struct slot *shard_slot(struct shard *sh, uintptr_t key, uint64_t h,
+			       bool insert);
+
+/* @key's value, 0 if it has none, exact: under the mutex.  Any thread. */
+static COLD uint64_t map_get_locked(uintptr_t key)
+{
+	uint64_t h = key_hash(key), v = 0;
+	struct shard *sh = key_shard(h);
+	struct slot *sl;
+
+	pthread_mutex_lock(&sh->mu);
+	sl = shard_slot(sh, key, h, false);
+	if (sl)
+		v = atomic_load_explicit(&sl->val, memory_order_relaxed);
+	pthread_mutex_unlock(&sh->mu);
+	return v;
+}
+
+/* @key's value, 0 if it has none.  Any thread; lock-free but for a lookup
+ * that met a rehash. */
 static inline uint64_t map_get(uintptr_t key)
 {
-	struct slot *sl = map_find(key);
+	uint64_t v;
 
-	/* Pairs with the release stores of val in code_copy() and
-	 * copy_publish(): the copy before its address. */
-	return sl ? atomic_load_explicit(&sl->val, memory_order_acquire) : 0;
+	if (likely(map_lookup(key, &v) != LK_RETRY))
+		return v;
+	return map_get_locked(key);
+}
+
+/* Under sh->mu: the shard's sequence count (only mu holders write it). */
+static inline uint32_t sh_seq(struct shard *sh)
+{
+	return atomic_load_explicit(&sh->seq, memory_order_relaxed);
 }
 
 /* Under sh->mu: a table with room for the live keys and then some. */
@@ -425,14 +547,33 @@ static int shard_grow(struct shard *sh)
 				      atomic_load_explicit(&o[i].val,
 							   memory_order_relaxed),
 				      memory_order_relaxed);
-		atomic_store_explicit(&n[j].key, k, memory_order_relaxed);
+		/* Release: pairs with the acquire load of key in
+		 * map_lookup(), for a reader of a block given back that now
+		 * holds this table (it then sees the other shard's count
+		 * changed). */
+		atomic_store_explicit(&n[j].key, k, memory_order_release);
 	}
 	sh->used = sh->live;
 	count(&pyc.map_tables);
-	/* Pairs with the acquire load in map_find(): the slots before the
-	 * table. */
+	if (!o) {
+		/* Pairs with the acquire load in map_lookup(): the slots
+		 * before the table. */
+		atomic_store_explicit(&sh->tb, (uintptr_t)n | bits,
+				      memory_order_release);
+		return 0;
+	}
+	/* Odd while the old table is given back: a reader that reads
+	 * anything written from here on sees the count changed.  The
+	 * release fence pairs with the acquire loads of key and val in
+	 * map_lookup() that read the stores that follow. */
+	atomic_store_explicit(&sh->seq, sh_seq(sh) + 1, memory_order_relaxed);
+	atomic_thread_fence(memory_order_release);
 	atomic_store_explicit(&sh->tb, (uintptr_t)n | bits,
 			      memory_order_release);
+	map_free(o, tb_bits(otb) + 4);
+	/* Pairs with the acquire load of the count in map_lookup(): a
+	 * reader that sees it even again sees the new table. */
+	atomic_store_explicit(&sh->seq, sh_seq(sh) + 1, memory_order_release);
 	return 0;
 }
 
@@ -480,28 +621,60 @@ static struct slot *shard_slot(struct shard *sh, uintptr_t key, uint64_t h,
 		sh->used++;
 	sh->live++;
 	atomic_store_explicit(&sl->val, 0, memory_order_relaxed);
-	/* Pairs with the acquire load of key in map_find(). */
+	/* Pairs with the acquire load of key in map_lookup(). */
 	atomic_store_explicit(&sl->key, key, memory_order_release);
 	return sl;
 }
 
-/* Code watcher: forget a code object before its memory is freed. */
+/* Under sh->mu: keep @copy for a later code object of this shard.  Without
+ * memory for the list it is dropped (never unmapped: one copy's slot). */
+static void free_push(struct shard *sh, void *copy)
+{
+	if (sh->fl_n == sh->fl_cap) {
+		uint32_t cap = sh->fl_cap ? sh->fl_cap * 2 : 16;
+		void **n = realloc(sh->fl, cap * sizeof(void *));
+
+		if (!n)
+			return;
+		sh->fl = n;
+		sh->fl_cap = cap;
+	}
+	sh->fl[sh->fl_n++] = copy;
+	count(&pyc.copies_freed);
+}
+
+/* Under sh->mu: a copy of a destroyed code object, or NULL. */
+static void *free_pop(struct shard *sh)
+{
+	return sh->fl_n ? sh->fl[--sh->fl_n] : NULL;
+}
+
+/*
+ * Code watcher, registered once for the life of the process: forget a
+ * code object before its memory is freed, and keep its copy for the next.
+ */
 static int code_watcher(PyCodeEvent ev, PyCodeObject *co)
 {
 	uintptr_t key = (uintptr_t)co;
 	uint64_t h = key_hash(key);
 	struct shard *sh = key_shard(h);
 	struct slot *sl;
+	uint64_t v;
 
 	if (ev != PY_CODE_EVENT_DESTROY)
 		return 0;
 	/* Most code never ran under a session: no lock for those.  Nobody
 	 * else can insert this key now: nobody else holds the object. */
-	if (!map_find(key))
+	if (map_lookup(key, &v) == LK_ABSENT)
 		return 0;
 	pthread_mutex_lock(&sh->mu);
 	sl = shard_slot(sh, key, h, false);
 	if (sl) {
+		v = atomic_load_explicit(&sl->val, memory_order_relaxed);
+		/* A copy (of any session): nobody calls this code again.
+		 * PENDING cannot be here: its maker runs this code. */
+		if ((v & ADDR_MASK) > VAL_FAILED)
+			free_push(sh, (void *)(uintptr_t)(v & ADDR_MASK));
 		/* Relaxed: the mutex and the free that follows order it
 		 * before any lookup of a new object at this address. */
 		atomic_store_explicit(&sl->key, KEY_DEAD,
@@ -656,21 +829,42 @@ enum copy_result { COPY_OK, COPY_RETRY, COPY_FAILED };
  */
 static long copy_delay_ns;
 
+/* A copy of @s's set named by @p: @reuse described again, or a new one. */
+static int64_t set_copy(struct session *s, const struct jitring_str *p,
+			unsigned int n, void *reuse, void **addr)
+{
+	int64_t r;
+
+	if (reuse) {
+		r = jitring_trampolines_reuse_parts(s->tr, reuse, p, n);
+		if (r > 0)
+			*addr = reuse;
+		return r;
+	}
+	return jitring_trampolines_get_parts(s->tr, p, n, addr);
+}
+
 static int64_t get_copy(struct session *s, const struct jitring_str *p,
-			unsigned int n, void **addr)
+			unsigned int n, void *reuse, void **addr)
 {
 	int64_t r;
 
 	if (s->engine != JITRING_ENGINE_MUTEX)
-		return jitring_trampolines_get_parts(s->tr, p, n, addr);
+		return set_copy(s, p, n, reuse, addr);
 	PyThread_acquire_lock(design_lock, WAIT_LOCK);
-	r = jitring_trampolines_get_parts(s->tr, p, n, addr);
+	r = set_copy(s, p, n, reuse, addr);
 	PyThread_release_lock(design_lock);
 	return r;
 }
 
+/*
+ * Describe @co's copy in @s's dump: *@reuse (a copy made earlier, or
+ * NULL) described again, else a new one.  *@reuse is set to NULL once it
+ * is used, or dropped as not a copy of the current set (one made before
+ * a set was replaced); what is left there is the caller's to keep.
+ */
 static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
-				       void **addr)
+				       void **addr, void **reuse)
 {
 	struct jitring_str p[NAME_PARTS], one;
 	const struct jitring_str *pp = p;
@@ -691,7 +885,7 @@ static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 	}
 	name_parts(co, p, tmp);
 	for (;;) {
-		r = get_copy(s, pp, np, addr);
+		r = get_copy(s, pp, np, *reuse, addr);
 		if (r > 0)
 			break;
 		if (r == -EINVAL && pp == p) {
@@ -701,6 +895,11 @@ static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 			one.len = name_without_nul(p, buf);
 			pp = &one;
 			np = 1;
+			continue;
+		}
+		if (r == -EINVAL && *reuse) {
+			/* The name is fine: the copy is not this set's. */
+			*reuse = NULL;
 			continue;
 		}
 		if (r != -EAGAIN && r != -EDEADLK) {
@@ -723,12 +922,16 @@ static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 		if (delay < 1000 * 1000)
 			delay *= 2;
 	}
-	if ((uintptr_t)*addr & ~(uintptr_t)ADDR_MASK) {
+	if (*reuse) {
+		*reuse = NULL;
+		count(&pyc.copies_reused);
+	} else if ((uintptr_t)*addr & ~(uintptr_t)ADDR_MASK) {
 		count(&pyc.copy_errors);
 		res = COPY_FAILED;
 		goto out;
+	} else {
+		count(&pyc.copies);
 	}
-	count(&pyc.copies);
 out:
 	Py_XDECREF(tmp[0]);
 	Py_XDECREF(tmp[1]);
@@ -743,10 +946,11 @@ out:
 #define PENDING_SPINS 256
 #define PENDING_YIELDS 64
 
-/* Make @co's copy (the claim is ours: its value is @tag | VAL_PENDING)
- * and publish it, or what became of it. */
+/* Make @co's copy (the claim is ours: its value is @tag | VAL_PENDING),
+ * reusing @reuse if not NULL, and publish it, or what became of it. */
 static COLD void *copy_publish(struct session *s, PyObject *co,
-			       struct shard *sh, uint64_t h, uint64_t tag)
+			       struct shard *sh, uint64_t h, uint64_t tag,
+			       void *reuse)
 {
 	uintptr_t key = (uintptr_t)co;
 	enum copy_result res;
@@ -754,7 +958,7 @@ static COLD void *copy_publish(struct session *s, PyObject *co,
 	struct slot *sl;
 	uint64_t v;
 
-	res = make_copy(s, (PyCodeObject *)co, &addr);
+	res = make_copy(s, (PyCodeObject *)co, &addr, &reuse);
 	if (res == COPY_OK)
 		v = tag | (uint64_t)(uintptr_t)addr;
 	else if (res == COPY_RETRY)
@@ -762,6 +966,8 @@ static COLD void *copy_publish(struct session *s, PyObject *co,
 	else
 		v = tag | VAL_FAILED;
 	pthread_mutex_lock(&sh->mu);
+	if (reuse)	/* not used: for the next new code object */
+		free_push(sh, reuse);
 	/* Found again (a rehash may have moved it), and only if the claim is
 	 * still ours: a session started since then may have claimed it. */
 	sl = shard_slot(sh, key, h, false);
@@ -770,6 +976,8 @@ static COLD void *copy_publish(struct session *s, PyObject *co,
 		/* Pairs with the acquire load in map_get(): the copy (handed
 		 * to us by the kit, already executable) before its address. */
 		atomic_store_explicit(&sl->val, v, memory_order_release);
+	else if (res == COPY_OK)	/* ours alone: keep it for another */
+		free_push(sh, addr);
 	pthread_mutex_unlock(&sh->mu);
 	return res == COPY_OK ? addr : NULL;
 }
@@ -798,12 +1006,18 @@ static COLD void *code_copy(struct session *s, PyObject *co, uint64_t v)
 	}
 	v = atomic_load_explicit(&sl->val, memory_order_relaxed);
 	if ((v & ~ADDR_MASK) != tag) {
-		/* Unclaimed, or another session's: ours to make.  Relaxed:
-		 * a reader that sees PENDING does nothing with it. */
+		/* Unclaimed, or another session's: ours to make, with the
+		 * copy an earlier session made for this code object, else one
+		 * a destroyed code object left.  Relaxed: a reader that sees
+		 * PENDING does nothing with it. */
+		void *reuse = (v & ADDR_MASK) > VAL_FAILED ?
+				      (void *)(uintptr_t)(v & ADDR_MASK) :
+				      free_pop(sh);
+
 		atomic_store_explicit(&sl->val, tag | VAL_PENDING,
 				      memory_order_relaxed);
 		pthread_mutex_unlock(&sh->mu);
-		return copy_publish(s, co, sh, h, tag);
+		return copy_publish(s, co, sh, h, tag, reuse);
 	}
 	pthread_mutex_unlock(&sh->mu);
 wait:
@@ -871,6 +1085,31 @@ static inline PyObject *frame_code(struct _PyInterpreterFrame *f)
 }
 
 static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
+			 int throwflag);
+
+/*
+ * jr_eval() runs with no session: stop() has just uninstalled it (a thread
+ * that read the old function), or another PEP 523 tool that chained to it
+ * while a session ran has put it back after stop().  In the second case
+ * nobody would ever uninstall it, so do it here, under state_mu (never
+ * waited for: a start() or stop() in progress decides) and only if it is
+ * still installed with no session.
+ */
+static COLD void uninstall_stale(PyThreadState *ts)
+{
+	PyInterpreterState *interp = ts->interp;
+
+	if (_PyInterpreterState_GetEvalFrameFunc(interp) != jr_eval ||
+	    pthread_mutex_trylock(&state_mu))
+		return;
+	if (!atomic_load_explicit(&cur_session, memory_order_relaxed) &&
+	    _PyInterpreterState_GetEvalFrameFunc(interp) == jr_eval)
+		_PyInterpreterState_SetEvalFrameFunc(interp,
+						     _PyEval_EvalFrameDefault);
+	pthread_mutex_unlock(&state_mu);
+}
+
+static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
 			 int throwflag)
 {
 	/* Pairs with the release store in start(): the session's fields. */
@@ -880,8 +1119,10 @@ static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
 	void *t;
 	uint64_t v;
 
-	if (unlikely(!s))
+	if (unlikely(!s)) {
+		uninstall_stale(ts);
 		goto plain;
+	}
 	co = frame_code(f);
 	if (unlikely(!PyCode_Check(co)))
 		goto plain;
@@ -946,6 +1187,32 @@ static PyObject *raise_errno(int err, const char *what, PyObject *path)
 	return NULL;
 }
 
+/*
+ * OSError(err, "...", directory) for a dump that could not be made: the
+ * directory as given, else the one the library chose ($JITRING_DIR, else
+ * /tmp).
+ */
+static void dir_error(int err, PyObject *dir_obj)
+{
+	char what[96];
+	PyObject *path;
+
+	if (dir_obj == Py_None) {
+		const char *e = getenv("JITRING_DIR");
+
+		path = PyUnicode_DecodeFSDefault(e && *e ? e : "/tmp");
+		if (!path)
+			return;
+	} else {
+		path = Py_NewRef(dir_obj);
+	}
+	snprintf(what, sizeof(what),
+		 "jitring: cannot create jit-%d.dump in directory",
+		 (int)getpid());
+	raise_errno(err, what, path);
+	Py_DECREF(path);
+}
+
 static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	static const char *const kwlist[] = { "dir",	     "engine",
@@ -953,7 +1220,7 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 					      "ready_copies", NULL };
 	PyObject *dir_obj = Py_None, *dir_bytes = NULL;
 	const char *engine = "rings";
-	int perf_map = 0, ret, watcher = -1;
+	int perf_map = 0, ret, opened;
 	Py_ssize_t ready_rings = 0, ready_copies = 0;
 	struct jitring_config cfg;
 	struct jitring_trampoline_template tt;
@@ -1008,6 +1275,12 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	if (dir_obj != Py_None) {
 		if (!PyUnicode_FSConverter(dir_obj, &dir_bytes))
 			return NULL;
+		if (!PyBytes_GET_SIZE(dir_bytes)) {
+			Py_DECREF(dir_bytes);
+			PyErr_SetString(PyExc_ValueError,
+					"dir must name a directory, not ''");
+			return NULL;
+		}
 		cfg.dir = PyBytes_AS_STRING(dir_bytes);
 	}
 
@@ -1017,7 +1290,9 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 		goto err;
 	}
 	old = _PyInterpreterState_GetEvalFrameFunc(interp);
-	if (old != _PyEval_EvalFrameDefault) {
+	/* jr_eval installed with no session is not another tool's: one that
+	 * chained to it put it back after our stop(). */
+	if (old != _PyEval_EvalFrameDefault && old != jr_eval) {
 		PyErr_SetString(PyExc_RuntimeError,
 				"another eval-frame function is installed "
 				"(a debugger, or -X perf / -X perf_jit)");
@@ -1035,22 +1310,36 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 				"architecture");
 		goto err;
 	}
+	/* For the life of the process (see the top of this file). */
+	if (watcher_id < 0) {
+		watcher_id = PyCode_AddWatcher(code_watcher);
+		if (watcher_id < 0)
+			goto err;
+	}
 	Py_BEGIN_ALLOW_THREADS
 	ret = jitring_open(&cfg, &jr);
-	if (!ret)
-		ret = jitring_trampolines_new(jr, &tt, &tr);
+	opened = !ret;
+	if (!ret) {
+		/* The process's set, unless its writer is somehow still
+		 * open: then a new one (the old copies are dropped as not
+		 * this set's when they come back). */
+		if (proc_tr && !jitring_trampolines_rebind(proc_tr, jr))
+			tr = proc_tr;
+		else
+			ret = jitring_trampolines_new(jr, &tt, &tr);
+	}
 	Py_END_ALLOW_THREADS
 	if (ret < 0) {
-		raise_errno(-ret, "jitring_open", dir_obj);
+		if (opened)
+			raise_errno(-ret, "jitring_trampolines_new", NULL);
+		else
+			dir_error(-ret, dir_obj);
 		goto err;
 	}
-	watcher = PyCode_AddWatcher(code_watcher);
-	if (watcher < 0)
-		goto err;
+	proc_tr = tr;
 	s->jr = jr;
 	s->tr = tr;
 	s->engine = (int)cfg.engine;
-	s->watcher = watcher;
 	s->tag = take_tag();
 	last_session = s;
 	/* Pairs with the acquire load in jr_eval(). */
@@ -1065,8 +1354,10 @@ err:
 		Py_BEGIN_ALLOW_THREADS
 		jitring_close(jr);
 		Py_END_ALLOW_THREADS
-		/* No copy was handed out yet. */
-		jitring_trampolines_free(tr);
+		/* A new set that no copy came from yet; the process's set
+		 * stays, and is rebound by the next start(). */
+		if (tr != proc_tr)
+			jitring_trampolines_free(tr);
 	}
 	free(s);
 	state_unlock();
@@ -1092,10 +1383,9 @@ static PyObject *jr_stop(PyObject *mod, PyObject *unused)
 		_PyInterpreterState_SetEvalFrameFunc(interp,
 						     _PyEval_EvalFrameDefault);
 	/* Threads already inside jr_eval() finish with the session they
-	 * read: the writer's handle and the copies stay valid forever. */
+	 * read: the writer's handle and the copies stay valid forever.  The
+	 * code watcher stays: other threads may be firing it. */
 	atomic_store_explicit(&cur_session, NULL, memory_order_release);
-	if (PyCode_ClearWatcher(s->watcher) < 0)
-		PyErr_Clear();
 	Py_BEGIN_ALLOW_THREADS
 	ret = jitring_close(s->jr);
 	Py_END_ALLOW_THREADS
@@ -1196,6 +1486,7 @@ static PyObject *jr_stats(PyObject *mod, PyObject *unused)
 			memory_order_relaxed)) < 0) goto out
 	P(copies); P(copy_waits); P(copy_drops); P(copy_errors);
 	P(pending_races); P(map_tables); P(map_bytes); P(map_forgotten);
+	P(copies_reused); P(copies_freed);
 #undef P
 	ok = 1;
 out:
@@ -1263,6 +1554,15 @@ static PyObject *jr_before_fork(PyObject *mod, PyObject *unused)
 	return PyBool_FromLong(ret == 0);
 }
 
+/* Test hook: this call's own frame address, to measure the C stack that
+ * one profiled Python call takes (python/tests/test_sessions.py). */
+static PyObject *jr_stack_address(PyObject *mod, PyObject *unused)
+{
+	(void)mod;
+	(void)unused;
+	return PyLong_FromVoidPtr(__builtin_frame_address(0));
+}
+
 static PyMethodDef jr_methods[] = {
 	{ "start", (PyCFunction)(void (*)(void))jr_start,
 	  METH_VARARGS | METH_KEYWORDS,
@@ -1280,6 +1580,7 @@ static PyMethodDef jr_methods[] = {
 	  "stats()\n--\n\nThe writer's counters (struct jitring_stats) and "
 	  "the module's (py_*), as a dict." },
 	{ "_before_fork", jr_before_fork, METH_NOARGS, NULL },
+	{ "_stack_address", jr_stack_address, METH_NOARGS, NULL },
 	{ NULL, NULL, 0, NULL },
 };
 
