@@ -959,8 +959,10 @@ JITRING_API int64_t jitring_trampolines_reuse_parts(
  * A set outlives its writer (its copies may still run), so a runtime that
  * closes a writer and opens another (a profiler switched off and on) keeps
  * one set instead of making a new one per writer: its arenas, the copies
- * handed out and the stock ready ahead carry over, and @jr's background
- * thread keeps the stock from then on.  Copies handed out before are not
+ * handed out and the stock ready ahead carry over (counted in @jr's
+ * trampoline_arenas_ahead), and @jr's background thread keeps the stock
+ * from then on, at the floor @jr's ready_copies asks for (or the
+ * default).  Copies handed out before are not
  * described in @jr's dump until jitring_trampolines_reuse() says so.
  * A get() racing this call describes its copy through either writer (the
  * old one refuses it with -ESHUTDOWN).

@@ -209,6 +209,7 @@ struct jitring_trampolines {
 	/* Flusher-private: the demand, in arenas taken per window. */
 	bool warned;
 	uint32_t want_floor; /* never fewer ready: the default or ready_copies */
+	uint32_t want_default; /* the floor without ready_copies */
 	struct jr_demand demand;
 	_Atomic(struct tr_arena *) ready[JR_TRAMP_READY_CAP];
 };
@@ -912,6 +913,19 @@ static int template_check(const struct jitring_trampoline_template *ut,
 	return 0;
 }
 
+/* The ready arenas of @len bytes of slots that hold @stock bytes of
+ * copies, and one more (cur is not counted as ready). */
+static uint32_t stock_floor(uint64_t stock, size_t len)
+{
+	uint64_t want = (stock + len - 1) / len + 1;
+
+	if (want < JR_TRAMP_WANT_INIT)
+		want = JR_TRAMP_WANT_INIT;
+	if (want > JR_TRAMP_READY_CAP / 2)
+		want = JR_TRAMP_READY_CAP / 2;
+	return (uint32_t)want;
+}
+
 /*
  * Put @t, complete, on @jr's list of sets, where its flusher keeps its
  * stock.  Inside the cold-path bracket: once close has drained the users,
@@ -1088,17 +1102,12 @@ int jitring_trampolines_new(struct jitring *jr,
 		 * lowers the stock (a runtime with many sets, or few
 		 * threads), to no fewer than JR_TRAMP_WANT_INIT ready.
 		 */
+		t->want_default = want;
 		if (stock) {
-			uint32_t least = JR_TRAMP_WANT_INIT;
-
 			while (t->image < 0 && len < JR_TRAMP_ARENA_MAX &&
 			       len * JR_TRAMP_WANT_MAX < stock)
 				len *= 2;
-			want = (uint32_t)((stock + len - 1) / len) + 1;
-			if (want < least)
-				want = least;
-			if (want > JR_TRAMP_READY_CAP / 2)
-				want = JR_TRAMP_READY_CAP / 2;
+			want = stock_floor(stock, len);
 		}
 		atomic_init(&t->slots_len, len);
 		t->nslots = len / slot;
@@ -1384,6 +1393,21 @@ int jitring_trampolines_rebind(struct jitring_trampolines *t,
 		return -EBUSY;
 	set_unlink(old, t);
 	t->warned = false;
+	/* The floor the new writer's ready_copies asks for (its flusher
+	 * refills to it, or gives back what is above); the arenas' size
+	 * stays. */
+	t->want_floor =
+		jr->ready_copies ?
+			stock_floor(
+				(uint64_t)jr->ready_copies * t->slot_size,
+				atomic_load_explicit(&t->slots_len,
+						     memory_order_relaxed)) :
+			t->want_default;
+	atomic_store_explicit(&t->want, t->want_floor, memory_order_relaxed);
+	/* What the set brings is stock ready ahead for this writer too. */
+	jitring_count(&jr->c.trampoline_arenas_ahead,
+		      (uint64_t)atomic_load_explicit(&t->nready,
+						     memory_order_relaxed));
 	/* Pairs with the acquire load in tr_writer(): a get() that sees the
 	 * new writer sees its handle. */
 	atomic_store_explicit(&t->jr, jr, memory_order_release);
