@@ -9,8 +9,12 @@
  * waits for cold-path users to leave, lets the engine drain and stop, then
  * releases the file and sets CLOSED.
  *
- * Fork: pthread_atfork handlers take jr_global_lock and every live handle's
- * lock (so no close or open is half done), and the engine's own locks.  In
+ * Fork: pthread_atfork handlers take jr_global_lock and the lock of every
+ * handle not yet closed (so no close or open is half done), and the
+ * engine's own locks.  A closed handle's lock guards only its trampoline
+ * list and a second close, neither of which the child's handler touches:
+ * it is not taken (a process that opened and closed thousands of writers
+ * would take as many locks per fork) and the child makes it anew.  In
  * the child each live writer gets a fresh jit-<childpid>.dump (open, pwrite
  * and mmap only) and the engine drops what the parent's threads had
  * buffered: those entries belong to the parent's file.
@@ -762,6 +766,11 @@ static void atfork_prepare(void)
 {
 	pthread_mutex_lock(&jr_global_lock);
 	for (struct jitring *jr = jr_all; jr; jr = jr->next) {
+		/* CLOSED is final; read under jr_global_lock, and only the
+		 * forking thread reads fork_locked until the handlers end. */
+		jr->fork_locked = !handle_closed(jr);
+		if (!jr->fork_locked)
+			continue;
 		pthread_mutex_lock(&jr->lock);
 		if (atomic_load_explicit(&jr->state, memory_order_relaxed) >=
 		    JR_CLOSING)
@@ -783,7 +792,8 @@ static void atfork_parent(void)
 			else
 				jitring_rings_fork_parent(jr);
 		}
-		pthread_mutex_unlock(&jr->lock);
+		if (jr->fork_locked)
+			pthread_mutex_unlock(&jr->lock);
 	}
 	pthread_mutex_unlock(&jr_global_lock);
 }
@@ -812,9 +822,14 @@ static void atfork_child(void)
 		 * Taken in atfork_prepare() by the forking thread, which is
 		 * this one: unlock (a mutex made anew instead would still be
 		 * held in TSan's view of this thread, and others' locks
-		 * taken later would look inverted).
+		 * taken later would look inverted).  A closed handle's was
+		 * not taken, and may have been held by a thread the child
+		 * does not have: made anew.
 		 */
-		pthread_mutex_unlock(&jr->lock);
+		if (jr->fork_locked)
+			pthread_mutex_unlock(&jr->lock);
+		else
+			pthread_mutex_init(&jr->lock, NULL);
 		atomic_store_explicit(&jr->users, 0, memory_order_relaxed);
 		if (s >= JR_CLOSING) {
 			/* A close was under way in the parent: not ours. */
