@@ -150,7 +150,7 @@ ci:
 STRESS_SECONDS ?= 30
 FUZZ_SECONDS ?= 60
 
-stress: build deps-clang
+stress: build-py deps-clang
 	STRESS_SECONDS=$(STRESS_SECONDS) FUZZ_SECONDS=$(FUZZ_SECONDS) \
 		bash stress/run-long.sh build
 

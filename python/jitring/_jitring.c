@@ -32,9 +32,9 @@
  *  - the copies: a code object keeps its copy from session to session (a
  *    new session describes it again in its own dump,
  *    jitring_trampolines_reuse_parts()), and the copy of a destroyed code
- *    object goes to its shard's free list for the next new one, so the
+ *    object goes to the free list for the next new one, so the
  *    copies in use never exceed the code objects alive at once;
- *  - the code watcher, which keeps the map and the free lists right
+ *  - the code watcher, which keeps the map and the free list right
  *    whether or not a session runs.
  * So a process that starts and stops profiling thousands of times keeps
  * the address space, mappings and descriptors of its first session.
@@ -383,10 +383,6 @@ struct shard {
 	pthread_mutex_t mu;
 	size_t used;			/* non-EMPTY slots of tb, under mu */
 	size_t live;			/* keys in tb, under mu */
-	/* Copies of destroyed code objects, for the next new one; under
-	 * mu.  Room for fl_cap. */
-	void **fl;
-	uint32_t fl_n, fl_cap;
 } __attribute__((aligned(64)));
 
 static struct shard shards[NSHARDS];
@@ -626,27 +622,57 @@ static struct slot *shard_slot(struct shard *sh, uintptr_t key, uint64_t h,
 	return sl;
 }
 
-/* Under sh->mu: keep @copy for a later code object of this shard.  Without
- * memory for the list it is dropped (never unmapped: one copy's slot). */
-static void free_push(struct shard *sh, void *copy)
+/*
+ * The free list: copies of destroyed code objects, for the next new one.
+ * One for the process, not one per shard: a shard's list would keep the
+ * copies of its dead code while code born in other shards (their
+ * addresses hash elsewhere) made new ones.  Taken
+ * only on a destroy of code that had a copy and on a first call that
+ * finds copies there (free_avail: a first call with none takes no lock),
+ * after a shard's mutex.
+ */
+static pthread_mutex_t free_mu = PTHREAD_MUTEX_INITIALIZER;
+static void **free_v;			/* under free_mu */
+static size_t free_n, free_cap;		/* under free_mu */
+static _Atomic size_t free_avail;	/* free_n, for a look without the lock */
+
+/* Keep @copy for a later code object.  Without memory for the list it is
+ * dropped (never unmapped: one copy's slot). */
+static void free_push(void *copy)
 {
-	if (sh->fl_n == sh->fl_cap) {
-		uint32_t cap = sh->fl_cap ? sh->fl_cap * 2 : 16;
-		void **n = realloc(sh->fl, cap * sizeof(void *));
+	pthread_mutex_lock(&free_mu);
+	if (free_n == free_cap) {
+		size_t cap = free_cap ? free_cap * 2 : 256;
+		void **n = realloc(free_v, cap * sizeof(void *));
 
 		if (!n)
-			return;
-		sh->fl = n;
-		sh->fl_cap = cap;
+			goto out;
+		free_v = n;
+		free_cap = cap;
 	}
-	sh->fl[sh->fl_n++] = copy;
+	free_v[free_n++] = copy;
+	atomic_store_explicit(&free_avail, free_n, memory_order_relaxed);
 	count(&pyc.copies_freed);
+out:
+	pthread_mutex_unlock(&free_mu);
 }
 
-/* Under sh->mu: a copy of a destroyed code object, or NULL. */
-static void *free_pop(struct shard *sh)
+/* A copy of a destroyed code object, or NULL. */
+static void *free_pop(void)
 {
-	return sh->fl_n ? sh->fl[--sh->fl_n] : NULL;
+	void *copy = NULL;
+
+	/* Relaxed: a stale count only costs a lock, or a new copy. */
+	if (!atomic_load_explicit(&free_avail, memory_order_relaxed))
+		return NULL;
+	pthread_mutex_lock(&free_mu);
+	if (free_n) {
+		copy = free_v[--free_n];
+		atomic_store_explicit(&free_avail, free_n,
+				      memory_order_relaxed);
+	}
+	pthread_mutex_unlock(&free_mu);
+	return copy;
 }
 
 /*
@@ -674,7 +700,7 @@ static int code_watcher(PyCodeEvent ev, PyCodeObject *co)
 		/* A copy (of any session): nobody calls this code again.
 		 * PENDING cannot be here: its maker runs this code. */
 		if ((v & ADDR_MASK) > VAL_FAILED)
-			free_push(sh, (void *)(uintptr_t)(v & ADDR_MASK));
+			free_push((void *)(uintptr_t)(v & ADDR_MASK));
 		/* Relaxed: the mutex and the free that follows order it
 		 * before any lookup of a new object at this address. */
 		atomic_store_explicit(&sl->key, KEY_DEAD,
@@ -691,6 +717,7 @@ static void map_init(void)
 	for (unsigned int i = 0; i < NSHARDS; i++)
 		pthread_mutex_init(&shards[i].mu, NULL);
 	pthread_mutex_init(&chunk_mu, NULL);
+	pthread_mutex_init(&free_mu, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -967,7 +994,7 @@ static COLD void *copy_publish(struct session *s, PyObject *co,
 		v = tag | VAL_FAILED;
 	pthread_mutex_lock(&sh->mu);
 	if (reuse)	/* not used: for the next new code object */
-		free_push(sh, reuse);
+		free_push(reuse);
 	/* Found again (a rehash may have moved it), and only if the claim is
 	 * still ours: a session started since then may have claimed it. */
 	sl = shard_slot(sh, key, h, false);
@@ -977,7 +1004,7 @@ static COLD void *copy_publish(struct session *s, PyObject *co,
 		 * to us by the kit, already executable) before its address. */
 		atomic_store_explicit(&sl->val, v, memory_order_release);
 	else if (res == COPY_OK)	/* ours alone: keep it for another */
-		free_push(sh, addr);
+		free_push(addr);
 	pthread_mutex_unlock(&sh->mu);
 	return res == COPY_OK ? addr : NULL;
 }
@@ -1012,7 +1039,7 @@ static COLD void *code_copy(struct session *s, PyObject *co, uint64_t v)
 		 * PENDING does nothing with it. */
 		void *reuse = (v & ADDR_MASK) > VAL_FAILED ?
 				      (void *)(uintptr_t)(v & ADDR_MASK) :
-				      free_pop(sh);
+				      free_pop();
 
 		atomic_store_explicit(&sl->val, tag | VAL_PENDING,
 				      memory_order_relaxed);
