@@ -145,7 +145,7 @@ struct jitring {
 	uint64_t map_off; /* its size: always a line boundary */
 	char *map_path;
 	pthread_mutex_t lock; /* close/fork vs. each other */
-	bool fork_locked; /* lock taken by atfork_prepare() (not closed) */
+	bool fork_locked;     /* lock taken by atfork_prepare() (not closed) */
 	struct jitring *next; /* every handle ever made (tombstones) */
 };
 
