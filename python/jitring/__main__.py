@@ -2,24 +2,30 @@
 """python -m jitring [--dir D] [--engine rings|mutex] [--perf-map]
                      [--ready-rings N] [--ready-copies N]
                      (script.py | -m module) [args...]
+python -m jitring record [-o DIR] [-F HZ] [--top N] [--keep-debug]
+                     [--engine rings|mutex] [--] (script.py | -m module)
+                     [args...]
+python -m jitring check FILE...
 
-Runs a script or module as ``python script.py`` / ``python -m module``
-would, with jitring profiling active from before its first line until the
-interpreter exits.  --ready-rings and --ready-copies are jitring.start()'s
+The first form runs a script or module as ``python script.py`` /
+``python -m module`` would, with jitring profiling active from before its
+first line until the interpreter exits (run it under ``perf record -k 1``
+yourself).  --ready-rings and --ready-copies are jitring.start()'s
 ready_rings and ready_copies: for a program that starts many threads at
-once.
+once.  ``record`` does the whole pipeline: perf record, perf inject
+--jit, and a table of the hottest Python functions (``record --help``).
+``check`` validates jitdump files (jitring-dump --check --sorted).
 """
 
-import atexit
 import os
-import runpy
 import sys
-
-import jitring
 
 USAGE = ("usage: python -m jitring [--dir D] [--engine rings|mutex] "
          "[--perf-map] [--ready-rings N] [--ready-copies N] "
-         "(script.py | -m module) [args...]")
+         "(script.py | -m module) [args...]\n"
+         "       python -m jitring record [options] [--] "
+         "(script.py | -m module) [args...]\n"
+         "       python -m jitring check FILE...")
 COUNTS = ("--ready-rings", "--ready-copies")
 
 
@@ -76,23 +82,80 @@ def parse(argv):
     return opts, ("script", argv[i]), argv[i + 1:]
 
 
+def run_script(path):
+    """Run @path as python runs a script: in __main__, its real directory
+    first on sys.path (a symlinked script imports the modules next to its
+    target).  Not runpy.run_path(), which imports pkgutil and more (most
+    of python -m jitring's start-up)."""
+    import __main__
+    try:
+        with open(path, "rb") as f:
+            source = f.read()
+    except OSError as e:
+        sys.exit("%s: can't open file %r: [Errno %d] %s"
+                 % (sys.executable, path, e.errno, e.strerror))
+    sys.argv[0] = path
+    sys.path[0] = os.path.dirname(os.path.realpath(path))
+    code = compile(source, path, "exec")
+    g = __main__.__dict__
+    for k in [k for k in g if k not in ("__builtins__", "__name__")]:
+        del g[k]
+    g.update(__name__="__main__", __file__=path, __cached__=None,
+             __doc__=None, __package__=None, __spec__=None,
+             __loader__=None)
+    exec(code, g)
+
+
+def check(paths):
+    """python -m jitring check FILE...: jitring-dump --check --sorted."""
+    import shutil
+    import sysconfig
+    if not paths:
+        sys.exit("usage: python -m jitring check FILE...")
+    here = os.path.dirname(os.path.abspath(__file__))
+    tool = None
+    for d in (here, sysconfig.get_path("scripts")):
+        if d and os.access(os.path.join(d, "jitring-dump"), os.X_OK):
+            tool = os.path.join(d, "jitring-dump")
+            break
+    tool = tool or shutil.which("jitring-dump") or \
+        os.environ.get("JITRING_DUMP")
+    if not tool:
+        sys.exit("jitring check: jitring-dump not found (it is installed "
+                 "with the package; or set $JITRING_DUMP)")
+    os.execv(tool, [tool, "--check", "--sorted"] + paths)
+
+
 def main():
-    opts, (kind, target), args = parse(sys.argv[1:])
+    argv = sys.argv[1:]
+    if argv and argv[0] == "record":
+        from jitring import _record
+        sys.exit(_record.main(argv[1:]))
+    if argv and argv[0] == "check":
+        check(argv[1:])
+    import jitring
+    opts, (kind, target), args = parse(argv)
     if opts["engine"] not in ("rings", "mutex"):
         sys.exit("jitring: --engine must be rings or mutex")
-    if kind == "script":
-        sys.argv = [target] + args
-        # As python does: the directory of the script's real path (a
-        # symlinked script imports the modules next to its target).
-        sys.path[0] = os.path.dirname(os.path.realpath(target))
-    else:
-        sys.argv = [target] + args      # runpy puts the full path in
-        sys.path[0] = os.getcwd()
-    jitring.start(**opts)
+    if opts["dir"] == "":
+        sys.exit("jitring: --dir needs a directory")
+    if jitring.is_active():
+        # $JITRING_PROFILE started it already (jitring._autostart): the
+        # command line's options win.
+        jitring.stop()
+    try:
+        jitring.start(**opts)
+    except (OSError, RuntimeError, ValueError) as e:
+        sys.exit("jitring: %s" % e)
+    import atexit
     atexit.register(jitring.stop)
     if kind == "script":
-        runpy.run_path(target, run_name="__main__")
+        sys.argv = [target] + args
+        run_script(target)
     else:
+        import runpy
+        sys.argv = [target] + args      # runpy puts the full path in
+        sys.path[0] = os.getcwd()
         runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
