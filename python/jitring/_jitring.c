@@ -1136,35 +1136,49 @@ static COLD void uninstall_stale(PyThreadState *ts)
 	pthread_mutex_unlock(&state_mu);
 }
 
+/*
+ * The slow path of a call: no session (see uninstall_stale()), or @co has
+ * no copy of session @s yet (@v: what the lookup found, 0 for nothing or
+ * a lookup that met a rehash).  Out of line, so that the fast path saves
+ * no register: it is a leaf that tail-calls.
+ */
+static COLD PyObject *jr_eval_slow(PyThreadState *ts,
+				   struct _PyInterpreterFrame *f,
+				   int throwflag, struct session *s,
+				   PyObject *co, uint64_t v)
+{
+	void *t;
+
+	if (!s) {
+		uninstall_stale(ts);
+	} else if (PyCode_Check(co)) {
+		t = code_copy(s, co, v);
+		if (t)
+			return ((trampoline_fn)t)(ts, f, throwflag,
+						  _PyEval_EvalFrameDefault);
+	}
+	return _PyEval_EvalFrameDefault(ts, f, throwflag);
+}
+
 static PyObject *jr_eval(PyThreadState *ts, struct _PyInterpreterFrame *f,
 			 int throwflag)
 {
 	/* Pairs with the release store in start(): the session's fields. */
 	struct session *s = atomic_load_explicit(&cur_session,
 						 memory_order_acquire);
-	PyObject *co;
-	void *t;
-	uint64_t v;
+	PyObject *co = NULL;
+	uint64_t v = 0;
 
-	if (unlikely(!s)) {
-		uninstall_stale(ts);
-		goto plain;
+	if (likely(s)) {
+		co = frame_code(f);
+		if (likely(PyCode_Check(co)) &&
+		    likely(map_lookup((uintptr_t)co, &v) == LK_FOUND) &&
+		    likely((v & ~ADDR_MASK) == s->tag << TAG_SHIFT &&
+			   (v & ADDR_MASK) > VAL_FAILED))
+			return ((trampoline_fn)(uintptr_t)(v & ADDR_MASK))(
+				ts, f, throwflag, _PyEval_EvalFrameDefault);
 	}
-	co = frame_code(f);
-	if (unlikely(!PyCode_Check(co)))
-		goto plain;
-	v = map_get((uintptr_t)co);
-	if (likely((v & ~ADDR_MASK) == s->tag << TAG_SHIFT &&
-		   (v & ADDR_MASK) > VAL_FAILED)) {
-		t = (void *)(uintptr_t)(v & ADDR_MASK);
-	} else {
-		t = code_copy(s, co, v);
-		if (!t)
-			goto plain;
-	}
-	return ((trampoline_fn)t)(ts, f, throwflag, _PyEval_EvalFrameDefault);
-plain:
-	return _PyEval_EvalFrameDefault(ts, f, throwflag);
+	return jr_eval_slow(ts, f, throwflag, s, co, v);
 }
 
 /* ------------------------------------------------------------------ */
