@@ -26,7 +26,7 @@ enum bench_engine {
 	BENCH_NR_ENGINES = 3,
 };
 
-/* Entry shapes of issue 4. */
+/* The entry shapes measured. */
 enum bench_shape {
 	SHAPE_CPYTHON = 0, /* UNWINDING_INFO (30-byte trampoline) + CODE_LOAD */
 	SHAPE_LOAD = 1,    /* CODE_LOAD only (30 bytes of code) */

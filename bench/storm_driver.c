@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Thread storms (issue 12): THREADS threads released at once, each making
+ * Thread storms: THREADS threads released at once, each making
  * its first calls, after the writer sat idle.
  *
  *   bench/storm_driver write|kit|null|fault THREADS [READY]

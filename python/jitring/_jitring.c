@@ -827,7 +827,7 @@ static COLD size_t name_without_nul(const struct jitring_str *p, char *buf)
 }
 
 /*
- * The mutex yardstick (engine="mutex"): the design issue 11 measures
+ * The mutex yardstick (engine="mutex"): the design the benchmark measures
  * against, and that of CPython's own perf trampolines made thread-safe,
  * is ONE process-wide lock around the whole copy acquisition: allocating
  * the trampoline and writing its records.  So with the mutex engine each

@@ -1,7 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: MIT
 #
-# Line tables end to end through real perf (issue 14):
+# Line tables end to end through real perf:
 #
 #   perf_lines.sh BUILD_DIR ENGINE        (ENGINE: rings or mutex)
 #

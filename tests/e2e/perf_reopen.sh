@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: MIT
 #
 # A writer closed and a new one opened on the same directory, under real
-# perf (issue 11: a runtime that switches profiling off and on again):
+# perf (a runtime that switches profiling off and on again):
 #
 #   perf_reopen.sh BUILD_DIR ENGINE        (ENGINE: rings or mutex)
 #

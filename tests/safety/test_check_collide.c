@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The checker stays linear on code_index values chosen to collide
- * (issue 15, item 4).
+ * The checker stays linear on code_index values chosen to collide.
  *
  * The indices of tests/safety/hostile.h all hashed to one slot in the
  * checker's old sets, so n loads cost n^2 / 2 probes (100,000 loads: 9 s

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * jitring-dump reads files that change or never end without crashing or
- * growing (issue 15, item 5).  It used to map the file (SIGBUS when the
+ * growing.  It used to map the file (SIGBUS when the
  * file shrank under it; the library itself truncates a dump after a write
  * error) and read anything else whole into memory (--check /dev/zero grew
  * by gigabytes).

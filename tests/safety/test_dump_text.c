@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * jitring-dump never hands a terminal a control character from the file
- * (issue 15, item 6): function names with C0 controls (an ANSI escape
+ * jitring-dump never hands a terminal a control character from the file:
+ * function names with C0 controls (an ANSI escape
  * sequence), DEL, the raw byte 0x9b (CSI to an 8-bit terminal), the UTF-8
  * encoding of U+009B (CSI to a UTF-8 terminal, e.g. xterm), other C1
  * characters, and bytes that are not UTF-8.

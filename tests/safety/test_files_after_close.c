@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Which error wins after close (issue 15, item 6), for both engines: once
+ * Which error wins after close, for both engines: once
  * jitring_close() has started, every jitring_write() and jitring_move()
  * returns -ESHUTDOWN whatever its arguments, and is counted in
  * refused_shutdown, not refused_invalid: a NULL entry, an empty or too

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * A dump is told by the file itself, not by how its directory is spelled
- * (issue 15, item 1), for both engines:
+ * A dump is told by the file itself, not by how its directory is spelled,
+ * for both engines:
  *
  *  1. writer A open on D; a second open on D, D/, D//, D/., ./D (relative),
  *     D/../D and a symlink to D: each -EEXIST, and A's dump is the same

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The owner's lock on its files (issue 15, item 2), for both engines:
+ * The owner's lock on its files, for both engines:
  * process P opens writer W1 on D1, writes and closes it, opens W2 on D2
  * with JITRING_F_PERF_MAP and writes; P forks C, whose W2 writes into its
  * own D2/jit-C.dump and /tmp/perf-C.map.  Checked from outside:

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * /tmp/perf-<pid>.map (JITRING_F_PERF_MAP) is claimed with the same checks
- * whether or not a closed writer of this process left one (issue 15, item
- * 3).  For both engines: a writer with the flag is opened and closed, its
+ * whether or not a closed writer of this process left one.
+ * For both engines: a writer with the flag is opened and closed, its
  * map is removed, something is planted at the map's path, and a new writer
  * with the flag is opened:
  *

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Same pid, two pid namespaces, one dump directory (issue 15, item 2):
+ * Same pid, two pid namespaces, one dump directory:
  * containers sharing a volume.  Every process below is pid 1 of its own
  * new pid namespace, and all of them see one scratch directory as /tmp (a
  * bind mount in a private mount namespace, so /tmp/perf-1.map is this

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * jitring_open() after jitring_close() in the same process (issue 11: a
+ * jitring_open() after jitring_close() in the same process (a
  * runtime that deactivates and reactivates profiling):
  *
  *  1. a new writer on the same directory continues the same dump, for
