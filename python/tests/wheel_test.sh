@@ -1,0 +1,205 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The Python package as users get it: build a wheel with pip through the
+# root's pyproject.toml (meson-python), install it into a fresh venv of the
+# same interpreter, and run the module's suite against the INSTALLED
+# package (PYTHONPATH holds python/tests only, for jrtest.py; JITRING_DUMP
+# is the venv's jitring-dump).
+#
+# Usage: wheel_test.sh MODE SRCROOT WORKDIR
+#   MODE  nogil  the free-threaded CPython 3.13.5 (scripts/build-python.sh)
+#         gil    the GIL build of the same tarball (built once, cached)
+#         sdist  the sdist (meson dist: the committed tree, HEAD), then a
+#                wheel built from the unpacked sdist, on the free-threaded
+#                interpreter; the suite again against that install
+# Exit: 0 passed, 1 failed, 77 skipped (the reason is printed).
+#
+# Offline: pip comes from the interpreter's own ensurepip, the build
+# backend from scripts/build-backend.sh (trixie's meson and meson-python
+# .debs), `pip wheel --no-build-isolation --no-index`.  Both caches live
+# outside the clone; WORKDIR is rebuilt each run.
+set -uo pipefail
+
+mode=${1:?mode}
+src=$(cd "${2:?srcroot}" && pwd -P)
+work=${3:?workdir}
+
+say() { echo "wheel_test[$mode]: $*"; }
+skip() { say "SKIP: $*"; echo "0 passed, 0 failed"; exit 77; }
+fail() { say "FAIL: $*"; echo "0 passed, 1 failed"; exit 1; }
+
+case "$mode" in
+nogil|sdist) pyflag= ; abitag=cp313t ;;
+gil) pyflag=--gil ; abitag=cp313 ;;
+*) echo "usage: $0 nogil|gil|sdist SRCROOT WORKDIR" >&2; exit 2 ;;
+esac
+
+t0=$(date +%s)
+rm -rf "$work"
+mkdir -p "$work" || fail "cannot create $work"
+work=$(cd "$work" && pwd)
+
+# --- interpreter, backend, tools --------------------------------------------
+
+command -v ninja >/dev/null || skip "no ninja on PATH (apt-get install ninja-build)"
+py=$(bash "$src/scripts/build-python.sh" $pyflag 2>"$work/build-python.log") ||
+	fail "scripts/build-python.sh $pyflag failed: $(tail -n 5 "$work/build-python.log")"
+say "interpreter $py"
+backend=$(bash "$src/scripts/build-backend.sh" 2>"$work/build-backend.log") ||
+	skip "no build backend (scripts/build-backend.sh: $(tail -n 3 "$work/build-backend.log"))"
+"$py" -c 'import ensurepip' 2>/dev/null ||
+	skip "$py has no ensurepip (no offline pip)"
+
+# pip must see nothing of this machine's configuration (find-links, index)
+# nor of the caller's environment.
+export PIP_CONFIG_FILE=/dev/null PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_REQUIRE_VIRTUALENV
+unset PYTHONPATH PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE JITRING_PROFILE
+
+# In a subshell: the backend's PATH and PYTHONPATH for the build only.
+# $1 venv, $2 source dir, $3 output dir.
+pip_wheel() (
+	eval "$backend"
+	cd "$2" && "$1/bin/python" -m pip wheel -q --no-build-isolation \
+		--no-index --no-deps -Ccompile-args=-j2 -w "$3" . \
+		>"$3.log" 2>&1
+)
+
+bvenv=$work/venv-build
+"$py" -m venv "$bvenv" >"$work/venv-build.log" 2>&1 ||
+	fail "python -m venv (with ensurepip) failed: $(tail -n 5 "$work/venv-build.log")"
+
+# --- build ----------------------------------------------------------------
+
+if [ "$mode" = sdist ]; then
+	git -C "$src" rev-parse --git-dir >/dev/null 2>&1 ||
+		skip "$src is not a git checkout (meson dist archives git HEAD)"
+	mkdir -p "$work/sdist"
+	(eval "$backend"; cd "$src" && "$bvenv/bin/python" -c '
+import sys, mesonpy
+print(mesonpy.build_sdist(sys.argv[1]))' "$work/sdist") \
+		>"$work/sdist.log" 2>&1 ||
+		fail "sdist build failed: $(tail -n 20 "$work/sdist.log")"
+	sd=$(ls "$work"/sdist/jitring-*.tar.gz 2>/dev/null | head -n 1)
+	[ -n "$sd" ] || fail "no sdist in $work/sdist"
+	say "sdist $(basename "$sd") ($(stat -c %s "$sd") bytes)"
+	tar -C "$work/sdist" -xzf "$sd" || fail "cannot unpack $sd"
+	sdsrc=$(ls -d "$work"/sdist/jitring-*/ | head -n 1)
+	[ -f "$sdsrc/pyproject.toml" ] || fail "no pyproject.toml in the sdist"
+	[ -f "$sdsrc/PKG-INFO" ] || fail "no PKG-INFO in the sdist"
+	buildsrc=$sdsrc
+else
+	buildsrc=$src
+fi
+mkdir -p "$work/dist"
+pip_wheel "$bvenv" "$buildsrc" "$work/dist" ||
+	fail "pip wheel failed: $(tail -n 30 "$work/dist.log")"
+whl=$(ls "$work"/dist/jitring-*.whl 2>/dev/null | head -n 1)
+[ -n "$whl" ] || fail "pip wheel made no jitring wheel"
+say "built $(basename "$whl") in $(( $(date +%s) - t0 )) s"
+
+# --- the wheel ------------------------------------------------------------
+
+ver=$(sed -n "s/^  version: '\([^']*\)'.*/\1/p" "$src/meson.build" | head -n 1)
+case "$(basename "$whl")" in
+"jitring-$ver-cp313-$abitag-"*linux*_x86_64.whl | "jitring-$ver-cp313-$abitag-"*linux*.whl) ;;
+*) fail "$(basename "$whl"): expected jitring-$ver-cp313-$abitag-linux_*" ;;
+esac
+"$py" - "$whl" >"$work/contents.txt" <<'EOF' || fail "wheel contents: $(cat "$work/contents.txt")"
+import sys, zipfile
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+print("\n".join(names))
+want = ["jitring/__init__.py", "jitring/__main__.py", "jitring-autostart.pth"]
+missing = [w for w in want if w not in names]
+if not any(n.startswith("jitring/_jitring.") and n.endswith(".so") for n in names):
+    missing.append("jitring/_jitring.*.so")
+if not any(n.endswith(".data/scripts/jitring-dump") for n in names):
+    missing.append("*.data/scripts/jitring-dump")
+# Only the package: no library, headers or pkg-config file.
+extra = [n for n in names
+         if n.endswith((".h", ".a", ".pc")) or "libjitring" in n
+         or "/headers/" in n or "/data/" in n]
+if missing or extra:
+    print("missing:", missing, "unexpected:", extra)
+    sys.exit(1)
+EOF
+
+# --- a fresh venv with the wheel installed ---------------------------------
+
+venv=$work/venv
+"$py" -m venv "$venv" >"$work/venv.log" 2>&1 ||
+	fail "python -m venv failed: $(tail -n 5 "$work/venv.log")"
+"$venv/bin/python" -m pip install -q --no-index --no-deps "$whl" \
+	>"$work/install.log" 2>&1 ||
+	fail "pip install failed: $(tail -n 20 "$work/install.log")"
+
+# Nothing but the venv, the system's bin directories and the tests' helper.
+run() {
+	(cd "$work" && env -i HOME="$HOME" LANG=C.UTF-8 TMPDIR="${TMPDIR:-/tmp}" \
+		PATH="$venv/bin:/usr/bin:/bin" PYTHONDONTWRITEBYTECODE=1 "$@")
+}
+
+passed=0
+failed=0
+skipped=0
+check() {	# name command...: a check of the installed package
+	local name=$1 rc
+	shift
+	run "$@" >"$work/$name.log" 2>&1
+	rc=$?
+	case $rc in
+	0) passed=$((passed + 1)); say "ok   $name" ;;
+	77) skipped=$((skipped + 1)); say "skip $name: $(tail -n 1 "$work/$name.log")" ;;
+	*) failed=$((failed + 1)); say "FAIL $name (exit $rc)"
+	   sed 's/^/    /' "$work/$name.log" | tail -n 40 ;;
+	esac
+}
+
+site=$(run python -c 'import sysconfig; print(sysconfig.get_paths()["platlib"])')
+check import python -c '
+import sys, jitring, jitring._jitring as m
+want = sys.argv[1]
+for f in (jitring.__file__, m.__file__):
+    assert f.startswith(want + "/jitring/"), (f, want)
+print(jitring.__file__, m.__file__)' "$site"
+check ldd bash -c '
+so=$(ls "$1"/jitring/_jitring.*.so) || exit 1
+for f in "$so" "$2"; do
+	bad=$(ldd "$f" | grep -v -e linux-vdso -e "libc\.so\.6" -e ld-linux)
+	[ -z "$bad" ] || { echo "$f needs more than libc:"; echo "$bad"; exit 1; }
+done' ldd "$site" "$venv/bin/jitring-dump"
+check pth bash -c '
+f=$1/jitring-autostart.pth
+want="import os, sys; exec(\"import jitring._autostart\") if os.environ.get(\"JITRING_PROFILE\") else None"
+[ "$(cat "$f")" = "$want" ] || { echo "$f: $(cat "$f")"; exit 1; }
+# Unset, the hook imports nothing.
+python -c "import sys; assert \"jitring\" not in sys.modules, sorted(sys.modules)"' \
+	pth "$site"
+check main_help python -m jitring --help
+check dump_help bash -c '[ "$(command -v jitring-dump)" = "$1" ] && jitring-dump --help' \
+	dump "$venv/bin/jitring-dump"
+
+t=$src/python/tests
+suite() {	# name script [args]: the module's test against the install
+	local name=$1
+	shift
+	check "$name" env PYTHONPATH="$t" JITRING_DUMP="$venv/bin/jitring-dump" \
+		python "$t/$@"
+}
+suite py_module test_module.py
+suite py_threads_rings test_threads.py rings
+suite py_threads_mutex test_threads.py mutex
+suite py_fork test_fork.py
+suite py_restart test_restart.py
+suite py_race test_race.py
+suite py_sessions test_sessions.py
+# $JITRING_PROFILE through the installed .pth (once the package has it).
+if [ -f "$site/jitring/_autostart.py" ] && [ -f "$t/test_autostart.py" ]; then
+	suite py_autostart test_autostart.py
+fi
+
+say "$(basename "$whl"): $passed passed, $failed failed, $skipped skipped" \
+	"in $(( $(date +%s) - t0 )) s"
+echo "$passed passed, $failed failed"
+[ $failed -eq 0 ] || exit 1
+exit 0
