@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: MIT
 //
 // The validator (jitring_check(), what `jitring-dump --check` runs) on
-// files built to defeat its hash sets against ordinary ones (issue 15,
-// item 4).  "crafted": N CODE_LOADs whose code_index values all collided
+// files built to defeat its hash sets against ordinary ones.
+// "crafted": N CODE_LOADs whose code_index values all collided
 // in the checker's old, unkeyed sets (tests/safety/hostile.h); "random":
 // N scattered code_index values, the same records otherwise.  Both are
 // 64-byte loads from 64 threads; the check is of an in-memory image, so
