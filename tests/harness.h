@@ -203,6 +203,21 @@ static inline uint64_t t_rss_bytes(void)
 	return t_statm_bytes(true);
 }
 
+/* Bytes as MiB, for messages. */
+static inline double t_mib(uint64_t b)
+{
+	return (double)b / (1 << 20);
+}
+
+/* CLOCK_MONOTONIC in ns. */
+static inline uint64_t t_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* ------------------------------------------------------------------ */
 /* Scratch directories.                                                 */
 

@@ -59,19 +59,6 @@ static void *churner(void *arg)
 	return NULL;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static double mib(uint64_t b)
-{
-	return (double)b / (1 << 20);
-}
-
 int main(int argc, char **argv)
 {
 	bool verbose = argc > 1 && !strcmp(argv[1], "-v");
@@ -85,7 +72,7 @@ int main(int argc, char **argv)
 	T_REQUIRE(t_open(JITRING_ENGINE_RINGS, d.path, 0, &jr) == 0);
 	base = t_rss_bytes();
 	bound = base + (uint64_t)C_THREADS * C_RING + C_SLACK;
-	t0 = next = now_ns();
+	t0 = next = t_now_ns();
 	for (int s = 0; s < C_STORMS; s++) {
 		int n = 0;
 
@@ -100,7 +87,7 @@ int main(int argc, char **argv)
 			peak = last;
 		/* The storms' pace, not a wait for anything. */
 		next += (uint64_t)C_PERIOD_MS * 1000000u;
-		while (now_ns() < next)
+		while (t_now_ns() < next)
 			t_sleep_ms(1);
 	}
 	T_CHECK_EQ(jitring_flush(jr), 0);
@@ -110,8 +97,8 @@ int main(int argc, char **argv)
 		       "%.1f MiB open, peak %.1f MiB, last %.1f MiB, bound "
 		       "%.1f MiB\n",
 		       C_STORMS, C_THREADS, C_PERIOD_MS,
-		       (double)(now_ns() - t0) / 1e9, mib(base), mib(peak),
-		       mib(last), mib(bound));
+		       (double)(t_now_ns() - t0) / 1e9, t_mib(base), t_mib(peak),
+		       t_mib(last), t_mib(bound));
 	T_CHECK_EQ(atomic_load(&bad), 0);
 	T_CHECK_EQ(st.entries_written,
 		   (uint64_t)C_STORMS * C_THREADS * C_ENTRIES);

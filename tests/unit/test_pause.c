@@ -402,19 +402,6 @@ static void storm_end(void)
 	free(c8_th);
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static double mib(uint64_t b)
-{
-	return (double)b / (1 << 20);
-}
-
 /*
  * @pause: pause after the storm; else leave the writer idle and running
  * (the comparison `test_pause rss` prints).  The bound: the resident set
@@ -434,26 +421,26 @@ static void case_storm_rss(bool pause, bool verbose)
 	peak = storm(jr);
 	/* Half of what the storm wrote into its rings must go. */
 	bound = peak - (uint64_t)C8_THREADS * C8_BYTES / 2;
-	t0 = now_ns();
+	t0 = t_now_ns();
 	if (pause)
 		T_CHECK_EQ(jitring_pause(jr), 0);
 	fell = T_POLL_UNTIL((now = t_rss_bytes()) <= bound, wait_ms);
 	if (verbose && !pause) {
 		/* The idle running writer: where it stands after 1 s. */
-		while (now_ns() - t0 < 1000000000ull)
+		while (t_now_ns() - t0 < 1000000000ull)
 			t_sleep_ms(10);
 		at1s = t_rss_bytes();
 	}
 	if (verbose && pause)
 		printf("paused: VmRSS %.1f MiB open, %.1f MiB after the storm, "
 		       "%.1f MiB %.0f ms after the pause%s\n",
-		       mib(base), mib(peak), mib(now),
-		       (double)(now_ns() - t0) / 1e6,
+		       t_mib(base), t_mib(peak), t_mib(now),
+		       (double)(t_now_ns() - t0) / 1e6,
 		       fell ? "" : " (not under the bound)");
 	else if (verbose)
 		printf("idle: VmRSS %.1f MiB open, %.1f MiB after the storm, "
 		       "%.1f MiB 1 s later (running, not paused)\n",
-		       mib(base), mib(peak), mib(at1s));
+		       t_mib(base), t_mib(peak), t_mib(at1s));
 	/*
 	 * Not under a sanitizer: its allocator keeps per-thread memory of
 	 * its own (a storm adds 35 MiB under ASan, of which an idle running
