@@ -11,7 +11,7 @@ JOBS ?= 2
 
 .PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
-	test-python-gil bench-python
+	test-python-gil bench-python wheel
 
 all: build
 
@@ -74,6 +74,18 @@ test-python-gil: build
 	$(NINJA) -C build-gil/py && \
 	$(MESON) test -C build-gil/py --no-rebuild \
 		--num-processes 1 --print-errorlogs --suite python
+
+# The Python package (pyproject.toml) as a wheel in build-wheel/dist, for
+# the free-threaded 3.13.5 or PY_WHEEL=<interpreter>, offline: pip from the
+# interpreter's own ensurepip, meson-python and meson from
+# scripts/build-backend.sh.  (With network: pip wheel . in any venv.)
+wheel:
+	@py=$${PY_WHEEL:-$$(bash scripts/build-python.sh)} || exit 1; \
+	eval "$$(bash scripts/build-backend.sh)" || exit 1; \
+	rm -rf build-wheel/venv && "$$py" -m venv build-wheel/venv && \
+	PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= build-wheel/venv/bin/python \
+		-m pip wheel --no-build-isolation --no-index --no-deps \
+		-w build-wheel/dist . && ls build-wheel/dist/*.whl
 
 demo: build
 	@bash tests/e2e/demo.sh build
@@ -193,4 +205,5 @@ format-check: deps-clang
 		echo "format: $(words $(wildcard $(FORMAT_FILES))) files follow .clang-format"
 
 clean:
-	rm -rf build build-release build-asan build-tsan build-release-check build-gil
+	rm -rf build build-release build-asan build-tsan build-release-check build-gil \
+		build-wheel
