@@ -11,7 +11,7 @@ JOBS ?= 2
 
 .PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
-	test-python-gil bench-python wheel
+	test-python-gil bench-python wheel test-python-newer
 
 all: build
 
@@ -86,6 +86,12 @@ wheel:
 	PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= build-wheel/venv/bin/python \
 		-m pip wheel --no-build-isolation --no-index --no-deps \
 		-w build-wheel/dist . && ls build-wheel/dist/*.whl
+
+# The package against Debian sid's CPython 3.14 and 3.15 (GIL builds from
+# .debs, run with sid's glibc from a private root; scripts/sid-python.sh).
+test-python-newer: build-py
+	$(MESON) test -C build --no-rebuild --num-processes 1 --print-errorlogs \
+		--suite python-newer
 
 demo: build
 	@bash tests/e2e/demo.sh build

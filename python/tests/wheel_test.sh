@@ -12,6 +12,9 @@
 #         sdist  the sdist (meson dist: the committed tree, HEAD), then a
 #                wheel built from the unpacked sdist, on the free-threaded
 #                interpreter; the suite again against that install
+#         sid3.14, sid3.15  Debian sid's CPython (GIL builds) run from a
+#                private root with sid's glibc (scripts/sid-python.sh);
+#                pip from Debian's pip wheel, as sid's ensurepip is split off
 # Exit: 0 passed, 1 failed, 77 skipped (the reason is printed).
 #
 # Offline: pip comes from the interpreter's own ensurepip, the build
@@ -28,10 +31,12 @@ say() { echo "wheel_test[$mode]: $*"; }
 skip() { say "SKIP: $*"; echo "0 passed, 0 failed"; exit 77; }
 fail() { say "FAIL: $*"; echo "0 passed, 1 failed"; exit 1; }
 
+sid=
 case "$mode" in
-nogil|sdist) pyflag= ; abitag=cp313t ;;
-gil) pyflag=--gil ; abitag=cp313 ;;
-*) echo "usage: $0 nogil|gil|sdist SRCROOT WORKDIR" >&2; exit 2 ;;
+nogil|sdist) pyflag= ; pytag=cp313 abitag=cp313t ;;
+gil) pyflag=--gil ; pytag=cp313 abitag=cp313 ;;
+sid3.14|sid3.15) sid=${mode#sid}; pytag=cp${sid/./} abitag=cp${sid/./} ;;
+*) echo "usage: $0 nogil|gil|sdist|sid3.14|sid3.15 SRCROOT WORKDIR" >&2; exit 2 ;;
 esac
 
 t0=$(date +%s)
@@ -42,13 +47,34 @@ work=$(cd "$work" && pwd)
 # --- interpreter, backend, tools --------------------------------------------
 
 command -v ninja >/dev/null || skip "no ninja on PATH (apt-get install ninja-build)"
-py=$(bash "$src/scripts/build-python.sh" $pyflag 2>"$work/build-python.log") ||
-	fail "scripts/build-python.sh $pyflag failed: $(tail -n 5 "$work/build-python.log")"
-say "interpreter $py"
+build_cflags=
+if [ -n "$sid" ]; then
+	py=$(bash "$src/scripts/sid-python.sh" "$sid" 2>"$work/build-python.log") ||
+		skip "no sid python$sid (scripts/sid-python.sh: $(tail -n 3 "$work/build-python.log"))"
+	# Debian's pyconfig.h is multiarch: <x86_64-linux-gnu/python3.X/...>.
+	build_cflags=$(bash "$src/scripts/sid-python.sh" "$sid" --cflags)
+else
+	py=$(bash "$src/scripts/build-python.sh" $pyflag 2>"$work/build-python.log") ||
+		fail "scripts/build-python.sh $pyflag failed: $(tail -n 5 "$work/build-python.log")"
+fi
+say "interpreter $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
 backend=$(bash "$src/scripts/build-backend.sh" 2>"$work/build-backend.log") ||
 	skip "no build backend (scripts/build-backend.sh: $(tail -n 3 "$work/build-backend.log"))"
-"$py" -c 'import ensurepip' 2>/dev/null ||
-	skip "$py has no ensurepip (no offline pip)"
+# pip: the interpreter's own ensurepip, else (Debian's split-off ensurepip)
+# the pip wheel of the same root.
+pipwhl=
+if ! "$py" -c 'import ensurepip; ensurepip.version()' >/dev/null 2>&1; then
+	pipwhl=$(ls "$("$py" -c 'import sys; print(sys.prefix)')"/share/python-wheels/pip-*.whl 2>/dev/null | head -n 1)
+	[ -n "$pipwhl" ] || skip "$py has no ensurepip and no pip wheel (no offline pip)"
+fi
+mkvenv() {	# dir: a venv of $py with pip
+	if [ -z "$pipwhl" ]; then
+		"$py" -m venv "$1"
+	else
+		"$py" -m venv --without-pip "$1" &&
+			"$1/bin/python" "$pipwhl/pip" install -q --no-index --no-deps "$pipwhl"
+	fi
+}
 
 # pip must see nothing of this machine's configuration (find-links, index)
 # nor of the caller's environment.
@@ -60,13 +86,14 @@ unset PYTHONPATH PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE JITRING_PROFILE
 # $1 venv, $2 source dir, $3 output dir.
 pip_wheel() (
 	eval "$backend"
+	[ -z "$build_cflags" ] || export CFLAGS="$build_cflags${CFLAGS:+ $CFLAGS}"
 	cd "$2" && "$1/bin/python" -m pip wheel -q --no-build-isolation \
 		--no-index --no-deps -Ccompile-args=-j2 -w "$3" . \
 		>"$3.log" 2>&1
 )
 
 bvenv=$work/venv-build
-"$py" -m venv "$bvenv" >"$work/venv-build.log" 2>&1 ||
+mkvenv "$bvenv" >"$work/venv-build.log" 2>&1 ||
 	fail "python -m venv (with ensurepip) failed: $(tail -n 5 "$work/venv-build.log")"
 
 # --- build ----------------------------------------------------------------
@@ -102,8 +129,8 @@ say "built $(basename "$whl") in $(( $(date +%s) - t0 )) s"
 
 ver=$(sed -n "s/^  version: '\([^']*\)'.*/\1/p" "$src/meson.build" | head -n 1)
 case "$(basename "$whl")" in
-"jitring-$ver-cp313-$abitag-"*linux*_x86_64.whl | "jitring-$ver-cp313-$abitag-"*linux*.whl) ;;
-*) fail "$(basename "$whl"): expected jitring-$ver-cp313-$abitag-linux_*" ;;
+"jitring-$ver-$pytag-$abitag-"*linux*.whl) ;;
+*) fail "$(basename "$whl"): expected jitring-$ver-$pytag-$abitag-linux_*" ;;
 esac
 "$py" - "$whl" >"$work/contents.txt" <<'EOF' || fail "wheel contents: $(cat "$work/contents.txt")"
 import sys, zipfile
@@ -127,7 +154,7 @@ EOF
 # --- a fresh venv with the wheel installed ---------------------------------
 
 venv=$work/venv
-"$py" -m venv "$venv" >"$work/venv.log" 2>&1 ||
+mkvenv "$venv" >"$work/venv.log" 2>&1 ||
 	fail "python -m venv failed: $(tail -n 5 "$work/venv.log")"
 "$venv/bin/python" -m pip install -q --no-index --no-deps "$whl" \
 	>"$work/install.log" 2>&1 ||
