@@ -114,6 +114,9 @@ print(mesonpy.build_sdist(sys.argv[1]))' "$work/sdist") \
 	sdsrc=$(ls -d "$work"/sdist/jitring-*/ | head -n 1)
 	[ -f "$sdsrc/pyproject.toml" ] || fail "no pyproject.toml in the sdist"
 	[ -f "$sdsrc/PKG-INFO" ] || fail "no PKG-INFO in the sdist"
+	# A copy (scripts/dist-subprojects.sh): the sdist keeps no links.
+	[ -f "$sdsrc/subprojects/jitring-python/jitring/_jitring.c" ] ||
+		fail "no subprojects/jitring-python/ in the sdist"
 	buildsrc=$sdsrc
 else
 	buildsrc=$src
