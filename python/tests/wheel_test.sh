@@ -206,6 +206,23 @@ want="import os, sys; exec(\"import jitring._autostart\") if os.environ.get(\"JI
 python -c "import sys; assert \"jitring\" not in sys.modules, sorted(sys.modules)"' \
 	pth "$site"
 check main_help python -m jitring --help
+# A dump written by the installed package, checked by `python -m jitring
+# check`, which must find the venv's jitring-dump without PATH (sysconfig's
+# scripts directory), and by jitring-dump on PATH.
+check check_cmd bash -c '
+d=$(mktemp -d) && trap "rm -rf \"\$d\"" EXIT
+"$1/bin/python" -c "
+import sys, jitring
+jitring.start(dir=sys.argv[1])
+def installed_fn():
+    return 1
+installed_fn()
+jitring.stop()" "$d" || exit 1
+set -- "$1" "$d"/jit-*.dump
+[ -f "$2" ] || { echo "no dump written"; exit 1; }
+PATH=/usr/bin:/bin "$1/bin/python" -m jitring check "$2" || exit 1
+jitring-dump "$2" | grep -q installed_fn || { echo "installed_fn not in the dump"; exit 1; }' \
+	check "$venv"
 check dump_help bash -c '[ "$(command -v jitring-dump)" = "$1" ] && jitring-dump --help' \
 	dump "$venv/bin/jitring-dump"
 
