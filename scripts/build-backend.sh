@@ -95,8 +95,8 @@ trap 'exit 130' INT TERM HUP
 # plain suite name (not -updates, -security, -backports) with component main.
 uri=$(apt-get indextargets --no-release-info \
 	--format '$(REPO_URI) $(RELEASE) $(COMPONENT)' 2>/dev/null |
-	awk '$2 ~ /^[a-z]+$/ && $3 == "main" { print $1; exit }')
-[ -n "$uri" ] || die "no Debian 'main' entry in this machine's apt sources"
+	awk '$2 ~ /^[a-z]+$/ && $3 == "main" { print $1; exit }') || uri=
+[ -n "$uri" ] || die "no Debian 'main' entry in this machine's apt sources (apt-get indextargets)"
 
 apt=$tmp/apt
 mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" \
