@@ -103,7 +103,7 @@ test: build-py deps-cross
 	@rm -f build/meson-logs/testlog.json
 	-@$(MESON) test -C build --no-rebuild --num-processes $(JOBS) \
 		--print-errorlogs --suite unit --suite e2e --suite stress --suite safety \
-		--suite python \
+		--suite python --suite python-newer \
 		> build/test-output.txt 2>&1; tail -n 40 build/test-output.txt
 	@$(PY) scripts/test-summary.py --expect-suite python build/meson-logs/testlog.json
 

@@ -19,7 +19,7 @@ Each case runs in a child interpreter and checks what the host sees:
     status after stop(), from the main thread and from another one;
  5. the C stack of one profiled call: every Python call becomes a C call
     under any eval-frame hook; jitring's share of it is its trampoline's
-    frame (jr_eval() tail-calls), less than -X perf's, and deep recursion
+    frame (jr_eval() tail-calls), no more than -X perf's, and deep recursion
     in a thread with the default 8 MiB stack ends in RecursionError at
     CPython's C recursion limit, not in a crash;
  4. another PEP 523 tool that chained to jitring's eval function and puts
@@ -366,9 +366,10 @@ def test_stack(t):
         per[mode] = float(b)
         print("%s: %s bytes of C stack per Python call, RecursionError "
               "at depth %s" % (mode, b, depth))
-    t.check(0 < per["jitring"] < per["perf"], "a profiled call takes less "
-            "C stack under jitring than under -X perf (%.0f < %.0f bytes)"
-            % (per["jitring"], per["perf"]))
+    # 3.13: 480 against 560 bytes; 3.14 and 3.15 (Debian sid's): equal.
+    t.check(0 < per["jitring"] <= per["perf"], "a profiled call takes no "
+            "more C stack under jitring than under -X perf (%.0f <= %.0f "
+            "bytes)" % (per["jitring"], per["perf"]))
 
 
 def test_symlinked_script(t):
