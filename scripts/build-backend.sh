@@ -48,6 +48,7 @@ done
 
 log() { echo "build-backend: $*" >&2; }
 die() { log "$*"; exit 1; }
+. "$(dirname "$0")/apt-private.sh"
 
 cache=${JITRING_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jitring}
 final=$cache/backend
@@ -91,31 +92,15 @@ tmp=$(mktemp -d "$cache/.backend.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM HUP
 
-# The Debian archive's URI from this machine's apt sources: the entry for a
-# plain suite name (not -updates, -security, -backports) with component main.
-uri=$(apt-get indextargets --no-release-info \
-	--format '$(REPO_URI) $(RELEASE) $(COMPONENT)' 2>/dev/null |
-	awk '$2 ~ /^[a-z]+$/ && $3 == "main" { print $1; exit }') || uri=
+uri=$(apt_mirror_uri) || uri=
 [ -n "$uri" ] || die "no Debian 'main' entry in this machine's apt sources (apt-get indextargets)"
-
-apt=$tmp/apt
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" \
-	"$apt/sources.list.d" "$apt/preferences.d"
-echo "deb $uri $SUITE main" >"$apt/sources.list"
-o=(-o "Dir::Etc::SourceList=$apt/sources.list"
-   -o "Dir::Etc::SourceParts=$apt/sources.list.d"
-   -o "Dir::Etc::Preferences=$apt/preferences"
-   -o "Dir::Etc::PreferencesParts=$apt/preferences.d"
-   -o "Dir::State::Lists=$apt/lists"
-   -o "Dir::Cache=$apt/cache"
-   -o "Debug::NoLocking=1"
-   -o "APT::Sandbox::User=root")
+apt_private "$tmp/apt" "deb $uri $SUITE main"
 log "reading $SUITE's Packages index from $uri"
-apt-get "${o[@]}" -qq update >&2 || die "apt-get update of $SUITE's Packages failed"
+apt-get "${APT_OPTS[@]}" -qq update >&2 || die "apt-get update of $SUITE's Packages failed"
 
 # Lines: 'URL' file size SHA256:hash, one per package, from the index
 # whose Release file apt verified.
-uris=$(apt-get "${o[@]}" --print-uris download "${PKGS[@]}" 2>&1) ||
+uris=$(apt-get "${APT_OPTS[@]}" --print-uris download "${PKGS[@]}" 2>&1) ||
 	die "apt cannot locate ${PKGS[*]} in $SUITE: $uris"
 [ "$(grep -c "^'" <<<"$uris")" -eq ${#PKGS[@]} ] ||
 	die "expected ${#PKGS[@]} packages from apt, got: $uris"

@@ -63,6 +63,7 @@ fi
 [ $check -eq 1 ] && exit 1
 
 here=$(cd "$(dirname "$0")" && pwd)
+. "$here/apt-private.sh"
 [ $deps -eq 1 ] && bash "$here/deps.sh" python >&2
 
 mkdir -p "$cache/src"
@@ -86,35 +87,16 @@ sha_ok() {
 	[ -f "$1" ] && echo "$SHA256  $1" | sha256sum --quiet -c - 2>/dev/null
 }
 
-# The Debian archive's URI from this machine's apt sources: the entry for a
-# plain suite name (not -updates, -security, -backports) with component main.
-mirror_uri() {
-	apt-get indextargets --no-release-info \
-		--format '$(REPO_URI) $(RELEASE) $(COMPONENT)' 2>/dev/null |
-		awk '$2 ~ /^[a-z]+$/ && $3 == "main" { print $1; exit }'
-}
-
 fetch_tarball() {
-	local uri apt url want
-	uri=$(mirror_uri)
+	local uri url want
+	uri=$(apt_mirror_uri)
 	[ -n "$uri" ] || die "no Debian 'main' entry in this machine's apt sources"
-	apt=$tmp/apt
-	mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" \
-		"$apt/sources.list.d" "$apt/preferences.d"
-	echo "deb-src $uri $SUITE main" >"$apt/sources.list"
-	local o=(-o "Dir::Etc::SourceList=$apt/sources.list"
-		 -o "Dir::Etc::SourceParts=$apt/sources.list.d"
-		 -o "Dir::Etc::Preferences=$apt/preferences"
-		 -o "Dir::Etc::PreferencesParts=$apt/preferences.d"
-		 -o "Dir::State::Lists=$apt/lists"
-		 -o "Dir::Cache=$apt/cache"
-		 -o "Debug::NoLocking=1"
-		 -o "APT::Sandbox::User=root")
+	apt_private "$tmp/apt" "deb-src $uri $SUITE main"
 	log "reading $SUITE's Sources index from $uri"
-	apt-get "${o[@]}" -qq update >&2 ||
+	apt-get "${APT_OPTS[@]}" -qq update >&2 ||
 		die "apt-get update of $SUITE's Sources failed"
 	# Lines: 'URL' name size SHA256:hash
-	url=$(apt-get "${o[@]}" --print-uris --only-source source "$SRCPKG" \
+	url=$(apt-get "${APT_OPTS[@]}" --print-uris --only-source source "$SRCPKG" \
 		2>/dev/null | awk -v t="$TARBALL" '$2 == t { print $1; exit }' |
 		tr -d "'")
 	if [ -z "$url" ]; then

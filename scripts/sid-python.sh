@@ -34,6 +34,7 @@ mode=${2:-}
 
 log() { echo "sid-python: $*" >&2; }
 die() { log "$*"; exit 1; }
+. "$(dirname "$0")/apt-private.sh"
 
 cache=${JITRING_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jitring}
 final=$cache/sid-python$ver
@@ -66,39 +67,22 @@ tmp=$(mktemp -d "$cache/.sid-python$ver.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM HUP
 
-uri=$(apt-get indextargets --no-release-info \
-	--format '$(REPO_URI) $(RELEASE) $(COMPONENT)' 2>/dev/null |
-	awk '$2 ~ /^[a-z]+$/ && $3 == "main" { print $1; exit }') || uri=
+uri=$(apt_mirror_uri) || uri=
 [ -n "$uri" ] || die "no Debian 'main' entry in this machine's apt sources (apt-get indextargets)"
-
-apt=$tmp/apt
-mkdir -p "$apt/lists/partial" "$apt/cache/archives/partial" \
-	"$apt/sources.list.d" "$apt/preferences.d"
-: >"$apt/status"
-echo "deb $uri sid main" >"$apt/sources.list"
-o=(-o "Dir::Etc::SourceList=$apt/sources.list"
-   -o "Dir::Etc::SourceParts=$apt/sources.list.d"
-   -o "Dir::Etc::Preferences=$apt/preferences"
-   -o "Dir::Etc::PreferencesParts=$apt/preferences.d"
-   -o "Dir::State::Lists=$apt/lists"
-   -o "Dir::State::status=$apt/status"
-   -o "Dir::Cache=$apt/cache"
-   -o "Debug::NoLocking=1"
-   -o "APT::Sandbox::User=root"
-   -o "APT::Install-Recommends=false")
+apt_private "$tmp/apt" "deb $uri sid main" -o "APT::Install-Recommends=false"
 log "reading sid's Packages index from $uri"
-apt-get "${o[@]}" -qq update >&2 || die "apt-get update of sid's Packages failed"
+apt-get "${APT_OPTS[@]}" -qq update >&2 || die "apt-get update of sid's Packages failed"
 # The closure (as for an empty system), then each package's URL and sha256
 # (`install --print-uris` gives the weaker MD5 only).  Not needed to run the
 # interpreter or build against it: skip_re.
-closure=$(apt-get "${o[@]}" install -y --print-uris \
+closure=$(apt-get "${APT_OPTS[@]}" install -y --print-uris \
 	"python$ver" "libpython$ver-dev" python3-pip-whl 2>&1) ||
 	die "apt cannot resolve python$ver in sid: $(tail -n 5 <<<"$closure")"
 skip_re='^(linux-libc-dev|libc6-dev|libc-dev-bin|tzdata|ca-certificates|debconf|openssl|netbase|media-types|readline-common|python3-setuptools-whl|zlib1g-dev|libexpat1-dev|libpython[0-9.]*-testsuite)_'
 names=$(grep "^'" <<<"$closure" | awk '{ print $2 }' | grep -Ev "$skip_re" |
 	sed 's/_.*//')
 # shellcheck disable=SC2086
-uris=$(apt-get "${o[@]}" --print-uris download $names 2>&1) ||
+uris=$(apt-get "${APT_OPTS[@]}" --print-uris download $names 2>&1) ||
 	die "apt cannot locate the packages: $(tail -n 5 <<<"$uris")"
 mkdir -p "$tmp/debs" "$tmp/root"
 n=0
