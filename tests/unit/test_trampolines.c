@@ -1652,9 +1652,12 @@ static void test_rebind_cycles(uint32_t engine)
 	T_CHECK_EQ(du.res.count[JITRING_RD_CODE_LOAD], ok);
 	T_CHECK_EQ(du.res.count[JITRING_RD_CODE_UNWINDING_INFO], ok);
 	t_dump_free(&du);
-	/* Flat: not a stock (12 arenas, about 200 mappings) per cycle.  The
-	 * sanitizers' allocators map memory of their own as they go. */
-	T_CHECK(maps_end <= maps_warm + (T_ASAN || T_TSAN ? 96 : 24));
+	/* Flat: not a stock (12 arenas, about 200 mappings) per cycle, nor
+	 * one mapping per cycle (225 by the end).  The count is read while
+	 * threads and the flusher map and unmap ring memory, which moves it
+	 * by up to about 40 either way (seen: +25 to +40 in 5 of 40 runs);
+	 * the sanitizers' allocators map memory of their own as they go. */
+	T_CHECK(maps_end <= maps_warm + (T_ASAN || T_TSAN ? 128 : 64));
 	printf("rebind cycles: %u writers, %llu copies described, %llu "
 	       "refused by a closed writer; %zu mappings at a quarter, %zu "
 	       "at the end\n",
