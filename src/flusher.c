@@ -23,9 +23,10 @@
  *      can cause.
  *   4. merge: pop groups with timestamp <= W in order, gathering iovecs that
  *      point straight into ring memory (or a jumbo buffer), and pwritev
- *      them at our own file offset in batches.  Only after a batch is in
- *      the file are the rings' heads published (seq_cst, paired with a
- *      producer waiting for space).
+ *      them at our own file offset in batches: here, or on the write
+ *      thread (below).  Only after a batch is in the file are the rings'
+ *      heads published past its groups (seq_cst, paired with a producer
+ *      waiting for space).
  *   5. complete flush tickets;
  *   6. recycle the rings of threads that left;
  *   7. make ready what threads will ask for (the pool, the spare rings,
@@ -33,11 +34,27 @@
  *      rings' pages;
  *   8. sleep.
  *
+ * The write thread ("jitring-write", started once batches fill up on a
+ * machine of 4 CPUs or more, or always with JITRING_WRITE_THREAD=1) takes
+ * the pwritev() and the kernel's copy off the merge: the flusher fixes a
+ * batch's groups, order and file offset and posts it; the thread writes
+ * posted batches one at a time, in the order posted, while the flusher
+ * merges the next.  At most JR_BATCHES - 1 are posted at once; the
+ * flusher takes them back in order (io_reap()) and only then counts them
+ * and publishes heads, from each group's ring position recorded in the
+ * batch (the merge has read further by then).  Before a flush ticket is
+ * checked, at close and before the flusher sleeps, every posted batch is
+ * taken back (batch_settle()), so what waits on the file never waits on a
+ * batch the thread still holds.  After a failed write the thread writes
+ * nothing more, so the file still ends where the failure left it.
+ *
  * Invariants: groups leave each ring in ring order; every group written
- * has a timestamp >= every group written before it; head only moves past
- * bytes that are in the file (or dropped after a failure); the file ends
- * on a group boundary after every batch, and after a failed write it is
- * truncated back to one and no longer written.
+ * has a timestamp >= every group written before it; batches reach the file
+ * one at a time in order (one thread writes them: the flusher, or the
+ * write thread after the flusher took back every batch it wrote itself);
+ * head only moves past bytes that are in the file (or dropped after a
+ * failure); the file ends on a group boundary after every batch, and
+ * after a failed write it is truncated back to one and no longer written.
  *
  * Sleeping costs nothing: the flusher stores a sleep mode seq_cst, re-scans
  * for news, and waits on a futex.  NAP (timed, max_delay_ms or a hold-back
@@ -61,6 +78,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -79,6 +97,12 @@
 #define JR_IOV_MAX 1024u
 #define JR_BATCH_GROUPS 4096u
 #define JR_BATCH_BYTES (8u << 20)
+/* Ring bytes prefetched past a peeked group, and at most in all. */
+#define JR_PREFETCH_NEXT 256u
+#define JR_PREFETCH_MAX 4096u
+#define JR_SCAN_AHEAD 8u
+/* CPUs this process may run on for a write thread to pay. */
+#define JR_IO_MIN_CPUS 4
 #define JR_TRIM_NS (1000u * 1000000ull) /* idle this long: drop pages */
 /* Retry registering a ring after running out of memory. */
 #define JR_RETRY_NS (1000000u)
@@ -87,9 +111,37 @@
 
 struct jr_grp {
 	uint8_t *jumbo;
-	uint8_t *base;     /* the group's bytes, valid until heads move */
-	uint64_t file_end; /* batch bytes up to the end of this group */
+	uint8_t *base;        /* the group's bytes, valid until heads move */
+	struct jr_ring *ring; /* the ring it came from */
+	uint64_t file_end;    /* batch bytes up to the end of this group */
+	uint32_t rd_end;      /* the ring's head once the group is written */
 	uint32_t records;
+};
+
+/* Whole groups in file order, for one pwritev() at @off. */
+struct jr_batch {
+	uint32_t niov;
+	uint32_t ngrp;
+	uint64_t bytes;
+	uint64_t off;         /* set when submitted */
+	struct jr_ring *last; /* the ring the last iovec points into */
+	int ret;              /* the write's result, */
+	uint64_t done;        /* and the bytes it wrote */
+	struct iovec iov[JR_IOV_MAX];
+	struct jr_grp grp[JR_BATCH_GROUPS];
+};
+
+/*
+ * Batches the write thread may hold at once.  More than one: the thread
+ * goes straight from one batch to the next while the flusher finishes and
+ * fills others, without waiting to be woken each time.
+ */
+#define JR_BATCHES 4u
+
+enum jr_io_policy {
+	JR_IO_NEVER,
+	JR_IO_WHEN_FULL, /* once a batch fills up: the merge is behind */
+	JR_IO_ALWAYS,
 };
 
 struct jr_merge {
@@ -98,13 +150,27 @@ struct jr_merge {
 	uint32_t nheap;
 	uint32_t nbusy;
 	uint32_t cap;
-	uint32_t niov;
-	uint32_t ngrp;
-	uint64_t bytes;
-	struct jr_ring *last;
 	uint64_t round_groups;
-	struct iovec iov[JR_IOV_MAX];
-	struct jr_grp grp[JR_BATCH_GROUPS];
+	/*
+	 * bat[n % JR_BATCHES] is batch n.  Batches posted..: being filled
+	 * (one, cur); reaped..posted: the write thread's; ..reaped: done.
+	 * The thread writes them in order; written counts those it did.
+	 */
+	struct jr_batch *cur;
+	uint32_t reaped;          /* flusher-private */
+	_Atomic uint32_t posted;
+	_Atomic uint32_t written; /* futex: the flusher waits on it */
+	_Atomic uint32_t io_quit;
+	_Atomic uint32_t io_idle;  /* futex: the write thread sleeps on it */
+	_Atomic uint32_t fl_wait;  /* the flusher sleeps on written */
+	uint64_t post_off;         /* file offset after the posted batches */
+	bool io_running;           /* the write thread exists */
+	uint32_t io_policy;        /* enum jr_io_policy; NEVER off the
+				    * flusher thread */
+	bool io_broken;            /* it could not be started: write here */
+	bool io_failed;            /* write thread: a write failed; skip the rest */
+	pthread_t io_thread;
+	struct jr_batch bat[JR_BATCHES];
 	char mapbuf[64 << 10]; /* perf map lines of a batch */
 };
 
@@ -114,14 +180,19 @@ int jitring_flusher_init(struct jr_rings *e)
 
 	if (!m)
 		return -ENOMEM;
+	m->cur = &m->bat[0];
+	m->post_off = e->file_off;
 	e->m = m;
 	return 0;
 }
+
+static void io_stop(struct jr_rings *e);
 
 void jitring_flusher_fini(struct jr_rings *e)
 {
 	if (!e->m)
 		return;
+	io_stop(e);
 	free(e->m->heap);
 	free(e->m->busy);
 	free(e->m);
@@ -159,8 +230,28 @@ int jitring_flusher_fit(struct jr_rings *e, uint32_t cap)
 /* ------------------------------------------------------------------ */
 /* Reading groups out of a ring.                                        */
 
+/*
+ * Ask for the ring bytes [@from, @to) (within what was committed) in this
+ * core's cache: the start of the next group, which the next peek at this
+ * ring reads, and with no write thread the rest of the group just peeked,
+ * which the write copies.  The producer wrote them on another core;
+ * fetched one at a time, as the peeks and the copy would, each is a
+ * dependent miss, while the merge interleaves other rings' groups long
+ * enough for a prefetch to land.
+ */
+static inline void ring_prefetch(const struct jr_ring *r, uint32_t from,
+				 uint32_t to)
+{
+	if ((int32_t)(to - r->seen_tail) > 0)
+		to = r->seen_tail;
+	if (to - from > JR_PREFETCH_MAX)
+		to = from + JR_PREFETCH_MAX;
+	for (uint32_t at = (from | 63u) + 1; (int32_t)(to - at) > 0; at += 64)
+		__builtin_prefetch(r->buf + (at & r->mask), 0, 2);
+}
+
 /* Find the next group between r->rd and r->seen_tail; skip padding. */
-static bool ring_peek(struct jr_ring *r)
+static bool ring_peek(struct jr_rings *e, struct jr_ring *r)
 {
 	struct jitdump_prefix pre;
 	uint32_t rd = jitring_ring_next_group(r, r->rd, r->seen_tail, &pre);
@@ -184,6 +275,10 @@ static bool ring_peek(struct jr_ring *r)
 		r->pk_jumbo = NULL;
 		jitring_group_size(r->buf + pos, &r->pk_len, &r->pk_records);
 	}
+	/* The write copies the group: from here, or on the write thread,
+	 * which fetches its batch itself. */
+	ring_prefetch(r, e->m->io_running ? rd + r->pk_len : rd,
+		      rd + r->pk_len + JR_PREFETCH_NEXT);
 	return true;
 }
 
@@ -233,87 +328,95 @@ static struct jr_ring *heap_pop(struct jr_merge *m)
 /* ------------------------------------------------------------------ */
 /* Writing.                                                             */
 
-/* Move published heads up to what is in the file; wake space waiters. */
-static void publish_heads(struct jr_rings *e)
+/* Publish @r's head at @rd (what is in the file); wake a space waiter. */
+static void head_publish(struct jr_ring *r, uint32_t rd)
 {
-	for (uint32_t i = 0; i < e->nreg; i++) {
-		struct jr_ring *r = e->reg[i];
-
-		if (r->rd == r->head_local)
-			continue;
-		r->head_local = r->rd;
-		/*
-		 * Pairs with the acquire loads of head in slot_reserve() and
-		 * wait_space(); seq_cst against the space_waiter Dekker.
-		 */
-		atomic_store_explicit(&r->head, r->rd, memory_order_seq_cst);
-		if (atomic_load_explicit(&r->space_waiter,
-					 memory_order_seq_cst))
-			jr_futex_wake(&r->head, 1);
-	}
+	if (rd == r->head_local)
+		return;
+	r->head_local = rd;
+	/*
+	 * Pairs with the acquire loads of head in slot_reserve() and
+	 * wait_space(); seq_cst against the space_waiter Dekker.
+	 */
+	atomic_store_explicit(&r->head, rd, memory_order_seq_cst);
+	if (atomic_load_explicit(&r->space_waiter, memory_order_seq_cst))
+		jr_futex_wake(&r->head, 1);
 }
 
-/* The perf map lines of the first @ok groups of the batch, in order. */
-static void perfmap_batch(struct jr_rings *e, uint32_t ok)
+/*
+ * Every ring's head up to where the merge has read it (past padding too).
+ * Only with no batch posted or being filled: then all of it is in the
+ * file.
+ */
+static void publish_heads(struct jr_rings *e)
+{
+	for (uint32_t i = 0; i < e->nreg; i++)
+		head_publish(e->reg[i], e->reg[i]->rd);
+}
+
+/* The perf map lines of the first @ok groups of @b, in order. */
+static void perfmap_batch(struct jr_rings *e, const struct jr_batch *b,
+			  uint32_t ok)
 {
 	struct jr_merge *m = e->m;
 	char *buf = m->mapbuf;
 	size_t n = 0;
 
 	for (uint32_t i = 0; i < ok; i++) {
-		uint64_t start = i ? m->grp[i - 1].file_end : 0;
+		uint64_t start = i ? b->grp[i - 1].file_end : 0;
 
 		if (n + JR_PERFMAP_LINE_MAX > sizeof(m->mapbuf)) {
 			jitring_perfmap_write(e->jr, buf, n);
 			n = 0;
 		}
-		n += jitring_perfmap_line_load(buf + n, m->grp[i].base,
-					       m->grp[i].file_end - start);
+		n += jitring_perfmap_line_load(buf + n, b->grp[i].base,
+					       b->grp[i].file_end - start);
 	}
 	jitring_perfmap_write(e->jr, buf, n);
 }
 
-/* Write the batch (whole groups only), count it, publish the heads. */
-static void write_batch(struct jr_rings *e)
+/* Write @b at its offset (either thread). */
+static void batch_write(struct jr_rings *e, struct jr_batch *b)
+{
+	b->done = 0;
+	b->ret = jitring_file_pwritev_all(e->jr->file.fd, b->iov, (int)b->niov,
+					  b->off, &b->done);
+}
+
+/*
+ * @b was written (or not, after a failure): keep whole groups only, count
+ * them, and move each ring's head past its groups in it.
+ */
+static void batch_done(struct jr_rings *e, struct jr_batch *b, bool posted)
 {
 	struct jitring *jr = e->jr;
-	struct jr_merge *m = e->m;
-	uint64_t done = 0, good = m->bytes;
-	uint32_t ok = m->ngrp, records = 0;
+	uint64_t good = b->bytes;
+	uint32_t ok = b->ngrp, records = 0;
 
-	/* Nothing to write, but heads may still move (past padding). */
-	if (!m->ngrp) {
-		publish_heads(e);
-		return;
-	}
-	if (!e->failed) {
-		int ret = jitring_file_pwritev_all(
-			jr->file.fd, m->iov, (int)m->niov, e->file_off, &done);
-		if (ret) {
-			/* Keep whole groups only; cut a torn tail off. */
-			ok = 0;
-			while (ok < m->ngrp && m->grp[ok].file_end <= done)
-				ok++;
-			good = ok ? m->grp[ok - 1].file_end : 0;
-			if (done != good &&
-			    ftruncate(jr->file.fd, (off_t)(e->file_off + good)))
-				jitring_log(jr, JITRING_LOG_ERR,
-					    "ftruncate after failed write: %s",
-					    strerror(errno));
-			e->failed = true;
-			jitring_set_io_error(jr, ret);
-		}
-		e->file_off += good;
-	} else {
+	if (e->failed) {
 		ok = 0;
 		good = 0;
+	} else if (b->ret) {
+		/* Keep whole groups only; cut a torn tail off. */
+		ok = 0;
+		while (ok < b->ngrp && b->grp[ok].file_end <= b->done)
+			ok++;
+		good = ok ? b->grp[ok - 1].file_end : 0;
+		if (b->done != good &&
+		    ftruncate(jr->file.fd, (off_t)(b->off + good)))
+			jitring_log(jr, JITRING_LOG_ERR,
+				    "ftruncate after failed write: %s",
+				    strerror(errno));
+		e->failed = true;
+		jitring_set_io_error(jr, b->ret);
 	}
+	e->file_off += good;
 	if (ok && jr->map_fd >= 0)
-		perfmap_batch(e, ok);
-	for (uint32_t i = 0; i < m->ngrp; i++) {
+		perfmap_batch(e, b, ok);
+	for (uint32_t i = 0; i < b->ngrp; i++) {
 		if (i < ok)
-			records += m->grp[i].records;
-		free(m->grp[i].jumbo);
+			records += b->grp[i].records;
+		free(b->grp[i].jumbo);
 	}
 	if (ok) {
 		jitring_count(&jr->c.entries_written, ok);
@@ -321,41 +424,325 @@ static void write_batch(struct jr_rings *e)
 		jitring_count(&jr->c.bytes_written, good);
 		jitring_count(&jr->c.batches, 1);
 	}
-	if (m->ngrp > ok)
-		jitring_count(&jr->c.lost_io, m->ngrp - ok);
-	m->round_groups += m->ngrp;
-	m->niov = m->ngrp = 0;
-	m->bytes = 0;
-	m->last = NULL;
+	if (b->ngrp > ok)
+		jitring_count(&jr->c.lost_io, b->ngrp - ok);
+	if (!posted) {
+		/* Written here, nothing else posted: all of it is in. */
+		publish_heads(e);
+	} else {
+		/* A ring's last group in the batch sets its head: once. */
+		for (uint32_t i = 0; i < b->ngrp; i++)
+			b->grp[i].ring->head_next = b->grp[i].rd_end;
+		for (uint32_t i = 0; i < b->ngrp; i++)
+			head_publish(b->grp[i].ring,
+				     b->grp[i].ring->head_next);
+	}
+	b->niov = b->ngrp = 0;
+	b->bytes = 0;
+	b->last = NULL;
+}
+
+/*
+ * Fetch a batch's bytes into this core's cache before the kernel copies
+ * them: its iovecs point into many rings, a few lines each, which the
+ * copy would miss on one by one.
+ */
+static void batch_prefetch(const struct jr_batch *b)
+{
+	for (uint32_t i = 0; i < b->niov; i++) {
+		const uint8_t *p = b->iov[i].iov_base;
+		size_t n = b->iov[i].iov_len < JR_PREFETCH_MAX ?
+				   b->iov[i].iov_len :
+				   JR_PREFETCH_MAX;
+
+		for (size_t o = 0; o < n; o += 64)
+			__builtin_prefetch(p + o, 0, 2);
+	}
+}
+
+/*
+ * How long to spin before a futex wait: a batch takes tens of
+ * microseconds to write, about what waking a sleeping thread costs.
+ */
+#define JR_IO_SPIN_NS 20000u
+
+/* Spin a while for *@w to leave @v; false if it did not. */
+static bool io_spin(_Atomic uint32_t *w, uint32_t v)
+{
+	uint64_t until = 0;
+
+	for (uint32_t i = 1;; i++) {
+		if (atomic_load_explicit(w, memory_order_relaxed) != v)
+			return true;
+		jr_cpu_relax();
+		if (i % 64)
+			continue;
+		if (!until)
+			until = jitring_clock_ns() + JR_IO_SPIN_NS;
+		else if (jitring_clock_ns() > until)
+			return false;
+	}
+}
+
+/*
+ * The write thread: pwritev() the batches the flusher posts, in the order
+ * posted.  It touches nothing but the posted batches, the ring bytes their
+ * iovecs point at (which no head passes until the flusher reaped the
+ * batch) and the descriptor.  After a failed write it writes nothing more
+ * (each later batch is marked not written), so the file still ends where
+ * the first failure left it.
+ */
+static void *io_main(void *arg)
+{
+	struct jr_rings *e = arg;
+	struct jr_merge *m = e->m;
+	uint32_t n = atomic_load_explicit(&m->written, memory_order_relaxed);
+
+	pthread_setname_np(pthread_self(), "jitring-write");
+	for (;;) {
+		struct jr_batch *b;
+		/* Pairs with the release store in io_post(). */
+		uint32_t p = atomic_load_explicit(&m->posted,
+						  memory_order_acquire);
+
+		if (p == n) {
+			/* Pairs with the seq_cst store in io_stop(). */
+			if (atomic_load_explicit(&m->io_quit,
+						 memory_order_seq_cst))
+				break;
+			if (io_spin(&m->posted, n))
+				continue;
+			/*
+			 * Dekker with io_post() and io_stop(): they store
+			 * posted or io_quit, then load io_idle (and clear it
+			 * before waking us); we store io_idle, then load
+			 * both.  All seq_cst.  The futex is io_idle itself,
+			 * so a wake between our check and our wait is not
+			 * lost: the wait sees it cleared.
+			 */
+			atomic_store_explicit(&m->io_idle, 1,
+					      memory_order_seq_cst);
+			if (atomic_load_explicit(&m->posted,
+						 memory_order_seq_cst) == n &&
+			    !atomic_load_explicit(&m->io_quit,
+						  memory_order_seq_cst))
+				jr_futex_wait(&m->io_idle, 1, NULL);
+			atomic_store_explicit(&m->io_idle, 0,
+					      memory_order_relaxed);
+			continue;
+		}
+		b = &m->bat[n % JR_BATCHES];
+		if (m->io_failed) {
+			b->ret = -ECANCELED;
+			b->done = 0;
+		} else {
+			batch_prefetch(b);
+			batch_write(e, b);
+			m->io_failed = b->ret != 0;
+		}
+		n++;
+		/* Pairs with the acquire load in io_reap(); seq_cst: the
+		 * Dekker with fl_wait there. */
+		atomic_store_explicit(&m->written, n, memory_order_seq_cst);
+		if (atomic_load_explicit(&m->fl_wait, memory_order_seq_cst))
+			jr_futex_wake(&m->written, 1);
+	}
+	return NULL;
+}
+
+/*
+ * Finish the batches the write thread wrote, in order; with @all, wait
+ * for every posted one, else until one more may be posted.
+ */
+static void io_reap(struct jr_rings *e, bool all)
+{
+	struct jr_merge *m = e->m;
+	uint32_t posted = atomic_load_explicit(&m->posted,
+					       memory_order_relaxed);
+
+	while (m->reaped != posted) {
+		/* Pairs with the seq_cst store in io_main(). */
+		uint32_t w = atomic_load_explicit(&m->written,
+						  memory_order_acquire);
+
+		if (w == m->reaped) {
+			/* Room to post one more and still fill another. */
+			if (!all && posted - m->reaped < JR_BATCHES - 1)
+				return;
+			if (io_spin(&m->written, w))
+				continue;
+			atomic_store_explicit(&m->fl_wait, 1,
+					      memory_order_seq_cst);
+			jr_futex_wait(&m->written, w, NULL);
+			atomic_store_explicit(&m->fl_wait, 0,
+					      memory_order_relaxed);
+			continue;
+		}
+		while (m->reaped != w)
+			batch_done(e, &m->bat[m->reaped++ % JR_BATCHES], true);
+	}
+}
+
+/* After a seq_cst store of posted or io_quit: wake the write thread if
+ * it sleeps (the Dekker in io_main()). */
+static void io_wake(struct jr_merge *m)
+{
+	if (atomic_load_explicit(&m->io_idle, memory_order_seq_cst)) {
+		atomic_store_explicit(&m->io_idle, 0, memory_order_relaxed);
+		jr_futex_wake(&m->io_idle, 1);
+	}
+}
+
+static void io_post(struct jr_rings *e, struct jr_batch *b)
+{
+	struct jr_merge *m = e->m;
+	uint32_t p = atomic_load_explicit(&m->posted, memory_order_relaxed);
+
+	b->off = m->post_off;
+	m->post_off += b->bytes;
+	/* Pairs with the acquire load in io_main(): b's contents.  seq_cst:
+	 * the Dekker with io_idle there. */
+	atomic_store_explicit(&m->posted, p + 1, memory_order_seq_cst);
+	io_wake(m);
+	m->cur = &m->bat[(p + 1) % JR_BATCHES];
+}
+
+/*
+ * Whether batches go to a write thread: $JITRING_WRITE_THREAD "1" always
+ * (from the first batch), "0" never; otherwise once batches fill up, and
+ * only with at least JR_IO_MIN_CPUS CPUs to run on: on fewer the
+ * hand-offs cost more than the overlap gains (docs/design.md).
+ */
+static uint32_t io_policy(void)
+{
+	const char *v = getenv("JITRING_WRITE_THREAD");
+	cpu_set_t set;
+
+	if (v && !strcmp(v, "1"))
+		return JR_IO_ALWAYS;
+	if ((v && !strcmp(v, "0")) || sched_getaffinity(0, sizeof(set), &set))
+		return JR_IO_NEVER;
+	return CPU_COUNT(&set) >= JR_IO_MIN_CPUS ? JR_IO_WHEN_FULL :
+						   JR_IO_NEVER;
+}
+
+/* Start the write thread (flusher thread only); on failure write here. */
+static void io_start(struct jr_rings *e)
+{
+	struct jr_merge *m = e->m;
+
+	if (m->io_running || m->io_broken || m->io_policy == JR_IO_NEVER)
+		return;
+	atomic_store_explicit(&m->io_quit, 0, memory_order_relaxed);
+	m->io_failed = false;
+	if (JITRING_FAULT(io_start, e->jr) ||
+	    pthread_create(&m->io_thread, NULL, io_main, e)) {
+		m->io_broken = true;
+		return;
+	}
+	m->io_running = true;
+}
+
+/* Finish every posted batch and let the write thread go. */
+static void io_stop(struct jr_rings *e)
+{
+	struct jr_merge *m = e->m;
+
+	io_reap(e, true);
+	if (!m->io_running)
+		return;
+	/* Pairs with the seq_cst load in io_main(). */
+	atomic_store_explicit(&m->io_quit, 1, memory_order_seq_cst);
+	io_wake(m);
+	pthread_join(m->io_thread, NULL);
+	m->io_running = false;
+}
+
+/*
+ * Hand the batch being filled to the file: post it to the write thread
+ * (after finishing what it wrote, and waiting for a free slot), or write
+ * it here when there is none.  Either way batches reach the file one at a
+ * time in order, so it ends on a group boundary after each.  @full: the
+ * batch filled up, the merge is behind.
+ */
+static void batch_submit(struct jr_rings *e, bool full)
+{
+	struct jr_merge *m = e->m;
+	struct jr_batch *b = m->cur;
+
+	io_reap(e, false);
+	if (!b->ngrp) {
+		/* Nothing to write; with nothing posted, heads may still
+		 * move (padding). */
+		if (m->reaped == atomic_load_explicit(&m->posted,
+						      memory_order_relaxed))
+			publish_heads(e);
+		return;
+	}
+	m->round_groups += b->ngrp;
+	if (full || m->io_policy == JR_IO_ALWAYS)
+		io_start(e);
+	if (m->io_running && !e->failed) {
+		io_post(e, b);
+		return;
+	}
+	io_reap(e, true);
+	b->off = e->file_off;
+	if (!e->failed)
+		batch_write(e, b);
+	batch_done(e, b, false);
+	m->post_off = e->file_off;
+}
+
+/* Everything merged so far in the file, every head published. */
+static void batch_settle(struct jr_rings *e)
+{
+	batch_submit(e, false);
+	io_reap(e, true);
 	publish_heads(e);
 }
 
 static void emit(struct jr_rings *e, struct jr_ring *r)
 {
-	struct jr_merge *m = e->m;
+	struct jr_batch *b = e->m->cur;
 	uint8_t *base = r->pk_jumbo ? r->pk_jumbo : r->buf + r->pk_pos;
 	size_t len = r->pk_jumbo ? r->pk_jlen : r->pk_len;
-	struct iovec *last = m->niov ? &m->iov[m->niov - 1] : NULL;
+	struct iovec *last = b->niov ? &b->iov[b->niov - 1] : NULL;
+	struct jr_grp *g = &b->grp[b->ngrp++];
 
-	if (last && !r->pk_jumbo && m->last == r &&
+	if (last && !r->pk_jumbo && b->last == r &&
 	    (uint8_t *)last->iov_base + last->iov_len == base) {
 		last->iov_len += len;
 	} else {
-		m->iov[m->niov].iov_base = base;
-		m->iov[m->niov].iov_len = len;
-		m->niov++;
+		b->iov[b->niov].iov_base = base;
+		b->iov[b->niov].iov_len = len;
+		b->niov++;
 	}
-	m->last = r->pk_jumbo ? NULL : r;
-	m->bytes += len;
-	m->grp[m->ngrp].jumbo = r->pk_jumbo;
-	m->grp[m->ngrp].base = base;
-	m->grp[m->ngrp].file_end = m->bytes;
-	m->grp[m->ngrp].records = r->pk_records;
-	m->ngrp++;
+	b->last = r->pk_jumbo ? NULL : r;
+	b->bytes += len;
 	r->rd += r->pk_len;
-	if (m->niov == JR_IOV_MAX || m->ngrp == JR_BATCH_GROUPS ||
-	    m->bytes >= JR_BATCH_BYTES)
-		write_batch(e);
+	g->jumbo = r->pk_jumbo;
+	g->base = base;
+	g->ring = r;
+	g->file_end = b->bytes;
+	g->rd_end = r->rd;
+	g->records = r->pk_records;
+	if (b->niov == JR_IOV_MAX || b->ngrp == JR_BATCH_GROUPS ||
+	    b->bytes >= JR_BATCH_BYTES)
+		batch_submit(e, true);
+}
+
+void jitring_flusher_fork_prepare(struct jr_rings *e)
+{
+	if (e->m)
+		io_reap(e, true);
+}
+
+void jitring_flusher_fork_child(struct jr_rings *e)
+{
+	if (!e->m)
+		return;
+	e->m->io_running = false;
 }
 
 void jitring_flusher_write_close(struct jr_rings *e)
@@ -694,7 +1081,7 @@ static inline void scan_ring(struct jr_rings *e, struct round *rd,
 				rd->W = r->lb;
 		}
 	}
-	if (r->rd != tail && ring_peek(r))
+	if (r->rd != tail && ring_peek(e, r))
 		heap_push(m, r);
 }
 
@@ -718,10 +1105,18 @@ static void round_merge(struct jr_rings *e, struct round *rd)
 		if (r->pk_ts > r->lb)
 			r->lb = r->pk_ts;
 		emit(e, r);
-		if (ring_peek(r))
+		if (ring_peek(e, r))
 			heap_push(m, r);
 	}
-	write_batch(e); /* and publishes the heads */
+	/*
+	 * A flush or close waits on the heads: settle.  Else the last batch
+	 * may stay posted into the next round, which takes it back before
+	 * posting another (or before sleeping).
+	 */
+	if (rd->stopping || e->flush_ticket)
+		batch_settle(e);
+	else
+		batch_submit(e, false);
 }
 
 /* Step 5: complete the flush ticket once every head passed its target
@@ -837,8 +1232,14 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	m->nbusy = 0;
 	m->nheap = 0;
 	m->round_groups = 0;
-	for (uint32_t i = 0; i < e->nreg; i++)
+	for (uint32_t i = 0; i < e->nreg; i++) {
+		/* Each pub is a line its producer keeps writing: have a few
+		 * on their way at once. */
+		if (i + JR_SCAN_AHEAD < e->nreg)
+			__builtin_prefetch(&e->reg[i + JR_SCAN_AHEAD]->pub, 0,
+					   3);
 		scan_ring(e, &rd, e->reg[i]);
+	}
 	round_merge(e, &rd);
 	round_flush_ticket(e, &rd);
 	round_recycle(e, &rd);
@@ -864,6 +1265,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	if (rd.stopping || e->failed)
 		wake_space_waiters(e);
 	if (rd.stopping && !rd.any_busy && rd.attached) {
+		io_stop(e);
 		jitring_flusher_write_close(e);
 		complete_flush(e, atomic_load_explicit(&e->flush_req,
 						       memory_order_acquire));
@@ -876,10 +1278,19 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	 * behind and nobody waiting.  Pairs with the seq_cst store of
 	 * pause_req in jitring_rings_pause().
 	 */
-	if (atomic_load_explicit(&e->pause_req, memory_order_seq_cst) &&
+	e->pause_seen =
+		atomic_load_explicit(&e->pause_req, memory_order_seq_cst) != 0;
+	if (e->pause_seen &&
 	    !rd.stopping && !e->flush_ticket && !rd.any_busy && rd.attached &&
 	    !m->nheap)
 		out->mode = JR_STOPPED;
+	if (out->mode != JR_AWAKE) {
+		/* No round follows at once: nothing stays posted. */
+		batch_settle(e);
+		/* Idle: the write thread goes until writes are heavy again. */
+		if (out->mode == JR_DEEP && !rd.stopping && !e->flush_ticket)
+			io_stop(e);
+	}
 }
 
 /*
@@ -898,6 +1309,9 @@ static bool news(struct jr_rings *e, uint32_t mode)
 	    atomic_load_explicit(&e->pool_want, memory_order_seq_cst) ||
 	    atomic_load_explicit(&e->attach, memory_order_seq_cst) ||
 	    jitring_trampolines_wanted(e->jr) || req > e->req_seen ||
+	    /* A pause the last round did not see (it decides on it). */
+	    (!e->pause_seen &&
+	     atomic_load_explicit(&e->pause_req, memory_order_seq_cst)) ||
 	    (!e->flush_ticket &&
 	     req > atomic_load_explicit(&e->flush_done, memory_order_relaxed)))
 		return true;
@@ -954,6 +1368,7 @@ static void give_back_idle(struct jr_rings *e)
 {
 	uint64_t T = jitring_clock_ns();
 
+	io_stop(e);
 	memset(&e->demand, 0, sizeof(e->demand));
 	jitring_pool_maintain(e, T);
 	trim_idle(e, T, 0);
@@ -982,6 +1397,8 @@ int jitring_flusher_drain(struct jr_rings *e)
 	 * the round snapshots every ring's tail and completes it once the
 	 * heads passed them.  Relaxed: the rounds that read it run here.
 	 */
+	/* No thread of ours behind a caller's. */
+	e->m->io_policy = JR_IO_NEVER;
 	if (!atomic_load_explicit(&e->stop, memory_order_relaxed))
 		t = atomic_fetch_add_explicit(&e->flush_req, 1,
 					      memory_order_relaxed) +
@@ -1012,6 +1429,10 @@ void *jitring_flusher_main(void *arg)
 	pthread_setname_np(pthread_self(), "jitring-flush");
 	/* Read by jitring_rings_pause() after it joined us. */
 	e->flusher_tid = (pid_t)syscall(SYS_gettid);
+	pthread_mutex_lock(&e->fork_lock);
+	e->m->io_policy = io_policy();
+	e->m->io_broken = false;
+	pthread_mutex_unlock(&e->fork_lock);
 	for (;;) {
 		pthread_mutex_lock(&e->fork_lock);
 		round_run(e, &o);

@@ -26,6 +26,13 @@ void *jitring_flusher_main(void *arg);
  * rounds or reads the flusher-private state.  Return: 0.
  */
 int jitring_flusher_drain(struct jr_rings *e);
+/*
+ * fork(), under fork_lock: take back the batch the write thread may hold
+ * (prepare), so that the child inherits none; the child has no write
+ * thread (child).
+ */
+void jitring_flusher_fork_prepare(struct jr_rings *e);
+void jitring_flusher_fork_child(struct jr_rings *e);
 /* Append a CLOSE record if JITRING_F_WRITE_CLOSE asks for one. */
 void jitring_flusher_write_close(struct jr_rings *e);
 

@@ -378,7 +378,8 @@ int jitring_rings_pause(struct jitring *jr)
 	 * takes the drain path (flush_here()), which takes run_lock.
 	 */
 	ret = jitring_rings_flush(jr);
-	/* Pairs with the seq_cst load of pause_req in round_run(). */
+	/* Pairs with the seq_cst loads of pause_req in round_run() and
+	 * news(). */
 	atomic_store_explicit(&e->pause_req, 1, memory_order_seq_cst);
 	jitring_rings_kick(jr);
 	/*
@@ -524,6 +525,7 @@ void jitring_rings_fork_prepare(struct jitring *jr)
 	if (e) {
 		pthread_mutex_lock(&e->run_lock);
 		pthread_mutex_lock(&e->fork_lock);
+		jitring_flusher_fork_prepare(e);
 		JITRING_TESTPOINT(fork_make_lock, jr);
 		pthread_rwlock_wrlock(&e->make_lock);
 		JITRING_TESTPOINT(fork_make_locked, jr);
@@ -562,6 +564,7 @@ void jitring_rings_fork_child(struct jitring *jr)
 	atomic_store_explicit(&e->running, false, memory_order_relaxed);
 	atomic_store_explicit(&e->pause_req, 0, memory_order_relaxed);
 	e->paused = false;
+	jitring_flusher_fork_child(e);
 	jitring_pool_release(e, true);
 	jitring_flusher_fini(e);
 	/* The child's file has none of the parent's loads to move. */
@@ -585,5 +588,6 @@ void jitring_rings_fork_child(struct jitring *jr)
 	e->flush_ticket = 0;
 	e->req_seen = 0;
 	e->stop_seen = false;
+	e->pause_seen = false;
 	e->failed = false;
 }

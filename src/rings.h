@@ -118,6 +118,7 @@ struct jr_ring {
 	uint8_t *pk_jumbo;     /* its heap buffer if any, */
 	uint64_t pk_jlen;      /* and that buffer's length */
 	uint32_t head_local;   /* the head we last published */
+	uint32_t head_next;    /* its head once a posted batch is in */
 	uint32_t lap_start;    /* where the last owner began: a multiple of
 				* size (jitring_pool_put()) */
 	bool trimmed;          /* pages discarded since the last commit */
@@ -226,6 +227,7 @@ struct jr_rings {
 	uint64_t flush_ticket; /* ticket being worked on, or 0 */
 	uint64_t req_seen;     /* flush_req the last round loaded */
 	bool stop_seen;        /* the last round saw stop */
+	bool pause_seen;       /* the last round saw pause_req */
 	bool failed;           /* the file failed: drop everything */
 	struct jr_merge *m;
 };
