@@ -131,7 +131,13 @@ static void case_basic(void)
 	/* The next write resumes the engine before it returns. */
 	T_CHECK(t_write_at(jr, "b", 0x200000) > 0);
 	after = nthreads();
-	T_CHECK_EQ(after, before + 1);
+	/* The flusher; with JITRING_WRITE_THREAD=1 its write thread may
+	 * have started too (it does at the flusher's first batch). */
+	if (getenv("JITRING_WRITE_THREAD") &&
+	    !strcmp(getenv("JITRING_WRITE_THREAD"), "1"))
+		T_CHECK(after == before + 1 || after == before + 2);
+	else
+		T_CHECK_EQ(after, before + 1);
 	T_CHECK_EQ(jitring_flush(jr), 0);
 	T_CHECK_EQ(loads_in(&d, getpid(), NULL), 101);
 	T_CHECK_EQ(jitring_close(jr), 0);
