@@ -95,8 +95,11 @@ struct worker {
 	uint64_t n;    /* entries to write */
 	uint64_t done; /* writes that returned a code_index */
 	int64_t err;   /* first error, 0 if none */
+	uint64_t cpu_ns; /* its thread's CPU time, at its end */
 	struct bench_hist *h;
 };
+
+static uint64_t thread_cpu_ns(void);
 
 static void die(const char *what, long v)
 {
@@ -273,6 +276,7 @@ static void *producer(void *arg)
 		}
 		munmap(f.buf, FLOOR_BUF);
 	}
+	w->cpu_ns = thread_cpu_ns();
 	return NULL;
 }
 
@@ -445,7 +449,8 @@ int main(int argc, char **argv)
 	struct worker *w;
 	struct bench_hist *hists = NULL, all;
 	pthread_attr_t attr;
-	uint64_t t0, t1, r0, r1, ra = 0, ma = 0, mb, fl = 0, fl_pre = 0;
+	uint64_t t0, t1, r0, r1, ra = 0, ma = 0, mb, m0, fl = 0, fl_pre = 0;
+	uint64_t prod_cpu = 0, bg;
 	uint64_t check_ns = 0;
 	int64_t err = 0;
 	unsigned created = 0;
@@ -517,6 +522,7 @@ int main(int argc, char **argv)
 
 	/* ---- timed ---- */
 	r0 = rusage_ns();
+	m0 = thread_cpu_ns();
 	t0 = bench_now_ns();
 	if (engine == E_FLOOR) {
 		struct jitdump_header h;
@@ -568,10 +574,15 @@ int main(int argc, char **argv)
 	r1 = rusage_ns();
 	/* ---- end ---- */
 
-	if (engine == E_RINGS) {
-		mb = thread_cpu_ns();
+	mb = thread_cpu_ns();
+	if (engine == E_RINGS)
 		fl = fl_pre + (r1 - ra) - (mb - ma);
-	}
+	/* What no producer and not this thread used: the engine's own
+	 * threads (flusher, write thread), whenever they ran. */
+	for (unsigned i = 0; i < created; i++)
+		prod_cpu += w[i].cpu_ns;
+	bg = r1 - r0 > prod_cpu + (mb - m0) ? r1 - r0 - prod_cpu - (mb - m0) :
+					       0;
 	if (ret && !err)
 		err = ret;
 	for (unsigned i = 0; i < created; i++) {
@@ -617,6 +628,8 @@ int main(int argc, char **argv)
 		       (double)(fl - fl_pre) / 1e6, how);
 	else
 		printf("\"flusher_cpu_ns_per_entry\":null,");
+	printf("\"engine_threads_cpu_ns_per_entry\":%.1f,",
+	       done ? (double)bg / (double)done : 0.0);
 	if (engine != E_FLOOR)
 		printf("\"ring_full_waits\":%" PRIu64 ",\"late_entries\":%" PRIu64
 		       ",\"refills_waited\":%" PRIu64 ",",
