@@ -170,6 +170,7 @@ struct jr_merge {
 	bool io_broken;            /* it could not be started: write here */
 	bool io_failed;            /* write thread: a write failed; skip the rest */
 	pthread_t io_thread;
+	pid_t io_tid;              /* the write thread's, read after its join */
 	struct jr_batch bat[JR_BATCHES];
 	char mapbuf[64 << 10]; /* perf map lines of a batch */
 };
@@ -499,6 +500,8 @@ static void *io_main(void *arg)
 	uint32_t n = atomic_load_explicit(&m->written, memory_order_relaxed);
 
 	pthread_setname_np(pthread_self(), "jitring-write");
+	/* Read after our join (io_stop()). */
+	m->io_tid = (pid_t)syscall(SYS_gettid);
 	for (;;) {
 		struct jr_batch *b;
 		/* Pairs with the release store in io_post(). */
@@ -643,7 +646,11 @@ static void io_start(struct jr_rings *e)
 	m->io_running = true;
 }
 
-/* Finish every posted batch and let the write thread go. */
+/*
+ * Finish every posted batch and let the write thread go: joined, and out
+ * of the process's thread count (a pause returns with it down, see
+ * jitring_pause(); so does anyone counting threads before a fork).
+ */
 static void io_stop(struct jr_rings *e)
 {
 	struct jr_merge *m = e->m;
@@ -656,6 +663,7 @@ static void io_stop(struct jr_rings *e)
 	io_wake(m);
 	pthread_join(m->io_thread, NULL);
 	m->io_running = false;
+	jitring_wait_gone(m->io_tid);
 }
 
 /*

@@ -350,7 +350,7 @@ int jitring_rings_stop(struct jitring *jr)
  * which CPython reads to warn about fork() in a multithreaded process):
  * wait, briefly and boundedly, until the thread is gone.
  */
-static void wait_gone(pid_t tid)
+void jitring_wait_gone(pid_t tid)
 {
 	for (int i = 0; i < 20000 && tid > 0; i++) {
 		if (syscall(SYS_tgkill, getpid(), tid, 0) && errno == ESRCH)
@@ -428,7 +428,7 @@ int jitring_rings_pause(struct jitring *jr)
 	/* Pairs with the acquire load of running in jitring_rings_flush(). */
 	atomic_store_explicit(&e->running, false, memory_order_release);
 	run_unlock(e);
-	wait_gone(tid);
+	jitring_wait_gone(tid);
 	return ret;
 }
 

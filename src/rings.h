@@ -253,6 +253,11 @@ void jitring_rings_fork_child(struct jitring *jr);
 int jitring_rings_restart(struct jitring *jr);
 /* jitring_pause(): flush, then let the flusher thread exit once quiet. */
 int jitring_rings_pause(struct jitring *jr);
+/*
+ * After pthread_join() of thread @tid: wait, briefly and boundedly, until
+ * the kernel no longer counts it in the process (rings.c).
+ */
+void jitring_wait_gone(pid_t tid);
 /* Start the flusher again after a pause (a waker found JR_STOPPED). */
 void jitring_rings_resume(struct jitring *jr);
 /*
