@@ -181,12 +181,14 @@ def best(t, e):
     vs = [tput(r) for r in runs(t, e) if tput(r) is not None]
     return max(vs) if vs else None
 threads = sorted({t for t, _ in by})
-print("| threads | rings Mentries/s | mutex Mentries/s | floor Mentries/s | rings/mutex | rings/floor | flusher CPU ns/entry | process CPU ns/entry rings / mutex / floor | p99.9 write rings / mutex / floor |")
-print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+print("| threads | rings Mentries/s | mutex Mentries/s | floor Mentries/s | rings/mutex | rings/floor | flusher CPU ns/entry | engine threads CPU ns/entry | process CPU ns/entry rings / mutex / floor | p99.9 write rings / mutex / floor |")
+print("|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 for t in threads:
     rb, mb, fb = best(t, "rings"), best(t, "mutex"), best(t, "floor")
     ratio = lambda a, b: fmt(a / b) if a and b else "-"
     fl = " / ".join(fmt(r.get("flusher_cpu_ns_per_entry"), 0) for r in runs(t, "rings") if r.get("status") == "ok") or "-"
+    # flusher + write thread (drivers before it had no such field)
+    et = " / ".join(fmt(r.get("engine_threads_cpu_ns_per_entry"), 0) for r in runs(t, "rings") if r.get("status") == "ok") or "-"
     def cpu(e):
         v = [r["proc_cpu_ns_per_entry"] for r in runs(t, e) if r.get("status") == "ok"]
         return fmt(min(v), 0) if v else "-"
@@ -198,7 +200,7 @@ for t in threads:
         if v >= 1e6:
             return f"{v/1e6:.1f} ms"
         return f"{v/1000:.1f} us" if v >= 1000 else f"{v:.0f} ns"
-    print(f"| {t} | {cell(t,'rings')} | {cell(t,'mutex')} | {cell(t,'floor')} | {ratio(rb,mb)} | {ratio(rb,fb)} | {fl} | {cpu('rings')} / {cpu('mutex')} / {cpu('floor')} | {p999('rings')} / {p999('mutex')} / {p999('floor')} |")
+    print(f"| {t} | {cell(t,'rings')} | {cell(t,'mutex')} | {cell(t,'floor')} | {ratio(rb,mb)} | {ratio(rb,fb)} | {fl} | {et} | {cpu('rings')} / {cpu('mutex')} / {cpu('floor')} | {p999('rings')} / {p999('mutex')} / {p999('floor')} |")
 bad = [r for r in rows if r.get("status") != "ok"]
 if bad:
     print()
