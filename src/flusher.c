@@ -157,20 +157,20 @@ struct jr_merge {
 	 * The thread writes them in order; written counts those it did.
 	 */
 	struct jr_batch *cur;
-	uint32_t reaped;          /* flusher-private */
+	uint32_t reaped; /* flusher-private */
 	_Atomic uint32_t posted;
 	_Atomic uint32_t written; /* futex: the flusher waits on it */
 	_Atomic uint32_t io_quit;
-	_Atomic uint32_t io_idle;  /* futex: the write thread sleeps on it */
-	_Atomic uint32_t fl_wait;  /* the flusher sleeps on written */
-	uint64_t post_off;         /* file offset after the posted batches */
-	bool io_running;           /* the write thread exists */
-	uint32_t io_policy;        /* enum jr_io_policy; NEVER off the
+	_Atomic uint32_t io_idle; /* futex: the write thread sleeps on it */
+	_Atomic uint32_t fl_wait; /* the flusher sleeps on written */
+	uint64_t post_off;        /* file offset after the posted batches */
+	bool io_running;          /* the write thread exists */
+	uint32_t io_policy;       /* enum jr_io_policy; NEVER off the
 				    * flusher thread */
-	bool io_broken;            /* it could not be started: write here */
-	bool io_failed;            /* write thread: a write failed; skip the rest */
+	bool io_broken;           /* it could not be started: write here */
+	bool io_failed; /* write thread: a write failed; skip the rest */
 	pthread_t io_thread;
-	pid_t io_tid;              /* the write thread's, read after its join */
+	pid_t io_tid; /* the write thread's, read after its join */
 	struct jr_batch bat[JR_BATCHES];
 	char mapbuf[64 << 10]; /* perf map lines of a batch */
 };
@@ -435,8 +435,7 @@ static void batch_done(struct jr_rings *e, struct jr_batch *b, bool posted)
 		for (uint32_t i = 0; i < b->ngrp; i++)
 			b->grp[i].ring->head_next = b->grp[i].rd_end;
 		for (uint32_t i = 0; i < b->ngrp; i++)
-			head_publish(b->grp[i].ring,
-				     b->grp[i].ring->head_next);
+			head_publish(b->grp[i].ring, b->grp[i].ring->head_next);
 	}
 	b->niov = b->ngrp = 0;
 	b->bytes = 0;
@@ -505,8 +504,8 @@ static void *io_main(void *arg)
 	for (;;) {
 		struct jr_batch *b;
 		/* Pairs with the release store in io_post(). */
-		uint32_t p = atomic_load_explicit(&m->posted,
-						  memory_order_acquire);
+		uint32_t p =
+			atomic_load_explicit(&m->posted, memory_order_acquire);
 
 		if (p == n) {
 			/* Pairs with the seq_cst store in io_stop(). */
@@ -560,13 +559,13 @@ static void *io_main(void *arg)
 static void io_reap(struct jr_rings *e, bool all)
 {
 	struct jr_merge *m = e->m;
-	uint32_t posted = atomic_load_explicit(&m->posted,
-					       memory_order_relaxed);
+	uint32_t posted =
+		atomic_load_explicit(&m->posted, memory_order_relaxed);
 
 	while (m->reaped != posted) {
 		/* Pairs with the seq_cst store in io_main(). */
-		uint32_t w = atomic_load_explicit(&m->written,
-						  memory_order_acquire);
+		uint32_t w =
+			atomic_load_explicit(&m->written, memory_order_acquire);
 
 		if (w == m->reaped) {
 			/* Room to post one more and still fill another. */
@@ -682,8 +681,8 @@ static void batch_submit(struct jr_rings *e, bool full)
 	if (!b->ngrp) {
 		/* Nothing to write; with nothing posted, heads may still
 		 * move (padding). */
-		if (m->reaped == atomic_load_explicit(&m->posted,
-						      memory_order_relaxed))
+		if (m->reaped ==
+		    atomic_load_explicit(&m->posted, memory_order_relaxed))
 			publish_heads(e);
 		return;
 	}
@@ -1288,9 +1287,8 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	 */
 	e->pause_seen =
 		atomic_load_explicit(&e->pause_req, memory_order_seq_cst) != 0;
-	if (e->pause_seen &&
-	    !rd.stopping && !e->flush_ticket && !rd.any_busy && rd.attached &&
-	    !m->nheap)
+	if (e->pause_seen && !rd.stopping && !e->flush_ticket && !rd.any_busy &&
+	    rd.attached && !m->nheap)
 		out->mode = JR_STOPPED;
 	if (out->mode != JR_AWAKE) {
 		/* No round follows at once: nothing stays posted. */
