@@ -144,8 +144,15 @@ enum jr_io_policy {
 	JR_IO_ALWAYS,
 };
 
+/* A ring in the merge's heap, keyed by its next group's timestamp. */
+struct jr_hent {
+	uint64_t ts;
+	uint32_t idx; /* reg_idx: ties go to the lower */
+	struct jr_ring *r;
+};
+
 struct jr_merge {
-	struct jr_ring **heap;
+	struct jr_hent *heap;
 	struct jr_ring **busy;
 	uint32_t nheap;
 	uint32_t nbusy;
@@ -203,14 +210,16 @@ void jitring_flusher_fini(struct jr_rings *e)
 int jitring_flusher_fit(struct jr_rings *e, uint32_t cap)
 {
 	struct jr_merge *m = e->m;
-	struct jr_ring **h, **b;
+	struct jr_hent *h;
+	struct jr_ring **b;
 
 	if (!m)
 		return cap ? -ENOMEM : 0;
 	if (!cap) {
 		free(m->heap);
 		free(m->busy);
-		m->heap = m->busy = NULL;
+		m->heap = NULL;
+		m->busy = NULL;
 		m->cap = 0;
 		return 0;
 	}
@@ -283,30 +292,39 @@ static bool ring_peek(struct jr_rings *e, struct jr_ring *r)
 	return true;
 }
 
-static inline bool ts_less(const struct jr_ring *a, const struct jr_ring *b)
+/*
+ * The merge's heap holds each ring's key inline: with hundreds of rings
+ * a comparison that dereferenced the ring would miss L1 at every level.
+ */
+static inline bool hent_less(const struct jr_hent *a, const struct jr_hent *b)
 {
-	return a->pk_ts < b->pk_ts ||
-	       (a->pk_ts == b->pk_ts && a->reg_idx < b->reg_idx);
+	return a->ts < b->ts || (a->ts == b->ts && a->idx < b->idx);
+}
+
+static inline struct jr_hent hent_of(struct jr_ring *r)
+{
+	return (struct jr_hent){ .ts = r->pk_ts, .idx = r->reg_idx, .r = r };
 }
 
 static void heap_push(struct jr_merge *m, struct jr_ring *r)
 {
+	struct jr_hent k = hent_of(r);
 	uint32_t i = m->nheap++;
 
 	while (i) {
 		uint32_t p = (i - 1) / 2;
 
-		if (!ts_less(r, m->heap[p]))
+		if (!hent_less(&k, &m->heap[p]))
 			break;
 		m->heap[i] = m->heap[p];
 		i = p;
 	}
-	m->heap[i] = r;
+	m->heap[i] = k;
 }
 
-static struct jr_ring *heap_pop(struct jr_merge *m)
+/* Put @k at the root and sift it down. */
+static void heap_sift_root(struct jr_merge *m, struct jr_hent k)
 {
-	struct jr_ring *top = m->heap[0], *last = m->heap[--m->nheap];
 	uint32_t i = 0, n = m->nheap;
 
 	for (;;) {
@@ -314,16 +332,20 @@ static struct jr_ring *heap_pop(struct jr_merge *m)
 
 		if (c >= n)
 			break;
-		if (c + 1 < n && ts_less(m->heap[c + 1], m->heap[c]))
+		if (c + 1 < n && hent_less(&m->heap[c + 1], &m->heap[c]))
 			c++;
-		if (!ts_less(m->heap[c], last))
+		if (!hent_less(&m->heap[c], &k))
 			break;
 		m->heap[i] = m->heap[c];
 		i = c;
 	}
-	if (n)
-		m->heap[i] = last;
-	return top;
+	m->heap[i] = k;
+}
+
+static void heap_pop(struct jr_merge *m)
+{
+	if (--m->nheap)
+		heap_sift_root(m, m->heap[m->nheap]);
 }
 
 /* ------------------------------------------------------------------ */
@@ -799,7 +821,7 @@ static uint64_t mark_late(struct jr_rings *e, uint64_t T, uint64_t *deadline)
 	struct jitring *jr = e->jr;
 	struct jr_merge *m = e->m;
 	uint64_t hold_ns = (uint64_t)jr->holdback_ms * 1000000u;
-	uint64_t oldest = m->heap[0]->pk_ts, nw = T;
+	uint64_t oldest = m->heap[0].ts, nw = T;
 
 	for (uint32_t i = 0; i < m->nbusy; i++) {
 		struct jr_ring *b = m->busy[i];
@@ -1103,17 +1125,21 @@ static void round_merge(struct jr_rings *e, struct round *rd)
 
 	if (e->failed || (rd->stopping && !rd->any_busy && rd->attached))
 		rd->W = UINT64_MAX;
-	else if (rd->attached && m->nheap && m->heap[0]->pk_ts > rd->W)
+	else if (rd->attached && m->nheap && m->heap[0].ts > rd->W)
 		rd->W = mark_late(e, rd->T, &rd->deadline);
 
-	while (m->nheap && m->heap[0]->pk_ts <= rd->W) {
-		struct jr_ring *r = heap_pop(m);
+	while (m->nheap && m->heap[0].ts <= rd->W) {
+		struct jr_ring *r = m->heap[0].r;
 
 		if (r->pk_ts > r->lb)
 			r->lb = r->pk_ts;
 		emit(e, r);
+		/* Its next group replaces it at the root (one sift, not a
+		 * pop and a push). */
 		if (ring_peek(e, r))
-			heap_push(m, r);
+			heap_sift_root(m, hent_of(r));
+		else
+			heap_pop(m);
 	}
 	/*
 	 * A flush or close waits on the heads: settle.  Else the last batch
@@ -1204,7 +1230,7 @@ static void round_plan_sleep(struct jr_rings *e, const struct round *rd,
 		out->mode = JR_DEEP;
 		if (!rd->attached)
 			out->timeout = JR_RETRY_NS;
-		else if (m->nheap && m->heap[0]->pk_ts > T)
+		else if (m->nheap && m->heap[0].ts > T)
 			out->timeout = 1;
 		else
 			out->timeout = rd->deadline == UINT64_MAX ? 0 :
