@@ -88,6 +88,44 @@ def load_rss(raw):
     return out
 
 
+def load_manycore(raw):
+    out = []
+    p = os.path.join(raw, "manycore.jsonl")
+    if os.path.exists(p):
+        for line in open(p):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if r.get("error") == 0 and r.get("check_ok"):
+                out.append(r)
+    return out
+
+
+def manycore_rows(mc):
+    """Per thread count: medians of rate (M/s) per engine, rings/floor,
+    rings/mutex, the flusher's and the engine threads' CPU per entry."""
+    by = {}
+    for r in mc:
+        by.setdefault(r["threads"], {}).setdefault(r["engine"], []).append(r)
+    rows = []
+    for t in sorted(by):
+        e = by[t]
+        rate = {k: med([x["entries_per_s"] / 1e6 for x in v]) for k, v in e.items()}
+        rings = e.get("rings", [])
+        rows.append({
+            "threads": t, "rate": rate,
+            "rings_over_floor": ratio(rate.get("rings"), rate.get("floor")),
+            "rings_over_mutex": ratio(rate.get("rings"), rate.get("mutex")),
+            "flusher_ns": med([x["flusher_cpu_ns_per_entry"] for x in rings
+                               if x.get("flusher_cpu_ns_per_entry") is not None]),
+            "engine_ns": med([x["engine_threads_cpu_ns_per_entry"] for x in rings
+                              if x.get("engine_threads_cpu_ns_per_entry") is not None]),
+            "proc_ns": {k: med([x["proc_cpu_ns_per_entry"] for x in v]) for k, v in e.items()},
+        })
+    return rows
+
+
 def fmt(x, nd=2):
     if x is None:
         return "n/a"
@@ -320,6 +358,27 @@ def main():
                  [[x["phase"], "%.0f ms" % x["wall_ms"], "%.2f ms" % x["flusher_cpu_ms"],
                    "%.3f%%" % (100.0 * x["cpu_share"])] for x in fc])
 
+    mc = manycore_rows(load_manycore(raw))
+    if mc:
+        md_table(L, "## End to end into the file (`manycore_driver`)\n\n"
+                 "The CPython shape (243 bytes per entry), threads started and "
+                 "the writer closed inside the clock, the dump checked. The "
+                 "floor: each thread encodes into its own 1 MiB buffer and "
+                 "`pwrite()`s it at a reserved range (no order). *flusher*: "
+                 "the flusher thread's CPU per entry; *engine threads*: the "
+                 "flusher's and the write thread's together (bench/README.md, "
+                 "Many-core kit). Medians of the repetitions:",
+                 [("threads", "--:"), ("rings M/s", "--:"), ("mutex M/s", "--:"),
+                  ("floor M/s", "--:"), ("rings/floor", "--:"), ("rings/mutex", "--:"),
+                  ("flusher ns/entry", "--:"), ("engine threads ns/entry", "--:"),
+                  ("process CPU ns/entry rings / mutex", "--:")],
+                 [[r["threads"], fmt(r["rate"].get("rings")), fmt(r["rate"].get("mutex")),
+                   fmt(r["rate"].get("floor")), fmt(r["rings_over_floor"]),
+                   fmt(r["rings_over_mutex"]), fmt(r["flusher_ns"], 0),
+                   fmt(r["engine_ns"], 0),
+                   "%s / %s" % (fmt(r["proc_ns"].get("rings"), 0), fmt(r["proc_ns"].get("mutex"), 0))]
+                  for r in mc])
+
     # ---- targets -------------------------------------------------------
     tg = []
 
@@ -356,6 +415,20 @@ def main():
         tg.append(("<= 16 KiB resident per idle registered thread (rings, after 2.5 s idle)",
                    "%.2f KiB (right after registration: %.2f KiB)" % (b / 1024, a / 1024),
                    verdict(b <= 16384)))
+    if mc:
+        worse = [r["threads"] for r in mc
+                 if r["proc_ns"].get("rings") is not None and r["proc_ns"].get("mutex") is not None
+                 and r["proc_ns"]["rings"] >= r["proc_ns"]["mutex"]]
+        tg.append(("rings process CPU per entry < mutex at every thread count (end to end)",
+                   ", ".join("%d: %s / %s" % (r["threads"], fmt(r["proc_ns"].get("rings"), 0),
+                                                fmt(r["proc_ns"].get("mutex"), 0)) for r in mc),
+                   "met" if not worse else "NOT met at %s threads" % ",".join(map(str, worse))))
+        fl = [r for r in mc if r["engine_ns"] is not None]
+        if fl:
+            worst = max(r["engine_ns"] for r in fl)
+            tg.append(("flusher (with its write thread) CPU <= 80 ns per entry",
+                       ", ".join("%d: %s" % (r["threads"], fmt(r["engine_ns"], 0)) for r in fl),
+                       verdict(worst <= 80)))
     L.append("## Targets")
     L.append("")
     L.append("| target | measured | verdict |")
@@ -369,8 +442,9 @@ def main():
         for e in errors:
             L.append("- " + e)
         L.append("")
-    L.append("Plots: throughput-%s.png, latency-%s.png%s." % (
-        mode, mode, ", shapes-%s.png" % mode if other else ""))
+    L.append("Plots: throughput-%s.png, latency-%s.png%s%s." % (
+        mode, mode, ", shapes-%s.png" % mode if other else "",
+        ", endtoend-%s.png" % mode if mc else ""))
     L.append("")
 
     md = os.path.join(out, "summary-%s.md" % mode)
@@ -378,12 +452,13 @@ def main():
     json.dump({
         "mode": mode, "machine": machine, "repetitions": nreps,
         "ratios_cpython": rows, "callgrind": {"%s/%s" % (s, "burst" if b else "sustained"): v for (s, b), v in cg.items()},
-        "rss": rss, "targets": [{"target": a, "measured": b, "verdict": c} for a, b, c in tg],
+        "rss": rss, "end_to_end": mc,
+        "targets": [{"target": a, "measured": b, "verdict": c} for a, b, c in tg],
         "errors": errors,
         "medians": {"/".join(map(str, k)): {c: med(v) for c, v in r.items()} for k, r in runs.items()},
     }, open(os.path.join(out, "summary-%s.json" % mode), "w"), indent=1)
 
-    plots(raw, out, mode, runs, threads, other, get)
+    plots(raw, out, mode, runs, threads, other, get, mc)
 
     print("\n".join(["", "Ratio table (CPython shape, %s matrix, dumps in %s):" % (mode, machine.get("bench_dir")), ""] + ratio_tbl))
     print("")
@@ -394,7 +469,7 @@ def main():
     print("\nWrote %s" % md)
 
 
-def plots(raw, out, mode, runs, threads, other, get):
+def plots(raw, out, mode, runs, threads, other, get, mc):
     if not shutil.which("gnuplot"):
         print("gnuplot not found: no plots", file=sys.stderr)
         return
@@ -449,6 +524,21 @@ def plots(raw, out, mode, runs, threads, other, get):
                '"" u 1:4 w lp lw 2 t "unw+dbg+load", "" u 1:5 w lp lw 2 t "code 4 KiB", '
                '3 w l dt 2 lc rgb "gray" t "target 3x"\n'
                % (os.path.join(out, "shapes-%s.png" % mode), mode, os.path.join(d, "shapes.dat")))
+    if mc:
+        with open(os.path.join(d, "e2e.dat"), "w") as f:
+            f.write("# threads floor rings mutex (Mentries/s), rings flusher and engine threads ns/entry\n")
+            for r in mc:
+                v = [r["rate"].get(e) for e in ENGINES] + [r["flusher_ns"], r["engine_ns"]]
+                f.write("%d %s\n" % (r["threads"], " ".join("%.4f" % x if x is not None else "NaN" for x in v)))
+        gp += ('unset logscale y\nset output "%s"\n'
+               'set title "end to end into the file, CPython shape (manycore_driver, %s)"\n'
+               'set ylabel "million entries / s"\nset yrange [0:*]\n'
+               'set y2label "rings: CPU ns per entry"\nset y2range [0:*]\nset y2tics\n'
+               'plot "%s" u 1:2 w lp lw 2 t "floor (unordered pwrite)", "" u 1:3 w lp lw 2 t "rings", '
+               '"" u 1:4 w lp lw 2 t "mutex", "" u 1:5 axes x1y2 w lp dt 2 t "rings flusher CPU", '
+               '"" u 1:6 axes x1y2 w lp dt 3 t "rings flusher + write thread CPU"\n'
+               'unset y2label\nunset y2tics\n'
+               % (os.path.join(out, "endtoend-%s.png" % mode), mode, os.path.join(d, "e2e.dat")))
     with open(os.path.join(d, "plots.gp"), "w") as f:
         f.write(gp)
     subprocess.run(["gnuplot", os.path.join(d, "plots.gp")], check=False)

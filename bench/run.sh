@@ -34,7 +34,8 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 bash scripts/deps.sh bench || echo "bench/run.sh: deps.sh failed; continuing" >&2
 ninja -C "$build" bench/bench_write bench/cg_driver bench/rss_driver \
-	bench/bench_check bench/stall_driver bench/storm_driver bench/wake_driver >/dev/null
+	bench/bench_check bench/stall_driver bench/storm_driver bench/wake_driver \
+	bench/manycore_driver >/dev/null
 
 export JITRING_BENCH_DIR=${JITRING_BENCH_DIR:-/dev/shm}
 mkdir -p "$JITRING_BENCH_DIR"
@@ -188,6 +189,26 @@ done
 # ---- the flusher's CPU while a flush or close waits on a stalled producer
 log "flusher CPU behind a stalled producer"
 "$build/bench/stall_driver" rings 500 500 >>"$raw/rss.jsonl" || true
+
+# ---- end to end into the file: the many-core kit's driver -----------------
+# Throughput with the dump written, the flusher's (and write thread's) CPU
+# per entry, and the unordered floor (each thread pwrite()s its own
+# buffers) beside it: summary "End to end into the file".
+case "$mode" in
+quick) mc_threads="1 4 16 64"; mc_entries=400000 ;;
+*) mc_threads="1 2 4 16 64 512"; mc_entries=2000000 ;;
+esac
+log "end to end into the file (manycore_driver, threads $mc_threads)"
+for r in $(seq 1 "$reps"); do
+	for t in $mc_threads; do
+		for engine in floor rings mutex; do
+			timeout 60 "$build/bench/manycore_driver" "$engine" "$t" \
+				--entries "$mc_entries" --run "$r" \
+				--dir "$JITRING_BENCH_DIR" --check fast \
+				>>"$raw/manycore.jsonl" 2>>"$raw/manycore.err" || true
+		done
+	done
+done
 
 # ---- the checker on hostile files (bench_check.cc) -------------------------
 log "checker: crafted code_index collisions against random ones"
