@@ -174,6 +174,7 @@ struct jr_merge {
 	bool io_running;          /* the write thread exists */
 	uint32_t io_policy;       /* enum jr_io_policy; NEVER off the
 				    * flusher thread */
+	uint32_t io_cfg;          /* the policy for the flusher thread */
 	bool io_broken;           /* it could not be started: write here */
 	bool io_failed; /* write thread: a write failed; skip the rest */
 	pthread_t io_thread;
@@ -181,6 +182,8 @@ struct jr_merge {
 	struct jr_batch bat[JR_BATCHES];
 	char mapbuf[64 << 10]; /* perf map lines of a batch */
 };
+
+static uint32_t io_policy(void);
 
 int jitring_flusher_init(struct jr_rings *e)
 {
@@ -190,6 +193,9 @@ int jitring_flusher_init(struct jr_rings *e)
 		return -ENOMEM;
 	m->cur = &m->bat[0];
 	m->post_off = e->file_off;
+	/* On the opening thread: getenv() on one of ours could race the
+	 * application's setenv(). */
+	m->io_cfg = io_policy();
 	e->m = m;
 	return 0;
 }
@@ -1462,7 +1468,7 @@ void *jitring_flusher_main(void *arg)
 	/* Read by jitring_rings_pause() after it joined us. */
 	e->flusher_tid = (pid_t)syscall(SYS_gettid);
 	pthread_mutex_lock(&e->fork_lock);
-	e->m->io_policy = io_policy();
+	e->m->io_policy = e->m->io_cfg;
 	e->m->io_broken = false;
 	pthread_mutex_unlock(&e->fork_lock);
 	for (;;) {

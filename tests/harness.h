@@ -204,6 +204,32 @@ static inline uint64_t t_rss_bytes(void)
 }
 
 /* Bytes as MiB, for messages. */
+/* Threads of this process whose name starts with @prefix. */
+static inline long t_threads_named(const char *prefix)
+{
+	char path[64], buf[32];
+	struct dirent *de;
+	long n = 0;
+	DIR *d = opendir("/proc/self/task");
+
+	while (d && (de = readdir(d))) {
+		FILE *f;
+
+		snprintf(path, sizeof(path), "/proc/self/task/%.20s/comm",
+			 de->d_name);
+		f = fopen(path, "r");
+		if (!f)
+			continue;
+		if (fgets(buf, sizeof(buf), f) &&
+		    !strncmp(buf, prefix, strlen(prefix)))
+			n++;
+		fclose(f);
+	}
+	if (d)
+		closedir(d);
+	return n;
+}
+
 static inline double t_mib(uint64_t b)
 {
 	return (double)b / (1 << 20);

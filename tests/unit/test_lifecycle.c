@@ -71,6 +71,9 @@
  *     is under a quarter of its mark; with the flusher held between its
  *     round and its sleep-mode store ("flusher_round"), such takes find
  *     it awake and leave only pool_want, which it must see and refill.
+ * 16. a write thread that cannot be started ("io_start"): the flusher
+ *     writes every batch itself, all entries land, and none runs; with
+ *     no fault it runs while writes flow and is gone after close.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -148,7 +151,8 @@ static struct {
 /* The testpoint where this thread's next write parks (until release). */
 static __thread const char *tl_park_at;
 /* Faults the library asks about from its own threads. */
-static _Atomic int fail_attach, pool_empty, spare_empty, fail_restart;
+static _Atomic int fail_attach, pool_empty, spare_empty, fail_restart,
+	fail_io_start;
 static _Atomic int overcommit_strict;
 
 /*
@@ -341,6 +345,8 @@ static int fault(const char *name, void *arg)
 		return atomic_load(&spare_empty);
 	if (!strcmp(name, "overcommit_strict"))
 		return atomic_load(&overcommit_strict);
+	if (!strcmp(name, "io_start"))
+		return atomic_load(&fail_io_start);
 	if (!strcmp(name, "fork_restart")) /* once */
 		return atomic_exchange(&fail_restart, 0);
 	return 0;
@@ -1394,6 +1400,72 @@ static void case_take_no_wake(void)
 	       w8, w0, held);
 }
 
+/* ------------------------------------------------------------------ */
+/* 16. A write thread that cannot be started.                           */
+
+static void *wt_writer(void *arg)
+{
+	struct jitring *jr = arg;
+	uintptr_t ok = 0;
+
+	for (int i = 0; i < 3000; i++)
+		ok += t_write_at(jr, "W", 0xc160000 + (uint64_t)i * 16) > 0;
+	return (void *)ok;
+}
+
+/*
+ * JITRING_WRITE_THREAD=1 (read at open) asks for the write thread from
+ * the first batch.  Once started, it is there while writes flow; when
+ * pthread_create() fails ("io_start"), the flusher writes every batch
+ * itself and asks no more: every entry is in the file, in order, and no
+ * write thread ever runs.
+ */
+static void case_write_thread_fails(void)
+{
+	const char *was = getenv("JITRING_WRITE_THREAD");
+	char *saved = was ? strdup(was) : NULL;
+	const char *subs[2] = { "c16a", "c16b" };
+
+	for (int fail = 0; fail < 2; fail++) {
+		struct jitring *jr;
+		pthread_t th[4];
+		uintptr_t ok = 0, n;
+		long seen = 0;
+
+		setenv("JITRING_WRITE_THREAD", "1", 1);
+		atomic_store(&fail_io_start, fail);
+		jr = open_ready(subs[fail], 0, 0, 0, 0);
+		if (saved)
+			setenv("JITRING_WRITE_THREAD", saved, 1);
+		else
+			unsetenv("JITRING_WRITE_THREAD");
+		for (int i = 0; i < 4; i++)
+			T_REQUIRE(pthread_create(&th[i], NULL, wt_writer, jr) ==
+				  0);
+		/* Sampled while the threads write (and their flushes run). */
+		for (int i = 0; i < 200 && !seen; i++) {
+			seen = t_threads_named("jitring-write");
+			T_CHECK_EQ(jitring_flush(jr), 0);
+		}
+		for (int i = 0; i < 4; i++) {
+			pthread_join(th[i], (void **)&n);
+			ok += n;
+		}
+		T_CHECK_EQ(ok, 12000);
+		if (fail)
+			T_CHECK_EQ(seen, 0);
+		else
+			T_CHECK_EQ(seen, 1);
+		T_CHECK_EQ(jitring_close(jr), 0);
+		T_CHECK_EQ(count_loads(subs[fail]), 12000);
+		T_CHECK_EQ(t_threads_named("jitring-write"), 0);
+	}
+	atomic_store(&fail_io_start, 0);
+	free(saved);
+	printf("write thread: started and written through; refused, the "
+	       "flusher wrote all 12000 entries itself\n");
+}
+
 int main(void)
 {
 	char tmpl[] = "/tmp/jitring-lifecycle-XXXXXX";
@@ -1423,6 +1495,7 @@ int main(void)
 	case_pool_given_back();
 	case_succ_trimmed();
 	case_take_no_wake();
+	case_write_thread_fails();
 
 	t_rmtree(base);
 	return t_report();

@@ -41,7 +41,6 @@
  *     holds; what it wrote before is in the file.
  * Cases 9-11 need -Dtestpoints=true and are skipped without.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -78,32 +77,6 @@ static long nthreads(void)
 			n = strtol(p + 1, NULL, 10);
 	}
 	fclose(f);
-	return n;
-}
-
-/* Threads named @comm in this process. */
-static long threads_named(const char *comm)
-{
-	char path[64], buf[32];
-	struct dirent *de;
-	long n = 0;
-	DIR *d = opendir("/proc/self/task");
-
-	while (d && (de = readdir(d))) {
-		FILE *f;
-
-		snprintf(path, sizeof(path), "/proc/self/task/%.20s/comm",
-			 de->d_name);
-		f = fopen(path, "r");
-		if (!f)
-			continue;
-		if (fgets(buf, sizeof(buf), f) &&
-		    !strncmp(buf, comm, strlen(comm)))
-			n++;
-		fclose(f);
-	}
-	if (d)
-		closedir(d);
 	return n;
 }
 
@@ -154,14 +127,14 @@ static void case_basic(void)
 		 * under us; count the engine's threads by name instead.
 		 */
 		T_CHECK_EQ(jitring_pause(jr), 0);
-		T_CHECK_EQ(threads_named("jitring-"), 0);
+		T_CHECK_EQ(t_threads_named("jitring-"), 0);
 		T_CHECK_EQ(loads_in(&d, getpid(), NULL), 100);
 		T_CHECK_EQ(jitring_flush(jr), 0);
-		T_CHECK_EQ(threads_named("jitring-"), 0);
+		T_CHECK_EQ(t_threads_named("jitring-"), 0);
 		T_CHECK_EQ(jitring_pause(jr), 0);
 		T_CHECK(t_write_at(jr, "b", 0x200000) > 0);
 		/* Named by itself once running. */
-		T_CHECK(T_POLL_UNTIL(threads_named("jitring-flush") == 1, 1000));
+		T_CHECK(T_POLL_UNTIL(t_threads_named("jitring-flush") == 1, 1000));
 		before = paused = after = -1;
 	} else {
 		before = nthreads() - 1;
