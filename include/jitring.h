@@ -15,8 +15,10 @@
  * Two engines sit behind the same API:
  *  - JITRING_ENGINE_RINGS (the default): each thread encodes into its own
  *    lock-free ring; one background thread per writer merges all rings in
- *    timestamp order into the file.  No lock, no system call and no
- *    allocation on the calling thread in steady state.
+ *    timestamp order into the file (under heavy load on 4 CPUs or more, a
+ *    second one does the file writes it has put in order; the environment
+ *    variable JITRING_WRITE_THREAD=0 or 1 overrides that).  No lock, no
+ *    system call and no allocation on the calling thread in steady state.
  *  - JITRING_ENGINE_MUTEX: the design every runtime uses today (one lock
  *    around the whole group, fwrite into a 2 MiB FILE buffer).  Kept as the
  *    yardstick for benchmarks.
