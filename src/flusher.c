@@ -529,6 +529,7 @@ static void *io_main(void *arg)
 	pthread_setname_np(pthread_self(), "jitring-write");
 	/* Read after our join (io_stop()). */
 	m->io_tid = (pid_t)syscall(SYS_gettid);
+	JITRING_TESTPOINT(io_thread, e->jr);
 	for (;;) {
 		struct jr_batch *b;
 		/* Pairs with the release store in io_post(). */
