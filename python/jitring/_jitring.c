@@ -1546,10 +1546,11 @@ out:
  * counts it; the engine starts it again at the next call that needs it.
  *
  * jitring/__init__.py calls this only when threading knows one Python
- * thread (the forking one); here /proc/self/stat must show at most one more
- * (the flusher, or a native thread that never writes to our writer).  With
- * other threads CPython warns anyway, and jitring_pause() could wait for
- * them to pause writing.  The wait is with the thread state released.
+ * thread (the forking one); here /proc/self/stat must show at most two
+ * more (the flusher and, under heavy load on 4+ CPUs, its write thread;
+ * or native threads that never write to our writer).  With more threads
+ * CPython warns anyway, and jitring_pause() could wait for them to pause
+ * writing.  The wait is with the thread state released.
  */
 static int other_threads(void)
 {
@@ -1586,7 +1587,7 @@ static PyObject *jr_before_fork(PyObject *mod, PyObject *unused)
 	if (!s || s->engine != JITRING_ENGINE_RINGS)
 		Py_RETURN_FALSE;
 	others = other_threads();
-	if (others < 0 || others > 1)
+	if (others < 0 || others > 2)
 		Py_RETURN_FALSE;
 	Py_BEGIN_ALLOW_THREADS
 	ret = jitring_pause(s->jr);
