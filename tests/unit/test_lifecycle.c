@@ -359,6 +359,16 @@ static int fault(const char *name, void *arg)
 	return 0;
 }
 
+static void tp_fork_hold(void)
+{
+	pthread_mutex_lock(&tp.lock);
+}
+
+static void tp_fork_release(void)
+{
+	pthread_mutex_unlock(&tp.lock);
+}
+
 static void tp_reset(struct jitring *jr, int which)
 {
 	pthread_mutex_lock(&tp.lock);
@@ -1480,6 +1490,16 @@ int main(void)
 	if (!mkdtemp(tmpl))
 		return T_EXIT_FAIL;
 	snprintf(base, sizeof(base), "%s", tmpl);
+	/*
+	 * A hook runs in a fork child too (jitring's atfork child handler
+	 * opens the child's dump: "claim_open"), so tp.lock must not be held
+	 * across the fork by another thread (the flusher between rounds, a
+	 * releaser).  Registered before jitring's handlers (the first open),
+	 * so the prepare runs after jitring's (which may need a hook of its
+	 * own, "fork_make_lock") and the child's release before jitring's.
+	 */
+	T_REQUIRE(pthread_atfork(tp_fork_hold, tp_fork_release,
+				 tp_fork_release) == 0);
 	atomic_store(&jitring_testpoint_hook, hook);
 	atomic_store(&jitring_fault_hook, fault);
 
