@@ -46,12 +46,16 @@
  * checked, at close and before the flusher sleeps, every posted batch is
  * taken back (batch_settle()), so what waits on the file never waits on a
  * batch the thread still holds.  After a failed write the thread writes
- * nothing more, so the file still ends where the failure left it.
+ * nothing more, so the file still ends where the failure left it.  A
+ * round only asks for the thread or asks it to leave; the flusher creates
+ * and joins it between rounds (io_manage()), holding no lock a fork()
+ * handler waits for.
  *
  * Invariants: groups leave each ring in ring order; every group written
  * has a timestamp >= every group written before it; batches reach the file
- * one at a time in order (one thread writes them: the flusher, or the
- * write thread after the flusher took back every batch it wrote itself);
+ * one at a time in order (the write thread writes posted ones in order,
+ * and the flusher writes one itself only after taking back every batch it
+ * posted);
  * head only moves past bytes that are in the file (or dropped after a
  * failure); the file ends on a group boundary after every batch, and
  * after a failed write it is truncated back to one and no longer written.
