@@ -46,10 +46,10 @@
  * checked, at close and before the flusher sleeps, every posted batch is
  * taken back (batch_settle()), so what waits on the file never waits on a
  * batch the thread still holds.  After a failed write the thread writes
- * nothing more, so the file still ends where the failure left it.  A
- * round only asks for the thread or asks it to leave; the flusher creates
- * and joins it between rounds (io_manage()), holding no lock a fork()
- * handler waits for.
+ * nothing more, so the file still ends where the failure left it.  The
+ * flusher creates and joins the thread inside its rounds, under
+ * fork_lock: a fork() waits for that (a sanitizer's fork handling is not
+ * safe against a thread being made or ending during it).
  *
  * Invariants: groups leave each ring in ring order; every group written
  * has a timestamp >= every group written before it; batches reach the file
@@ -176,8 +176,6 @@ struct jr_merge {
 	_Atomic uint32_t fl_wait; /* the flusher sleeps on written */
 	uint64_t post_off;        /* file offset after the posted batches */
 	bool io_running;          /* the write thread exists */
-	bool io_want;             /* a round asked for one: io_manage() */
-	bool io_quitting;         /* asked to leave, not joined yet */
 	uint32_t io_policy;       /* enum jr_io_policy; NEVER off the
 				    * flusher thread */
 	uint32_t io_cfg;          /* the policy for the flusher thread */
@@ -206,15 +204,13 @@ int jitring_flusher_init(struct jr_rings *e)
 	return 0;
 }
 
-static void io_quit(struct jr_rings *e);
-static void io_manage(struct jr_rings *e, bool leaving);
+static void io_stop(struct jr_rings *e);
 
 void jitring_flusher_fini(struct jr_rings *e)
 {
 	if (!e->m)
 		return;
-	io_quit(e);
-	io_manage(e, true);
+	io_stop(e);
 	free(e->m->heap);
 	free(e->m->busy);
 	free(e->m);
@@ -535,7 +531,7 @@ static void *io_main(void *arg)
 	uint32_t n = atomic_load_explicit(&m->written, memory_order_relaxed);
 
 	pthread_setname_np(pthread_self(), "jitring-write");
-	/* Read after our join (io_manage()). */
+	/* Read after our join (io_stop()). */
 	m->io_tid = (pid_t)syscall(SYS_gettid);
 	JITRING_TESTPOINT(io_thread, e->jr);
 	for (;;) {
@@ -545,14 +541,14 @@ static void *io_main(void *arg)
 			atomic_load_explicit(&m->posted, memory_order_acquire);
 
 		if (p == n) {
-			/* Pairs with the seq_cst store in io_quit(). */
+			/* Pairs with the seq_cst store in io_stop(). */
 			if (atomic_load_explicit(&m->io_quit,
 						 memory_order_seq_cst))
 				break;
 			if (io_spin(&m->posted, n))
 				continue;
 			/*
-			 * Dekker with io_post() and io_quit(): they store
+			 * Dekker with io_post() and io_stop(): they store
 			 * posted or io_quit, then load io_idle (and clear it
 			 * before waking us); we store io_idle, then load
 			 * both.  All seq_cst.  The futex is io_idle itself,
@@ -665,50 +661,12 @@ static uint32_t io_policy(void)
 						   JR_IO_NEVER;
 }
 
-/*
- * Ask the write thread to leave once every posted batch is written and
- * taken back.  In a round (or anywhere under fork_lock); the join is
- * io_manage()'s.
- */
-static void io_quit(struct jr_rings *e)
+/* Start the write thread (flusher thread only); on failure write here. */
+static void io_start(struct jr_rings *e)
 {
 	struct jr_merge *m = e->m;
 
-	io_reap(e, true);
-	if (!m->io_running || m->io_quitting)
-		return;
-	/* Pairs with the seq_cst load in io_main(). */
-	atomic_store_explicit(&m->io_quit, 1, memory_order_seq_cst);
-	io_wake(m);
-	m->io_quitting = true;
-}
-
-/*
- * The write thread's start and join, on the flusher thread between rounds,
- * holding neither fork_lock nor run_lock: pthread_create() and
- * pthread_join() take locks of the C library's or a sanitizer's that a
- * fork() in progress may hold while its handlers wait for fork_lock (TSan
- * hung so).  Joins one asked to leave (and waits until the kernel no
- * longer counts it: a pause returns with the thread count down, see
- * jitring_pause()); unless @leaving, starts one a round asked for; if that
- * fails, the flusher writes every batch itself from then on.  fork_lock's
- * holders never touch these fields: io_reap() reads only the batches and
- * their counts.
- */
-static void io_manage(struct jr_rings *e, bool leaving)
-{
-	struct jr_merge *m = e->m;
-
-	if (m->io_quitting) {
-		pthread_join(m->io_thread, NULL);
-		jitring_wait_gone(m->io_tid);
-		m->io_quitting = false;
-		m->io_running = false;
-	}
-	if (!m->io_want)
-		return;
-	m->io_want = false;
-	if (leaving || m->io_running || m->io_broken)
+	if (m->io_running || m->io_broken || m->io_policy == JR_IO_NEVER)
 		return;
 	atomic_store_explicit(&m->io_quit, 0, memory_order_relaxed);
 	m->io_failed = false;
@@ -718,6 +676,26 @@ static void io_manage(struct jr_rings *e, bool leaving)
 		return;
 	}
 	m->io_running = true;
+}
+
+/*
+ * Finish every posted batch and let the write thread go: joined, and out
+ * of the process's thread count (a pause returns with it down, see
+ * jitring_pause(); so does anyone counting threads before a fork).
+ */
+static void io_stop(struct jr_rings *e)
+{
+	struct jr_merge *m = e->m;
+
+	io_reap(e, true);
+	if (!m->io_running)
+		return;
+	/* Pairs with the seq_cst load in io_main(). */
+	atomic_store_explicit(&m->io_quit, 1, memory_order_seq_cst);
+	io_wake(m);
+	pthread_join(m->io_thread, NULL);
+	m->io_running = false;
+	jitring_wait_gone(m->io_tid);
 }
 
 /*
@@ -742,10 +720,9 @@ static void batch_submit(struct jr_rings *e, bool full)
 		return;
 	}
 	m->round_groups += b->ngrp;
-	if ((full || m->io_policy == JR_IO_ALWAYS) &&
-	    m->io_policy != JR_IO_NEVER && !m->io_running && !m->io_broken)
-		m->io_want = true; /* started after this round */
-	if (m->io_running && !m->io_quitting && !e->failed) {
+	if (full || m->io_policy == JR_IO_ALWAYS)
+		io_start(e);
+	if (m->io_running && !e->failed) {
 		io_post(e, b);
 		return;
 	}
@@ -806,8 +783,6 @@ void jitring_flusher_fork_child(struct jr_rings *e)
 	if (!e->m)
 		return;
 	e->m->io_running = false;
-	e->m->io_quitting = false;
-	e->m->io_want = false;
 }
 
 void jitring_flusher_write_close(struct jr_rings *e)
@@ -1334,7 +1309,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 	if (rd.stopping || e->failed)
 		wake_space_waiters(e);
 	if (rd.stopping && !rd.any_busy && rd.attached) {
-		io_quit(e);
+		io_stop(e);
 		jitring_flusher_write_close(e);
 		complete_flush(e, atomic_load_explicit(&e->flush_req,
 						       memory_order_acquire));
@@ -1357,7 +1332,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		batch_settle(e);
 		/* Idle: the write thread goes until writes are heavy again. */
 		if (out->mode == JR_DEEP && !rd.stopping && !e->flush_ticket)
-			io_quit(e);
+			io_stop(e);
 	}
 }
 
@@ -1436,7 +1411,7 @@ static void give_back_idle(struct jr_rings *e)
 {
 	uint64_t T = jitring_clock_ns();
 
-	io_quit(e);
+	io_stop(e);
 	memset(&e->demand, 0, sizeof(e->demand));
 	jitring_pool_maintain(e, T);
 	trim_idle(e, T, 0);
@@ -1505,7 +1480,6 @@ void *jitring_flusher_main(void *arg)
 		pthread_mutex_lock(&e->fork_lock);
 		round_run(e, &o);
 		pthread_mutex_unlock(&e->fork_lock);
-		io_manage(e, o.done);
 		JITRING_TESTPOINT(flusher_round, e->jr);
 		if (o.done)
 			break;
@@ -1536,7 +1510,6 @@ void *jitring_flusher_main(void *arg)
 				pthread_mutex_lock(&e->fork_lock);
 				give_back_idle(e);
 				pthread_mutex_unlock(&e->fork_lock);
-				io_manage(e, true);
 				break;
 			}
 			atomic_store_explicit(&e->jr->sleep, JR_AWAKE,
