@@ -361,10 +361,13 @@ static void heap_pop(struct jr_merge *m)
 /* ------------------------------------------------------------------ */
 /* Writing.                                                             */
 
-/* Publish @r's head at @rd (what is in the file); wake a space waiter. */
+/*
+ * Publish @r's head at @rd (what is in the file) if that moves it on;
+ * wake a space waiter.
+ */
 static void head_publish(struct jr_ring *r, uint32_t rd)
 {
-	if (rd == r->head_local)
+	if ((int32_t)(rd - r->head_local) <= 0)
 		return;
 	r->head_local = rd;
 	/*
@@ -463,11 +466,10 @@ static void batch_done(struct jr_rings *e, struct jr_batch *b, bool posted)
 		/* Written here, nothing else posted: all of it is in. */
 		publish_heads(e);
 	} else {
-		/* A ring's last group in the batch sets its head: once. */
-		for (uint32_t i = 0; i < b->ngrp; i++)
-			b->grp[i].ring->head_next = b->grp[i].rd_end;
-		for (uint32_t i = 0; i < b->ngrp; i++)
-			head_publish(b->grp[i].ring, b->grp[i].ring->head_next);
+		/* Backwards: a ring's last group in the batch sets its head,
+		 * and its earlier ones then move nothing. */
+		for (uint32_t i = b->ngrp; i-- > 0;)
+			head_publish(b->grp[i].ring, b->grp[i].rd_end);
 	}
 	b->niov = b->ngrp = 0;
 	b->bytes = 0;

@@ -118,7 +118,6 @@ struct jr_ring {
 	uint8_t *pk_jumbo;     /* its heap buffer if any, */
 	uint64_t pk_jlen;      /* and that buffer's length */
 	uint32_t head_local;   /* the head we last published */
-	uint32_t head_next;    /* its head once a posted batch is in */
 	uint32_t lap_start;    /* where the last owner began: a multiple of
 				* size (jitring_pool_put()) */
 	bool trimmed;          /* pages discarded since the last commit */
