@@ -74,9 +74,10 @@ def load_callgrind(raw):
     return out
 
 
-def load_rss(raw):
+def load_jsonl(raw, name):
+    """The JSON lines of raw/NAME, skipping any that do not parse."""
     out = []
-    p = os.path.join(raw, "rss.jsonl")
+    p = os.path.join(raw, name)
     if os.path.exists(p):
         for line in open(p):
             line = line.strip()
@@ -88,18 +89,14 @@ def load_rss(raw):
     return out
 
 
+def load_rss(raw):
+    return load_jsonl(raw, "rss.jsonl")
+
+
 def load_manycore(raw):
-    out = []
-    p = os.path.join(raw, "manycore.jsonl")
-    if os.path.exists(p):
-        for line in open(p):
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if r.get("error") == 0 and r.get("check_ok"):
-                out.append(r)
-    return out
+    """The end-to-end runs that wrote a valid dump."""
+    return [r for r in load_jsonl(raw, "manycore.jsonl")
+            if r.get("error") == 0 and r.get("check_ok")]
 
 
 def manycore_rows(mc):
