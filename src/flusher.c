@@ -1025,6 +1025,7 @@ struct round {
 	bool snap;         /* a new flush ticket: record each ring's target */
 	bool attached;     /* every ring threads made is registered */
 	bool any_busy;     /* some ring is between timestamp and commit */
+	bool settled;      /* the merge took every posted batch back */
 };
 
 /*
@@ -1159,7 +1160,8 @@ static void round_merge(struct jr_rings *e, struct round *rd)
 	 * may stay posted into the next round, which takes it back before
 	 * posting another (or before sleeping).
 	 */
-	if (rd->stopping || e->flush_ticket)
+	rd->settled = rd->stopping || e->flush_ticket;
+	if (rd->settled)
 		batch_settle(e);
 	else
 		batch_submit(e, false);
@@ -1331,7 +1333,8 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		out->mode = JR_STOPPED;
 	if (out->mode != JR_AWAKE) {
 		/* No round follows at once: nothing stays posted. */
-		batch_settle(e);
+		if (!rd.settled)
+			batch_settle(e);
 		/* Idle: the write thread goes until writes are heavy again. */
 		if (out->mode == JR_DEEP && !rd.stopping && !e->flush_ticket)
 			io_stop(e);
