@@ -80,6 +80,7 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
     _jitring.start(dir, engine, perf_map, ready_rings, ready_copies)
     if _os._exit is _real_exit:
         _os._exit = _exit_flushing
+    _note_process("start")
 
 
 def stop():
@@ -88,6 +89,36 @@ def stop():
     if _os._exit is _exit_flushing:
         _os._exit = _real_exit
     return was
+
+
+def _note_process(how):
+    """Under ``python -m jitring record``: add this process to the
+    recording's list ($JITRING_RECORD_PROCS), one JSON line appended with
+    one write(2), so that the summary names it by its command line."""
+    path = _os.environ.get("JITRING_RECORD_PROCS")
+    if not path:
+        return
+    try:
+        with open("/proc/self/cmdline", "rb") as f:
+            argv = [a.decode(errors="replace")
+                    for a in f.read().split(b"\0")[:-1]]
+        import json
+        line = json.dumps({"pid": _os.getpid(), "ppid": _os.getppid(),
+                           "how": how, "argv": argv}) + "\n"
+        fd = _os.open(path, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT |
+                      _os.O_CLOEXEC, 0o644)
+        try:
+            _os.write(fd, line.encode())
+        finally:
+            _os.close(fd)
+    except Exception:
+        pass
+
+
+def _after_fork_child():
+    # The library gives a fork child its own dump; name it too.
+    if is_active():
+        _note_process("fork")
 
 
 def _before_fork():
@@ -101,4 +132,4 @@ def _before_fork():
     _jitring._before_fork()
 
 
-_os.register_at_fork(before=_before_fork)
+_os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)

@@ -2,9 +2,8 @@
 """python -m jitring [--dir D] [--engine rings|mutex] [--perf-map]
                      [--ready-rings N] [--ready-copies N]
                      (script.py | -m module) [args...]
-python -m jitring record [-o DIR] [-F HZ] [--top N] [--keep-debug]
-                     [--engine rings|mutex] [--] (script.py | -m module)
-                     [args...]
+python -m jitring record [options] [--] (script.py | -m module) [args...]
+python -m jitring report DIR
 python -m jitring check FILE...
 
 The first form runs a script or module as ``python script.py`` /
@@ -12,9 +11,11 @@ The first form runs a script or module as ``python script.py`` /
 first line until the interpreter exits (run it under ``perf record -k 1``
 yourself).  --ready-rings and --ready-copies are jitring.start()'s
 ready_rings and ready_copies: for a program that starts many threads at
-once.  ``record`` does the whole pipeline: perf record, perf inject
---jit, and a table of the hottest Python functions (``record --help``).
-``check`` validates jitdump files (jitring-dump --check --sorted).
+once.  ``record`` does the whole pipeline for the program and every Python
+process it starts: perf record, perf inject --jit, tables of the hottest
+Python functions and a flame graph (``record --help``).  ``report``
+finishes a recording whose finishing was interrupted.  ``check``
+validates jitdump files (jitring-dump --check --sorted).
 """
 
 import os
@@ -25,8 +26,17 @@ USAGE = ("usage: python -m jitring [--dir D] [--engine rings|mutex] "
          "(script.py | -m module) [args...]\n"
          "       python -m jitring record [options] [--] "
          "(script.py | -m module) [args...]\n"
+         "       python -m jitring report DIR\n"
          "       python -m jitring check FILE...")
 COUNTS = ("--ready-rings", "--ready-copies")
+
+
+def usage_error(msg=None):
+    """As argparse: the usage line and the error on stderr, status 2."""
+    sys.stderr.write(USAGE + "\n")
+    if msg:
+        sys.stderr.write("python -m jitring: error: %s\n" % msg)
+    sys.exit(2)
 
 
 def parse(argv):
@@ -45,14 +55,14 @@ def parse(argv):
             opts["engine"] = a.split("=", 1)[1]
         elif a in ("--dir", "--engine"):
             if i + 1 >= len(argv):
-                sys.exit(USAGE)
+                usage_error("%s needs a value" % a)
             opts[a[2:]] = argv[i + 1]
             i += 1
         elif a.partition("=")[0] in COUNTS:
             name, eq, val = a.partition("=")
             if not eq:
                 if i + 1 >= len(argv):
-                    sys.exit(USAGE)
+                    usage_error("%s needs a value" % name)
                 val = argv[i + 1]
                 i += 1
             try:
@@ -60,25 +70,24 @@ def parse(argv):
             except ValueError:
                 n = -1
             if not 0 <= n < 1 << 32:
-                sys.exit("jitring: %s needs a number in [0, 2**32)\n%s"
-                         % (name, USAGE))
+                usage_error("%s needs a number in [0, 2**32)" % name)
             opts[name[2:].replace("-", "_")] = n
         elif a == "--perf-map":
             opts["perf_map"] = True
         elif a == "-m":
             if i + 1 >= len(argv):
-                sys.exit(USAGE)
+                usage_error("-m needs a module")
             return opts, ("module", argv[i + 1]), argv[i + 2:]
         elif a == "--":
             i += 1
             break
         elif a.startswith("-"):
-            sys.exit("jitring: unknown option %s\n%s" % (a, USAGE))
+            usage_error("unknown option %s" % a)
         else:
             break
         i += 1
     if i >= len(argv):
-        sys.exit(USAGE)
+        usage_error("no program: give script.py or -m module")
     return opts, ("script", argv[i]), argv[i + 1:]
 
 
@@ -92,8 +101,10 @@ def run_script(path):
         with open(path, "rb") as f:
             source = f.read()
     except OSError as e:
-        sys.exit("%s: can't open file %r: [Errno %d] %s"
-                 % (sys.executable, path, e.errno, e.strerror))
+        # python's own message and status.
+        sys.stderr.write("%s: can't open file %r: [Errno %d] %s\n"
+                         % (sys.executable, path, e.errno, e.strerror))
+        sys.exit(2)
     sys.argv[0] = path
     sys.path[0] = os.path.dirname(os.path.realpath(path))
     code = compile(source, path, "exec")
@@ -111,7 +122,8 @@ def check(paths):
     import shutil
     import sysconfig
     if not paths:
-        sys.exit("usage: python -m jitring check FILE...")
+        sys.stderr.write("usage: python -m jitring check FILE...\n")
+        sys.exit(2)
     here = os.path.dirname(os.path.abspath(__file__))
     tool = None
     for d in (here, sysconfig.get_path("scripts")):
@@ -131,14 +143,17 @@ def main():
     if argv and argv[0] == "record":
         from jitring import _record
         sys.exit(_record.main(argv[1:]))
+    if argv and argv[0] == "report":
+        from jitring import _report
+        sys.exit(_report.main(argv[1:]))
     if argv and argv[0] == "check":
         check(argv[1:])
     import jitring
     opts, (kind, target), args = parse(argv)
     if opts["engine"] not in ("rings", "mutex"):
-        sys.exit("jitring: --engine must be rings or mutex")
+        usage_error("--engine must be rings or mutex")
     if opts["dir"] == "":
-        sys.exit("jitring: --dir needs a directory")
+        usage_error("--dir needs a directory")
     if jitring.is_active():
         # $JITRING_PROFILE started it already (jitring._autostart): the
         # command line's options win.
@@ -153,10 +168,12 @@ def main():
         sys.argv = [target] + args
         run_script(target)
     else:
+        # What python -m does, its messages ("No module named ...") and
+        # status included.
         import runpy
         sys.argv = [target] + args      # runpy puts the full path in
         sys.path[0] = os.getcwd()
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
+        runpy._run_module_as_main(target, alter_argv=True)
 
 
 if __name__ == "__main__":

@@ -9,22 +9,123 @@ before its first line, as PYTHONPERFSUPPORT=1 does for -X perf.  The dump
 goes to $JITRING_DIR, else /tmp; a fork child gets its own dump from the
 library.  A process that cannot start it (another eval-frame tool, a
 directory that does not exist) says why on stderr once and runs
-unprofiled.  Unset, the .pth line costs one dictionary lookup.
+unprofiled.  A subinterpreter (which runs site, and so this hook, too)
+stays silent: jitring profiles the main interpreter only.  Unset, the
+.pth line costs one dictionary lookup.
+
+Dumps in /tmp: with $JITRING_DIR unset, a starting process removes the
+dumps (and the jitted-<pid>-<n>.so images perf inject made from them) in
+/tmp that belong to this user, whose process has exited, and that were
+last written more than PRUNE_AGE seconds ago: a day to run perf inject,
+then they go.  The scan runs at most once per PRUNE_EVERY seconds per
+user (a stamp file, /tmp/.jitring-prune-<uid>).  A directory named in
+$JITRING_DIR is the user's and is never pruned.
 """
 
 import os
+import time
+
+PRUNE_AGE = 24 * 3600
+PRUNE_EVERY = 3600
+
+
+def _subinterpreter():
+    for name in ("_interpreters", "_xxsubinterpreters"):
+        try:
+            m = __import__(name)
+            cur = m.get_current()
+        except Exception:
+            continue
+        return int(cur[0] if isinstance(cur, tuple) else cur) != 0
+    return False
+
+
+def _dead(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:
+        pass
+    return False
+
+
+def _pid_of(name):
+    """The pid in jit-<pid>.dump or jitted-<pid>-<n>.so, else None."""
+    if name.startswith("jit-") and name.endswith(".dump"):
+        s = name[4:-5]
+    elif name.startswith("jitted-") and name.endswith(".so"):
+        s = name[7:-3].split("-", 1)[0]
+    else:
+        return None
+    return int(s) if s.isdigit() else None
+
+
+def prune(d, now=None, age=PRUNE_AGE):
+    """Remove, in @d, this user's dumps and images of exited processes
+    last written more than @age seconds before @now.  Returns how many."""
+    now = time.time() if now is None else now
+    uid = os.getuid()
+    gone = 0
+    try:
+        it = os.scandir(d)
+    except OSError:
+        return 0
+    dead = {}
+    with it:
+        for e in it:
+            pid = _pid_of(e.name)
+            if pid is None:
+                continue
+            try:
+                st = e.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_uid != uid or now - st.st_mtime < age:
+                continue
+            if pid not in dead:
+                dead[pid] = _dead(pid)
+            if dead[pid]:
+                try:
+                    os.unlink(os.path.join(d, e.name))
+                    gone += 1
+                except OSError:
+                    pass
+    return gone
+
+
+def _prune_tmp():
+    stamp = "/tmp/.jitring-prune-%d" % os.getuid()
+    now = time.time()
+    try:
+        if now - os.stat(stamp).st_mtime < PRUNE_EVERY:
+            return
+    except OSError:
+        pass
+    try:
+        fd = os.open(stamp, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW |
+                     os.O_CLOEXEC, 0o600)
+        os.utime(fd)
+        os.close(fd)
+    except OSError:
+        return
+    prune("/tmp", now)
 
 
 def _autostart():
     if os.environ.get("JITRING_PROFILE", "") in ("", "0"):
         return
-    import jitring
-    if jitring.is_active():
+    if _subinterpreter():
         return
+    import sys
     try:
+        import jitring
+        if jitring.is_active():
+            return
+        if not os.environ.get("JITRING_DIR"):
+            _prune_tmp()
         jitring.start()
     except Exception as e:      # never stop the program itself
-        import sys
         sys.stderr.write("jitring: JITRING_PROFILE is set but profiling "
                          "did not start: %s\n" % e)
         return

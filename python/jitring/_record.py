@@ -1,286 +1,475 @@
 # SPDX-License-Identifier: MIT
 """python -m jitring record: from a program to a profile in one command.
 
-Runs the program under ``perf record -k 1 -e cpu-clock --call-graph
-dwarf`` with jitring profiling on (``python -m jitring --dir OUT``), runs
-``perf inject --jit`` where the dump is, and prints the hottest Python
-functions.  Everything goes to the output directory:
+Runs the program as a shell runs a job, with perf attached to it from
+its first instruction, and every Python process it starts profiled too;
+then turns the recording into a table, a flame graph and files
+(jitring._report).
 
-  perf.data        what perf recorded
-  jit-<pid>.dump   what jitring described (and jitted-<pid>-<n>.so, the
-                   ELF images perf inject made from it)
-  perf.jit.data    perf.data with the JIT code injected: ``perf report -i``
-  perf.script.txt  ``perf script`` text of the samples with their stacks
-                   (Firefox Profiler and speedscope load it)
-  stacks.folded    one line per stack, root first, ``a;b;c COUNT``
-                   (flamegraph.pl, inferno, speedscope)
+How the processes stand (a shell's job control, with perf beside it):
 
-perf's build-id cache goes to OUT/.debug (``perf --buildid-dir``), so the
-jitted images do not pile up in ~/.debug, unless --keep-debug; perf report
-then needs the same option (printed at the end).
+  record            the user's process group (the terminal's foreground)
+  perf record -p    its own process group, so no terminal signal reaches
+                    it; it dies with record (PR_SET_PDEATHSIG)
+  the program       its own process group, made the terminal's foreground
+                    while it runs (when record is in the foreground), so
+                    Ctrl-C, Ctrl-Z and reads from the terminal reach it
+                    exactly as without record; its children join it
+
+The program is forked first and held at a gate (a pipe) before it execs
+the interpreter; perf attaches to it with its events disabled, enables
+them through its control descriptor, acknowledges, and only then does the
+gate open: perf sees the program from exec on, and every process and
+thread it starts (perf's events are inherited).  Python processes the
+program starts get jitring through $JITRING_PROFILE (the package's .pth
+hook) and write their dumps next to perf.data ($JITRING_DIR).
+
+Signals: a signal that reaches record while the program runs (SIGINT,
+SIGTERM, SIGHUP: from kill, from timeout(1), or from a terminal record
+does not hand over) is passed on to the program's process group, once per
+signal, as a terminal would deliver it.  Once the program has exited,
+perf is stopped and the recording is finished; a signal then stops the
+finishing, keeps perf.data and the dumps, and prints the command that
+finishes them later (python -m jitring report DIR).
 """
 
+import argparse
+import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
-USAGE = ("usage: python -m jitring record [-o DIR] [-F HZ] [--top N] "
-         "[--keep-debug] [--engine rings|mutex] [--] "
+from jitring import _report
+from jitring._report import META, PROCS, RecordError
+
+USAGE = ("python -m jitring record [options] [--] "
          "(script.py | -m module) [args...]")
 
-
-class RecordError(Exception):
-    """A reason to stop with a message and exit status 2."""
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
-def parse(argv):
-    opts = {"out": None, "freq": 999, "top": 15, "keep_debug": False,
-            "engine": "rings"}
+def positive(s):
+    try:
+        n = int(s)
+    except ValueError:
+        n = 0
+    if n <= 0:
+        raise argparse.ArgumentTypeError("needs a positive number, not %r"
+                                         % s)
+    return n
+
+
+def parser():
+    p = argparse.ArgumentParser(
+        prog="python -m jitring record", usage=USAGE,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run a Python program under perf with jitring on, in "
+        "every Python process it starts, then print its hottest Python "
+        "functions and write an interactive flame graph.",
+        epilog="Ctrl-C stops the program as it would without record; the "
+        "profile is still finished.\nA second Ctrl-C while it is finished "
+        "keeps the recording: `python -m jitring report DIR` finishes it.")
+    p.add_argument("-o", "--output", metavar="DIR",
+                   help="the recording's folder (default: "
+                   "jitring-record-DATE-TIME, never one that exists)")
+    p.add_argument("--force", action="store_true",
+                   help="write into -o DIR even if it holds other files")
+    p.add_argument("-e", "--event", default="cpu-clock",
+                   help="the perf event to sample (default cpu-clock; "
+                   "e.g. cycles, cache-misses: `perf list`)")
+    p.add_argument("-F", "--freq", type=positive, default=999,
+                   metavar="HZ", help="samples per second (default 999)")
+    p.add_argument("--top", type=positive, default=12, metavar="N",
+                   help="rows of each table (default 12)")
+    p.add_argument("--no-children", action="store_true",
+                   help="profile the top process only (child processes "
+                   "run without jitring and are left out of the profile)")
+    p.add_argument("--browser", action="store_true",
+                   help="open the flame graph in a web browser")
+    p.add_argument("--keep-debug", action="store_true",
+                   help="let perf use ~/.debug as its build-id cache "
+                   "(default: DIR/.debug)")
+    p.add_argument("--engine", choices=("rings", "mutex"), default="rings",
+                   help="jitring's engine (default rings; mutex is the "
+                   "one-lock design kept as a yardstick)")
+    return p
+
+
+def split_argv(p, argv):
+    """(record's options, the program's command): the program starts at
+    the first argument that is neither an option nor an option's value,
+    at -m, or after --."""
+    takes_value = set()
+    for a in p._actions:
+        if a.option_strings and a.nargs != 0:
+            takes_value.update(a.option_strings)
     i = 0
     while i < len(argv):
         a = argv[i]
-        name, eq, val = a.partition("=")
-        if a in ("-h", "--help"):
-            print(USAGE)
-            print(__doc__.split("\n\n", 1)[1].rstrip())
-            sys.exit(0)
-        if name in ("-o", "--output", "-F", "--freq", "--top", "--engine"):
-            if not eq:
-                if i + 1 >= len(argv):
-                    sys.exit(USAGE)
-                val = argv[i + 1]
-                i += 1
-            if name in ("-o", "--output"):
-                opts["out"] = val
-            elif name == "--engine":
-                if val not in ("rings", "mutex"):
-                    sys.exit("jitring record: --engine must be rings or "
-                             "mutex")
-                opts["engine"] = val
-            else:
-                try:
-                    n = int(val)
-                except ValueError:
-                    n = 0
-                if n <= 0:
-                    sys.exit("jitring record: %s needs a positive number"
-                             "\n%s" % (name, USAGE))
-                opts["freq" if name in ("-F", "--freq") else "top"] = n
-        elif a == "--keep-debug":
-            opts["keep_debug"] = True
-        elif a == "--":
-            i += 1
-            break
-        elif a == "-m":
-            break
-        elif a.startswith("-"):
-            sys.exit("jitring record: unknown option %s\n%s" % (a, USAGE))
-        else:
-            break
-        i += 1
-    target = argv[i:]
+        if a == "--":
+            return argv[:i], argv[i + 1:]
+        if a == "-m":
+            return argv[:i], argv[i:]
+        if not a.startswith("-") or a == "-":
+            return argv[:i], argv[i:]
+        i += 2 if a in takes_value else 1
+    return argv, []
+
+
+def parse(argv):
+    p = parser()
+    mine, target = split_argv(p, argv)
+    opts = p.parse_args(mine)
     if not target or (target[0] == "-m" and len(target) < 2):
-        sys.exit(USAGE)
+        p.error("no program: give script.py or -m module")
     return opts, target
 
 
-def find_perf():
-    perf = shutil.which("perf")
-    if not perf:
-        raise RecordError("perf not found on PATH (Debian: apt install "
-                          "linux-perf)")
-    # Debian's /usr/bin/perf is a wrapper that fails at run time when no
-    # perf matches the running kernel: ask it once.
-    p = subprocess.run([perf, "--version"], capture_output=True, text=True)
-    if p.returncode != 0:
-        raise RecordError("perf does not run here: %s"
-                          % (p.stderr.strip() or p.stdout.strip()))
-    return perf
+# ---- the folder --------------------------------------------------------
+
+def recording_files(name):
+    """Whether @name is one of the files a recording leaves: a folder
+    that holds anything else is the user's, and -o refuses it without
+    --force."""
+    return (name in (META, PROCS, ".debug") or
+            name.startswith(("perf.", "jit-", "jitted-", "flame",
+                             "stacks.")) or name.endswith(".log"))
 
 
-def check_paranoid():
-    try:
-        with open("/proc/sys/kernel/perf_event_paranoid") as f:
-            level = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return
-    if level > 2 and os.geteuid() != 0:
-        raise RecordError(
-            "kernel.perf_event_paranoid is %d, which forbids profiling to "
-            "users; as root: sysctl kernel.perf_event_paranoid=2 (or run "
-            "this as root)" % level)
+def default_out():
+    base = "jitring-record-" + time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        path = os.path.abspath(base if not n else "%s-%d" % (base, n))
+        try:
+            os.mkdir(path)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as e:
+            raise RecordError("cannot make the output folder %s: %s"
+                              % (path, e.strerror))
+    raise RecordError("no free name for the output folder %s-N" % base)
 
 
-def out_dir(path):
+def out_dir(path, force):
+    """The recording's folder: a new one, or one that holds nothing but
+    an earlier recording (whose files are removed), or anything with
+    --force."""
     if path is None:
-        path = "jitring-record-" + time.strftime("%Y%m%d-%H%M%S")
+        return default_out()
     path = os.path.abspath(path)
     try:
         os.makedirs(path, exist_ok=True)
+        names = os.listdir(path)
     except OSError as e:
-        raise RecordError("cannot make the output directory %s: %s"
+        raise RecordError("cannot use %s as the output folder: %s"
                           % (path, e.strerror))
-    for name in os.listdir(path):
-        if name in ("perf.data", "perf.jit.data") or \
-                (name.startswith("jit-") and name.endswith(".dump")):
-            raise RecordError("%s already holds a recording (%s): choose "
-                              "another with -o" % (path, name))
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise RecordError("cannot write into the output folder %s"
+                          % path)
+    foreign = [n for n in names if not recording_files(n)]
+    if names and META not in names and not force:
+        raise RecordError("%s is not empty and holds no jitring "
+                          "recording; choose another with -o, or "
+                          "--force" % path)
+    if foreign and not force:
+        raise RecordError("%s holds files of its own (%s); choose another "
+                          "with -o, or --force" % (path, foreign[0]))
+    for n in names:
+        if recording_files(n):
+            f = os.path.join(path, n)
+            try:
+                if os.path.isdir(f) and not os.path.islink(f):
+                    shutil.rmtree(f)
+                else:
+                    os.unlink(f)
+            except OSError as e:
+                raise RecordError("cannot remove the earlier recording's "
+                                  "%s: %s" % (f, e.strerror))
     return path
 
 
-def perf_env():
+# ---- the program -------------------------------------------------------
+
+def missing_target(target):
+    """Where python itself would refuse the program (no such script, no
+    such top-level module), the argv that makes it say so: record then
+    runs that, unrecorded, for python's own message and status."""
+    if target[0] == "-m":
+        import importlib.util
+        top = target[1].split(".", 1)[0]
+        try:
+            found = importlib.util.find_spec(top) is not None
+        except (ImportError, ValueError):
+            found = False
+        return None if found else [sys.executable, "-m", target[1]]
+    if not os.path.exists(target[0]):
+        return [sys.executable, target[0]]
+    return None
+
+
+def program_env(out, opts):
     env = dict(os.environ)
-    env.pop("JITRING_PROFILE", None)    # the child starts jitring itself
+    if opts.no_children:
+        env.pop("JITRING_PROFILE", None)
+    else:
+        env["JITRING_PROFILE"] = "1"
+    env["JITRING_DIR"] = out
+    env["JITRING_RECORD_PROCS"] = os.path.join(out, PROCS)
     return env
 
 
-def perf_cmd(perf, out, opts):
-    """perf, with its build-id cache in OUT/.debug unless --keep-debug
-    (perf inject copies every jitted image into it)."""
-    if opts["keep_debug"]:
-        return [perf]
-    return [perf, "--buildid-dir", os.path.join(out, ".debug")]
+def fork_gated(argv, env):
+    """Fork @argv's process in a process group of its own, held before
+    exec until gate_open(); returns (pid, gate)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(w)
+            os.setpgid(0, 0)
+            go = os.read(r, 1) == b"g"
+            os.close(r)
+            if go:
+                for s in FORWARDED + (signal.SIGTTOU,):
+                    signal.signal(s, signal.SIG_DFL)
+                os.execve(argv[0], argv, env)
+        except BaseException:
+            pass
+        os._exit(127)
+    os.close(r)
+    try:
+        os.setpgid(pid, pid)        # both sides: whoever runs first
+    except OSError:
+        pass
+    return pid, w
 
 
-def failed(what, p):
-    tail = (p.stderr or "").strip().splitlines()[-5:]
-    msg = "%s failed (exit %d)" % (what, p.returncode)
-    if tail:
-        msg += ":\n  " + "\n  ".join(tail)
-    return RecordError(msg)
+def gate_open(gate, ok):
+    try:
+        os.write(gate, b"g" if ok else b"x")
+    except OSError:
+        pass
+    os.close(gate)
 
 
-def record(perf, out, opts, target, env):
-    cmd = perf + ["record", "-k", "1", "-e", "cpu-clock", "-F",
-           str(opts["freq"]), "--call-graph", "dwarf", "-o",
-           os.path.join(out, "perf.data"), "--", sys.executable, "-m",
-           "jitring", "--dir", out, "--engine", opts["engine"]] + target
-    # perf's own chatter goes to a log; the program keeps the terminal.
-    with open(os.path.join(out, "perf-record.log"), "w") as log:
-        p = subprocess.run(cmd, env=env, stderr=log)
-    with open(os.path.join(out, "perf-record.log")) as log:
-        text = log.read()
-    if not os.path.exists(os.path.join(out, "perf.data")) or \
-            "Permission denied" in text or "perf_event_open" in text:
-        raise RecordError(
-            "perf record could not profile (exit %d):\n  %s"
-            % (p.returncode, "\n  ".join(text.strip().splitlines()[-6:])))
-    return p.returncode
+class Terminal:
+    """The controlling terminal, when record is its foreground: handed to
+    the program's process group while it runs, as a shell hands it to a
+    job, and taken back after."""
+
+    def __init__(self):
+        self.fd = -1
+        try:
+            fd = os.open("/dev/tty", os.O_RDWR | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            if os.tcgetpgrp(fd) == os.getpgrp():
+                self.fd = fd
+                return
+        except OSError:
+            pass
+        os.close(fd)
+
+    def give(self, pgid):
+        if self.fd >= 0:
+            try:
+                os.tcsetpgrp(self.fd, pgid)
+            except OSError:
+                pass
+
+    def take(self):
+        if self.fd >= 0:
+            old = signal.signal(signal.SIGTTOU, signal.SIG_IGN)
+            try:
+                os.tcsetpgrp(self.fd, os.getpgrp())
+            except OSError:
+                pass
+            signal.signal(signal.SIGTTOU, old)
 
 
-def inject(perf, out, env):
-    p = subprocess.run(perf + ["inject", "--jit", "-i", "perf.data", "-o",
-                               "perf.jit.data"], cwd=out, env=env,
-                       capture_output=True, text=True)
-    if p.returncode != 0:
-        raise failed("perf inject --jit", p)
+def pdeathsig():
+    """In perf's child before exec: die with record (SIGINT: perf then
+    writes what it has and exits)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT),
+                                                0, 0, 0)
+    except Exception:
+        pass
 
 
-def script(perf, out, env):
-    """The samples, each a list of symbols from the leaf to the root."""
-    path = os.path.join(out, "perf.script.txt")
-    with open(path, "w") as f:
-        p = subprocess.run(perf + ["script", "-i", "perf.jit.data",
-                                   "-F",
-                                   "comm,pid,tid,time,event,ip,sym,dso"],
-                           cwd=out, env=env, stdout=f,
-                           stderr=subprocess.PIPE, text=True)
-    if p.returncode != 0:
-        raise failed("perf script", p)
-    samples, comms = [], []
-    with open(path, errors="replace") as f:
-        stack, head = [], None
-        for line in f:
-            if not line.strip():
-                if head is not None:
-                    samples.append(stack)
-                    comms.append(head)
-                stack, head = [], None
-            elif line[0] in " \t":
-                parts = line.split(None, 1)
-                # "\t<ip> <sym> (<dso>)": the symbol may hold spaces.
-                sym = parts[1].rsplit(" (", 1)[0] if len(parts) > 1 else ""
-                stack.append(sym.strip() or "[unknown]")
-            else:
-                head = line.split(None, 1)[0] if line.strip() else "?"
-        if head is not None:
-            samples.append(stack)
-            comms.append(head)
-    return samples, comms
+class Perf:
+    """perf record -p PID, attached and enabled before PID runs."""
+
+    def __init__(self, perf, out, opts, pid):
+        self.log = os.path.join(out, "perf-record.log")
+        cr, cw = os.pipe()
+        ar, aw = os.pipe()
+        cmd = perf + ["record", "-k", "1", "-e", opts.event, "-F",
+                      str(opts.freq), "--call-graph", "dwarf",
+                      "-D", "-1", "--control", "fd:%d,%d" % (cr, aw),
+                      "-p", str(pid), "-o",
+                      os.path.join(out, "perf.data")]
+        with open(self.log, "wb") as log:
+            self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
+                                      stdout=log, stderr=log,
+                                      pass_fds=(cr, aw), process_group=0,
+                                      preexec_fn=pdeathsig)
+        os.close(cr)
+        os.close(aw)
+        self.ctl, self.ack = cw, ar
+
+    def enable(self, timeout=60.0):
+        """True once perf has its events on; False if it died first."""
+        try:
+            os.write(self.ctl, b"enable\n")
+        except OSError:
+            return False
+        end = time.monotonic() + timeout
+        got = b""
+        while b"ack" not in got:
+            left = end - time.monotonic()
+            if left <= 0:
+                return False
+            r, _, _ = select.select([self.ack], [], [], left)
+            if not r:
+                return False
+            chunk = os.read(self.ack, 64)
+            if not chunk:
+                return False
+            got += chunk
+        return True
+
+    def stop(self):
+        """SIGINT (perf writes its data and exits), then wait; SIGKILL if
+        it has not ended in a minute."""
+        for fd in (self.ctl, self.ack):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.ctl = self.ack = -1
+        if self.p.poll() is None:
+            try:
+                self.p.send_signal(signal.SIGINT)
+            except OSError:
+                pass
+        try:
+            self.p.wait(60)
+        except subprocess.TimeoutExpired:
+            self.p.kill()
+            self.p.wait()
+        return self.p.returncode
+
+    def why(self):
+        try:
+            with open(self.log, errors="replace") as f:
+                lines = [l.rstrip() for l in f if l.strip() and
+                         not l.startswith(("Events ", "[ perf record"))]
+        except OSError:
+            lines = []
+        return "\n  ".join(lines[-6:]) or "(perf said nothing)"
 
 
-def fold(out, samples, comms):
-    counts = {}
-    for stack, comm in zip(samples, comms):
-        key = ";".join([comm] + [s.replace(";", ":") for s in
-                                 reversed(stack)])
-        counts[key] = counts.get(key, 0) + 1
-    with open(os.path.join(out, "stacks.folded"), "w") as f:
-        for key in sorted(counts):
-            f.write("%s %d\n" % (key, counts[key]))
+def status_of(ws):
+    """A shell's exit status for a wait status: 128+N for signal N."""
+    if os.WIFSIGNALED(ws):
+        return 128 + os.WTERMSIG(ws)
+    return os.WEXITSTATUS(ws)
 
 
-def python_table(samples, top):
-    """(rows, samples): rows are (total, self, name), the most self
-    samples first.  Self: samples whose innermost Python frame is the
-    function (native code it called counts to it, as Python profilers
-    count it); total: samples with the function anywhere on the stack."""
-    total_n, self_n = {}, {}
-    for stack in samples:
-        py = [s for s in stack if s.startswith("py::")]
-        if not py:
-            continue
-        self_n[py[0]] = self_n.get(py[0], 0) + 1
-        for name in set(py):
-            total_n[name] = total_n.get(name, 0) + 1
-    rows = sorted(((t, self_n.get(n, 0), n) for n, t in total_n.items()),
-                  key=lambda r: (-r[1], -r[0], r[2]))
-    return rows[:top], len(samples)
+class Job:
+    """Waits for the program, passing on the signals record receives."""
+
+    def __init__(self, pid, term):
+        self.pid = pid
+        self.term = term
+        self.status = None
+
+    def forward(self, signum, frame):
+        try:
+            os.killpg(self.pid, signum)
+        except OSError:
+            pass
+
+    def wait(self):
+        for s in FORWARDED:
+            signal.signal(s, self.forward)
+        try:
+            while True:
+                pid, ws = os.waitpid(self.pid, os.WUNTRACED)
+                if os.WIFSTOPPED(ws):
+                    # Ctrl-Z: stop with it, as a shell's job stops; on
+                    # SIGCONT, continue it in the foreground.
+                    self.term.take()
+                    os.kill(os.getpid(), signal.SIGSTOP)
+                    self.term.give(self.pid)
+                    self.forward(signal.SIGCONT, None)
+                    continue
+                self.status = status_of(ws)
+                return self.status
+        finally:
+            self.term.take()
 
 
-def show(rows, n, out, rc, keep_debug):
-    print()
-    if not n:
-        print("jitring record: no samples (did the program run long "
-              "enough?)")
-    elif not rows:
-        print("jitring record: %d samples, none in a Python function" % n)
-    else:
-        print("%d samples; the hottest Python functions (share of all "
-              "samples):" % n)
-        print("%8s %8s  %s" % ("total", "self", "function"))
-        for t, s, name in rows:
-            print("%7.1f%% %7.1f%%  %s" % (100.0 * t / n, 100.0 * s / n,
-                                           name[4:]))
-    print()
-    print("perf%s report -i %s --children --sort sym"
-          % ("" if keep_debug else " --buildid-dir " +
-             os.path.join(out, ".debug"),
-             os.path.join(out, "perf.jit.data")))
-    print("stacks for flame graphs: %s (folded), %s (perf script)"
-          % (os.path.join(out, "stacks.folded"),
-             os.path.join(out, "perf.script.txt")))
-    if rc:
-        print("(the program's recording ended with exit status %d)" % rc)
+def record(opts, target, perf_bin):
+    out = out_dir(opts.output, opts.force)
+    perf = _report.perf_cmd(perf_bin, out, opts.keep_debug)
+    env = program_env(out, opts)
+    argv = [sys.executable, "-m", "jitring", "--dir", out, "--engine",
+            opts.engine] + target
+    meta = {"version": 1, "command": target, "python": sys.executable,
+            "event": opts.event, "freq": opts.freq,
+            "keep_debug": opts.keep_debug, "top_only": opts.no_children,
+            "cwd": os.getcwd(), "started": time.time()}
+    term = Terminal()
+    pid, gate = fork_gated(argv, env)
+    meta["pid"] = pid
+    try:
+        p = Perf(perf, out, opts, pid)
+    except OSError as e:
+        gate_open(gate, False)
+        os.waitpid(pid, 0)
+        raise RecordError("cannot run perf: %s" % e)
+    if not p.enable():
+        gate_open(gate, False)
+        os.waitpid(pid, 0)
+        p.stop()
+        raise RecordError("perf record could not profile (event %s):\n  %s"
+                          % (opts.event, p.why()))
+    term.give(pid)
+    gate_open(gate, True)
+    job = Job(pid, term)
+    try:
+        status = job.wait()
+    finally:
+        perf_rc = p.stop()
+    meta["status"] = status
+    meta["seconds"] = time.time() - meta["started"]
+    meta["perf_status"] = perf_rc
+    _report.write_meta(out, meta)
+    if not os.path.exists(os.path.join(out, "perf.data")):
+        raise RecordError("perf record wrote no perf.data:\n  %s"
+                          % p.why())
+    return out, meta
 
 
 def main(argv):
     opts, target = parse(argv)
+    redo = missing_target(target)
+    if redo:
+        os.execv(redo[0], redo)
     try:
-        perf = find_perf()
-        check_paranoid()
-        out = out_dir(opts["out"])
-        env = perf_env()
-        perf = perf_cmd(perf, out, opts)
-        rc = record(perf, out, opts, target, env)
-        inject(perf, out, env)
-        samples, comms = script(perf, out, env)
-        fold(out, samples, comms)
-        rows, n = python_table(samples, opts["top"])
+        perf_bin = _report.find_perf()
+        out, meta = record(opts, target, perf_bin)
     except RecordError as e:
         sys.stderr.write("jitring record: %s\n" % e)
         return 2
-    show(rows, n, out, rc, opts["keep_debug"])
-    return rc
+    rc = _report.finish(out, meta, top=opts.top, browser=opts.browser)
+    return meta["status"] if rc == 0 else rc

@@ -116,6 +116,36 @@ def make_function(name, filename, body="return x + 1"):
     return ns[name]
 
 
+PTH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                   "jitring-autostart.pth")
+
+
+def hook_venv(t, with_hook=True, name=None):
+    """A venv of the interpreter under test whose .pth puts the jitring
+    package under test on sys.path and, with_hook, holds the line the
+    installed package's jitring-autostart.pth holds: $JITRING_PROFILE
+    then reaches every Python process it starts, in the build tree as
+    from an installed wheel.  Returns its python."""
+    import jitring
+    d = os.path.join(t.scratch, name or
+                     ("venv-hook" if with_hook else "venv-plain"))
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", d],
+                   check=True)
+    py = os.path.join(d, "bin", "python")
+    site = subprocess.run([py, "-c", "import sysconfig; "
+                           "print(sysconfig.get_path('platlib'))"],
+                          capture_output=True, text=True,
+                          check=True).stdout.strip()
+    lines = [os.path.dirname(os.path.dirname(os.path.abspath(
+        jitring.__file__)))]
+    if with_hook:
+        with open(PTH) as f:
+            lines.append(f.read().strip())
+    with open(os.path.join(site, "jitring-test.pth"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return py
+
+
 def tname(fn):
     """The name jitring gives fn's code object."""
     co = fn.__code__

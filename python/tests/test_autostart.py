@@ -7,7 +7,10 @@ jitring-autostart.pth holds (so the test runs against this build).  A
 parent started with JITRING_PROFILE=1 starts a child with subprocess and
 one with multiprocessing's spawn method: each process writes its own
 valid jit-<pid>.dump naming its own function, and only its own.  Unset
-(and set to 0), no process writes a dump.  Also: the hook's cost at
+(and set to 0), no process writes a dump.  A subinterpreter started
+under it prints nothing.  With $JITRING_DIR unset, a starting process
+removes the dumps in /tmp of exited processes older than a day (and only
+those); a $JITRING_DIR is never pruned.  Also: the hook's cost at
 start-up when unset, against the same venv without it (printed).
 """
 
@@ -18,11 +21,6 @@ import textwrap
 import time
 
 import jrtest
-
-import jitring
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-PTH = os.path.join(HERE, "..", "jitring-autostart.pth")
 
 TREE = textwrap.dedent("""
     import multiprocessing as mp, os, subprocess, sys
@@ -43,26 +41,6 @@ TREE = textwrap.dedent("""
 """)
 
 
-def venv(t, with_hook):
-    d = os.path.join(t.scratch, "venv-hook" if with_hook else "venv-plain")
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", d],
-                   check=True)
-    py = os.path.join(d, "bin", "python")
-    site = subprocess.run([py, "-c", "import sysconfig; "
-                           "print(sysconfig.get_path('platlib'))"],
-                          capture_output=True, text=True,
-                          check=True).stdout.strip()
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(
-        jitring.__file__)))
-    lines = [pkg]
-    if with_hook:
-        with open(PTH) as f:
-            lines.append(f.read().strip())
-    with open(os.path.join(site, "jitring-test.pth"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return py
-
-
 def run_tree(t, py, value, d):
     env = dict(os.environ, JITRING_DIR=d)
     env.pop("PYTHONPATH", None)     # the venv's .pth finds the package
@@ -76,6 +54,95 @@ def run_tree(t, py, value, d):
                           env=env, timeout=120)
 
 
+SUBINTERP = textwrap.dedent("""
+    try:
+        import _interpreters as I
+        run = I.exec
+    except ImportError:
+        import _xxsubinterpreters as I
+        run = I.run_string
+    i = I.create()
+    run(i, "x = 1")
+    I.destroy(i)
+    print("subinterpreter ok")
+""")
+
+
+def test_subinterpreter(t, py, d):
+    env = dict(os.environ, JITRING_DIR=d, JITRING_PROFILE="1")
+    env.pop("PYTHONPATH", None)
+    p = subprocess.run([py, "-c", SUBINTERP], capture_output=True,
+                       text=True, env=env, timeout=120)
+    t.check(p.returncode == 0 and "subinterpreter ok" in p.stdout and
+            not p.stderr.strip(),
+            "JITRING_PROFILE=1: a subinterpreter starts with nothing on "
+            "stderr", p.stderr[-800:])
+
+
+def test_prune(t, py):
+    """Dumps in /tmp: an exited process's older than a day go, the rest
+    stay; a $JITRING_DIR is never pruned."""
+    from jitring import _autostart
+    d = os.path.join(t.scratch, "prune")
+    os.mkdir(d)
+    with open("/proc/sys/kernel/pid_max") as f:
+        dead = int(f.read()) + 7        # never a running process
+    live = os.getpid()
+    now = time.time()
+    files = {"jit-%d.dump" % dead: (3 * 86400, False),
+             "jitted-%d-12.so" % dead: (3 * 86400, False),
+             "jit-%d.dump" % (dead + 1): (3600, True),
+             "jit-%d.dump" % live: (3 * 86400, True),
+             "jit-x.dump": (3 * 86400, True),
+             "notes.txt": (3 * 86400, True)}
+    for name, (age, _) in files.items():
+        path = os.path.join(d, name)
+        open(path, "w").close()
+        os.utime(path, (now - age, now - age))
+    n = _autostart.prune(d, now)
+    kept = set(os.listdir(d))
+    t.check(n == 2 and kept == {k for k, v in files.items() if v[1]},
+            "prune: only an exited process's dump and image older than a "
+            "day go", (n, sorted(kept)))
+
+    # End to end: JITRING_DIR unset, the first process of the hour prunes
+    # /tmp (its stamp file removed so that this one does).
+    old = "/tmp/jit-%d.dump" % dead
+    mine = "/tmp/jit-%d.dump" % (dead + 1)
+    for path, age in ((old, 3 * 86400), (mine, 3 * 86400)):
+        open(path, "w").close()
+        os.utime(path, (now - age, now - age))
+    # A $JITRING_DIR is never pruned: the old dump in it stays.
+    keep = os.path.join(d, "jit-%d.dump" % (dead + 2))
+    open(keep, "w").close()
+    os.utime(keep, (now - 3 * 86400, now - 3 * 86400))
+    stamp = "/tmp/.jitring-prune-%d" % os.getuid()
+    try:
+        os.unlink(stamp)
+    except FileNotFoundError:
+        pass
+    env = dict(os.environ, JITRING_PROFILE="1", JITRING_DIR=d)
+    env.pop("PYTHONPATH", None)
+    subprocess.run([py, "-c", "pass"], env=env, check=True, timeout=60)
+    t.check(os.path.exists(keep) and os.path.exists(old),
+            "JITRING_DIR set: nothing pruned")
+    env.pop("JITRING_DIR")
+    p = subprocess.run([py, "-c", "import os; print(os.getpid())"],
+                       env=env, capture_output=True, text=True,
+                       timeout=60)
+    own = "/tmp/jit-%s.dump" % p.stdout.strip()
+    t.check(p.returncode == 0 and not os.path.exists(old) and
+            not os.path.exists(mine) and os.path.exists(own),
+            "JITRING_DIR unset: a process's start prunes /tmp's old dumps "
+            "of exited processes, and writes its own there",
+            p.stderr[-300:])
+    for path in (own, old, mine):
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            pass
+
+
 def startup_ms(py, env, n=20):
     best = []
     for _ in range(n):
@@ -87,9 +154,9 @@ def startup_ms(py, env, n=20):
 
 
 def main(t):
-    if not os.path.exists(PTH):
+    if not os.path.exists(jrtest.PTH):
         t.skip("no python/jitring-autostart.pth in this tree")
-    py = venv(t, True)
+    py = jrtest.hook_venv(t, True)
     d = os.path.join(t.scratch, "on")
     os.mkdir(d)
     p = run_tree(t, py, "1", d)
@@ -128,7 +195,10 @@ def main(t):
                 ("unset" if value is None else "=" + value),
                 p.stderr[-300:] + str(jrtest.dumps(off)))
 
-    plain = venv(t, False)
+    test_subinterpreter(t, py, d)
+    test_prune(t, py)
+
+    plain = jrtest.hook_venv(t, False)
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
     env.pop("JITRING_PROFILE", None)

@@ -1,29 +1,131 @@
 # SPDX-License-Identifier: MIT
-"""python -m jitring record and check, end to end through real perf.
+"""python -m jitring record, report and check, end to end through real perf.
 
- 1. record of a 2-thread script (tests/perf_prog.py): exit 0; the table
-    names py::hot_a and py::hot_b with most of the self samples and
-    py::worker with children; stacks.folded has chains root first with
-    worker before hot_*; perf.script.txt and perf.jit.data are there; the
-    jitted images stay out of ~/.debug ($HOME is the scratch directory);
- 2. record -m module, and the program's exit status passed through;
- 3. a missing perf and a perf whose record is refused: a message naming
-    the cause, exit 2, no traceback;
- 4. check: 0 for the recording's dump, non-zero for a damaged copy.
+record runs from a venv whose .pth carries the package's autostart hook
+(jrtest.hook_venv), so child processes get jitring as from an installed
+wheel.
+
+ 1. the whole tree: a program that starts a spawn pool, a subprocess and
+    an os.fork child: each child's hot function is in the table, under
+    its own process in stacks.folded, every dump is valid, and the
+    summary has a line per process with its command; --no-children
+    profiles the top process only; the program's exit status (3) is
+    record's;
+ 2. signals: SIGINT to the process group while the program runs (it
+    handles KeyboardInterrupt and exits 5), SIGTERM to record alone (143),
+    timeout -s TERM: each finishes the profile, and no perf or program
+    process outlives record; a SIGINT while the recording is finished
+    stops that, keeps perf.data and the dumps, names the command that
+    finishes them, and `report DIR` does;
+ 3. record -m module; the program's stdout and stderr (a traceback)
+    reach record's; a
+    script or module that does not exist gets python's own message and
+    status, and no recording;
+ 4. the tables: functions hot through a shared helper lead the total
+    view; jitring's own frames (its runner, runpy, its at-exit stop) are
+    in no table and no stack;
+ 5. flame.html is written and holds the hot functions (the page in a
+    browser: test_flame.py);
+ 6. -e task-clock samples that event; an event perf does not have is a
+    message and exit 2, and the program never runs;
+ 7. usage errors exit 2 with the usage line; -o refuses a folder of the
+    user's unless --force (and leaves its files), reuses an earlier
+    recording's; default names never collide; an unusable folder, a
+    missing perf and a refused perf record are one message and exit 2;
+ 8. check: 0 for a recording's dump, non-zero for a damaged copy.
 Skips (77) where perf cannot record here.
 """
 
 import os
-import shutil
+import select
+import signal
 import subprocess
 import sys
+import textwrap
+import time
 
 import jrtest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+TREE = textwrap.dedent("""
+    import multiprocessing as mp, os, subprocess, sys
+
+    def helper(n):
+        s = 0
+        for i in range(n):
+            s ^= i * 3
+        return s
+
+    def hot_a():
+        return helper(2000000)
+
+    def hot_b():
+        return helper(2000000)
+
+    def pool_fn(n):
+        s = 0
+        for i in range(n):
+            s += i * i
+        return s
+
+    def fork_fn():
+        s = 0
+        for i in range(2000000):
+            s += i
+        return s
+
+    SUB = ("def sub_fn():\\n"
+           "    s = 0\\n"
+           "    for i in range(2000000):\\n"
+           "        s -= i\\n"
+           "sub_fn()\\n")
+
+    if __name__ == "__main__":
+        print("tree-stdout", flush=True)
+        sys.stderr.write("tree-stderr\\n")
+        hot_a()
+        hot_b()
+        with mp.get_context("spawn").Pool(2) as p:
+            p.map(pool_fn, [2000000, 2000000])
+        subprocess.run([sys.executable, "-c", SUB], check=True)
+        pid = os.fork()
+        if pid == 0:
+            fork_fn()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        sys.exit(3)
+""")
+
+LONG = textwrap.dedent("""
+    import sys, threading
+    def spin_long():
+        s = 0
+        while True:
+            for i in range(100000):
+                s += i
+    threading.Thread(target=spin_long, daemon=True).start()
+    print("ready", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+        sys.exit(5)
+""")
+
+SHORT = textwrap.dedent("""
+    import os, sys
+    def spin_short(n):
+        s = 0
+        for i in range(n):
+            s += i
+        return s
+    if len(sys.argv) > 1:
+        open(sys.argv[1], "w").close()
+    spin_short(3000000)
+""")
 
 
 def perf_usable():
+    import shutil
     perf = shutil.which("perf")
     if not perf:
         return "perf is not installed"
@@ -35,90 +137,381 @@ def perf_usable():
     return None
 
 
-def jr(args, env=None, cwd=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "jitring"] + args,
-                          capture_output=True, text=True, env=env,
-                          cwd=cwd, timeout=timeout)
+class Rec:
+    def __init__(self, t, py, env):
+        self.t, self.py, self.env = t, py, env
+
+    def script(self, name, text):
+        path = os.path.join(self.t.scratch, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def out(self, name):
+        return os.path.join(self.t.scratch, name)
+
+    def argv(self, args):
+        return [self.py, "-m", "jitring"] + args
+
+    def run(self, args, env=None, timeout=300, cwd=None):
+        return subprocess.run(self.argv(args), capture_output=True,
+                              text=True, env=env or self.env,
+                              cwd=cwd or self.t.scratch, timeout=timeout)
+
+    def start(self, args, env=None):
+        """record in a session of its own (its process group is its pid,
+        as a shell's job's is), its output on pipes."""
+        return subprocess.Popen(self.argv(args), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True,
+                                env=env or self.env, cwd=self.t.scratch,
+                                start_new_session=True)
 
 
-def table(out):
-    """{function: (total %, self %)} from the printed table."""
-    rows = {}
+def sections(out):
+    """{'total': [...], 'self': [...]}: the function names of each table,
+    in order."""
+    tabs, cur = {"total": [], "self": []}, None
     for line in out.splitlines():
-        parts = line.split()
-        if len(parts) >= 3 and parts[0].endswith("%") and \
-                parts[1].endswith("%"):
-            rows[parts[2]] = (float(parts[0][:-1]), float(parts[1][:-1]))
+        if line.startswith("Hottest Python functions by total"):
+            cur = "total"
+        elif line.startswith("By self"):
+            cur = "self"
+        elif not line.strip():
+            cur = None if cur and tabs[cur] else cur
+        elif cur:
+            parts = line.split(None, 2)
+            if len(parts) == 3 and parts[0].endswith("%"):
+                tabs[cur].append(parts[2])
+    return tabs
+
+
+def procs_table(out):
+    """[(pid, share, command)] of the per-process lines."""
+    rows, on = [], False
+    for line in out.splitlines():
+        if line.split()[:3] == ["pid", "samples", "command"]:
+            on = True
+        elif on and line.strip():
+            parts = line.split(None, 2)
+            if len(parts) == 3 and parts[0].isdigit():
+                rows.append((int(parts[0]), parts[1], parts[2]))
+        elif on:
+            break
     return rows
 
 
-def test_script(t, env):
-    out = os.path.join(t.scratch, "rec")
-    prog = os.path.join(HERE, "perf_prog.py")
-    p = jr(["record", "-o", out, "--", prog, "2", "2"], env=env)
-    if not t.check(p.returncode == 0, "record exits 0",
-                   p.stderr[-800:]):
-        return None
-    rows = table(p.stdout)
-    hot = {n: v for n, v in rows.items()
-           if n.startswith(("hot_a:", "hot_b:"))}
-    t.check(len(hot) == 2 and sum(v[1] for v in hot.values()) > 50,
-            "the table names hot_a and hot_b with most self samples",
-            p.stdout[-1500:])
-    worker = [v for n, v in rows.items() if n.startswith("worker:")]
-    t.check(worker and worker[0][0] > 50 and worker[0][1] < 10,
-            "worker: most samples with children, few of its own", worker)
-    for f in ("perf.data", "perf.jit.data", "perf.script.txt",
-              "stacks.folded"):
-        t.check(os.path.getsize(os.path.join(out, f)) > 0, f + " written")
-    chains = 0
-    with open(os.path.join(out, "stacks.folded")) as f:
-        for line in f:
-            frames = line.rsplit(" ", 1)[0].split(";")
-            py = [x for x in frames if x.startswith("py::")]
-            if any(x.startswith("py::hot_") for x in py):
-                w = [i for i, x in enumerate(py)
-                     if x.startswith("py::worker:")]
-                h = [i for i, x in enumerate(py)
-                     if x.startswith("py::hot_")]
-                if w and h and w[0] < h[0]:
-                    chains += int(line.rsplit(" ", 1)[1])
-    t.check(chains > 0, "stacks.folded: root first, py::worker above "
-            "py::hot_* (%d samples)" % chains)
-    t.check(not os.path.exists(os.path.join(env["HOME"], ".debug")),
-            "nothing written to ~/.debug")
+def has(rows, fn):
+    return any(r.startswith(fn + ":") for r in rows)
+
+
+def leftovers(out):
+    """Processes whose command line names the recording's folder (perf
+    and the program's runner do)."""
+    found = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit() or int(d) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                cmd = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if out in cmd:
+            found.append((int(d), cmd.replace("\0", " ")))
+    return found
+
+
+def test_tree(t, r):
+    prog = r.script("tree.py", TREE)
+    out = r.out("tree")
+    p = r.run(["record", "-o", out, "--top", "40", "--", prog])
+    t.check(p.returncode == 3, "the tree: record exits with the "
+            "program's status (3)", p.stderr[-1500:])
+    t.check("tree-stdout" in p.stdout and "tree-stderr" in p.stderr,
+            "the program's stdout and stderr reach record's",
+            p.stdout[:300] + p.stderr[:300])
+    tabs = sections(p.stdout)
+    for fn in ("hot_a", "hot_b", "helper", "pool_fn", "sub_fn",
+               "fork_fn"):
+        t.check(has(tabs["total"], fn), "the tree: %s in the total table"
+                % fn, p.stdout[-3000:])
+    for fn in ("hot_a", "hot_b"):
+        t.check(not has(tabs["self"], fn), "%s is hot through its callee "
+                "only: not in the self table" % fn, tabs["self"])
+    t.check(has(tabs["self"], "helper"), "the shared helper leads by self",
+            tabs["self"])
+    rows = procs_table(p.stdout)
+    cmds = [c for _, _, c in rows]
+    top = [pid for pid, _, c in rows if c.endswith("tree.py")]
+    t.check(len(top) == 1, "a line for the top process, its command "
+            "without jitring's runner", cmds)
+    t.check(top and any(c.endswith("(fork of %d)" % top[0])
+                        for c in cmds), "a line for the fork child", cmds)
+    t.check(sum("multiprocessing" in c for c in cmds) >= 2,
+            "lines for the spawn pool's workers", cmds)
+    t.check(any(" -c " in c for c in cmds), "a line for the subprocess",
+            cmds)
+    own = ("jitring/__main__.py", "jitring/__init__.py", "runpy")
+    for f in ("stacks.folded",):
+        with open(os.path.join(out, f)) as fh:
+            text = fh.read()
+        t.check(not any(o in text for o in own), "no jitring frame in " + f)
+        lines = text.splitlines()
+        t.check(any(l.split(";")[0].startswith("python") and
+                    "multiprocessing" in l.split(";")[0] and
+                    "py::pool_fn:" in l for l in lines),
+                "stacks.folded: pool_fn under a pool worker's process")
+    t.check(not any(o in row for row in tabs["total"] + tabs["self"]
+                    for o in own), "no jitring frame in the tables")
     dumps = jrtest.dumps(out)
-    t.check(len(dumps) == 1, "one dump in the output directory", dumps)
+    t.check(len(dumps) >= 5, "a dump per Python process (%d)" % len(dumps))
+    bad = [d for d in dumps if not jrtest.check_dump(d)[0]]
+    t.check(not bad, "every dump valid", bad)
+    with open(os.path.join(out, "flame.html"), errors="replace") as fh:
+        html = fh.read()
+    t.check("hot_a" in html and "pool_fn" in html,
+            "flame.html holds the hot functions")
+
+    p = r.run(["record", "-o", r.out("top-only"), "--no-children",
+               "--top", "40", "--", prog])
+    tabs = sections(p.stdout)
+    t.check(p.returncode == 3 and has(tabs["total"], "hot_a") and
+            not has(tabs["total"], "pool_fn") and
+            not has(tabs["total"], "sub_fn") and
+            len(procs_table(p.stdout)) == 1,
+            "--no-children: the top process only", p.stdout[-2000:])
     return dumps[0] if dumps else None
 
 
-def test_module_and_status(t, env):
-    mod = os.path.join(t.scratch, "pkg")
+def wait_line(p, want, timeout=120):
+    """Read p's stdout until a line @want (True) or its end (False)."""
+    fd = p.stdout.fileno()
+    buf = b""
+    end = time.monotonic() + timeout
+    while True:
+        left = end - time.monotonic()
+        if left <= 0:
+            return False
+        rd, _, _ = select.select([fd], [], [], left)
+        if not rd:
+            return False
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            return False
+        buf += chunk
+        if (want + "\n").encode() in buf:
+            return True
+
+
+def dump_names(out, name, timeout=60):
+    """Whether a dump in @out comes to hold @name (the flusher writes
+    within milliseconds; SIGTERM's default action kills the program
+    without a flush, so the test waits for it before the signal)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        for d in jrtest.dumps(out):
+            with open(d, "rb") as f:
+                if name in f.read():
+                    return True
+        time.sleep(0.05)
+    return False
+
+
+def test_signals(t, r):
+    prog = r.script("long.py", LONG)
+    cases = [("SIGINT to the process group", "sigint", 5),
+             ("SIGTERM to record alone", "sigterm", 128 + signal.SIGTERM)]
+    for what, name, want in cases:
+        out = r.out(name)
+        p = r.start(["record", "-o", out, "--", prog])
+        if not t.check(wait_line(p, "ready") and
+                       dump_names(out, b"spin_long"),
+                       what + ": the program runs, spin_long in its dump"):
+            p.kill()
+            p.communicate()
+            continue
+        if name == "sigint":
+            os.killpg(p.pid, signal.SIGINT)
+        else:
+            os.kill(p.pid, signal.SIGTERM)
+        so, se = p.communicate(timeout=300)
+        t.check(p.returncode == want, "%s: record exits %d" % (what, want),
+                "%s %s" % (p.returncode, se[-800:]))
+        if name == "sigint":
+            t.check("interrupted" in so, what + ": the program handled "
+                    "its KeyboardInterrupt")
+        t.check(has(sections(so)["total"], "spin_long") and
+                os.path.exists(os.path.join(out, "flame.html")),
+                what + ": the profile is finished", so[-1500:])
+        t.check(not leftovers(out), what + ": no perf or program process "
+                "left", leftovers(out))
+
+    out = r.out("timeout")
+    p = subprocess.run(["timeout", "-s", "TERM", "8"] +
+                       r.argv(["record", "-o", out, "--", prog]),
+                       capture_output=True, text=True, env=r.env,
+                       cwd=r.t.scratch, timeout=300)
+    t.check(p.returncode == 124 and
+            os.path.exists(os.path.join(out, "flame.html")) and
+            "samples of cpu-clock" in p.stdout,
+            "timeout -s TERM: the profile is finished",
+            "%d %s %s" % (p.returncode, p.stdout[-600:], p.stderr[-600:]))
+    t.check(not leftovers(out), "timeout: no perf or program process left",
+            leftovers(out))
+
+
+def test_interrupted_finish(t, r):
+    """A stand-in perf whose inject says so on a FIFO and then waits to
+    be stopped: SIGINT then, as a second Ctrl-C would."""
+    import shutil
+    real = shutil.which("perf")
+    fake = os.path.join(t.scratch, "slowinject")
+    os.mkdir(fake)
+    fifo = os.path.join(t.scratch, "inject.fifo")
+    os.mkfifo(fifo)
+    with open(os.path.join(fake, "perf"), "w") as f:
+        f.write("#!/bin/sh\n"
+                "for a; do [ \"$a\" = inject ] && { echo injecting > %s; "
+                "exec sleep 617; }; done\n"
+                "exec %s \"$@\"\n" % (fifo, real))
+    os.chmod(os.path.join(fake, "perf"), 0o755)
+    env = dict(r.env, PATH=fake + os.pathsep + r.env.get("PATH", ""))
+    prog = r.script("short.py", SHORT)
+    out = r.out("interrupted")
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    p = r.start(["record", "-o", out, "--", prog], env=env)
+    rd, _, _ = select.select([fd], [], [], 240)
+    if not t.check(rd, "the recording reached perf inject"):
+        p.kill()
+        p.communicate()
+        return
+    os.killpg(p.pid, signal.SIGINT)
+    so, se = p.communicate(timeout=120)
+    os.close(fd)
+    t.check(p.returncode == 128 + signal.SIGINT,
+            "a signal while finishing: exit 130", "%d %s"
+            % (p.returncode, se[-500:]))
+    t.check("jitring report %s" % out in se,
+            "it names the command that finishes the recording", se[-500:])
+    t.check(os.path.exists(os.path.join(out, "perf.data")) and
+            jrtest.dumps(out) and
+            not os.path.exists(os.path.join(out, "perf.jit.data")),
+            "perf.data and the dump kept, no partial output")
+    sleepers = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                if f.read() == b"sleep\x00617\x00":
+                    sleepers.append(d)
+        except OSError:
+            pass
+    t.check(not sleepers, "the interrupted step is stopped", sleepers)
+    p = r.run(["report", out])
+    t.check(p.returncode == 0 and
+            has(sections(p.stdout)["total"], "spin_short") and
+            os.path.exists(os.path.join(out, "flame.html")),
+            "report DIR finishes it", p.stdout[-800:] + p.stderr[-800:])
+
+
+def test_output(t, r):
+    mod = os.path.join(t.scratch, "pkgdir")
     os.mkdir(mod)
-    with open(os.path.join(mod, "spin.py"), "w") as f:
-        f.write("import sys\n"
-                "def spin(n):\n"
-                "    s = 0\n"
-                "    for i in range(n):\n"
-                "        s += i\n"
-                "    return s\n"
-                "spin(3000000)\n"
-                "sys.exit(int(sys.argv[1]))\n")
-    out = os.path.join(t.scratch, "rec-m")
-    p = jr(["record", "-o", out, "-F", "499", "-m", "spin", "3"], env=env,
-           cwd=mod)
-    t.check(p.returncode == 3, "record -m module: the program's exit "
-            "status (3) passed through", p.stderr[-500:])
-    t.check("spin:" in p.stdout, "record -m module names its function",
-            p.stdout[-800:])
+    with open(os.path.join(mod, "spinmod.py"), "w") as f:
+        f.write(SHORT + "sys.exit(int(os.environ.get('SPIN_STATUS', 0)))\n")
+    p = r.run(["record", "-o", r.out("module"), "-F", "499", "-m",
+               "spinmod"], env=dict(r.env, SPIN_STATUS="4"), cwd=mod)
+    t.check(p.returncode == 4 and
+            has(sections(p.stdout)["total"], "spin_short"),
+            "record -m module: its function, its status (4)",
+            p.stdout[-800:] + p.stderr[-500:])
+    prog = r.script("boom.py", "def boom():\n    raise ValueError("
+                    "'boom-123')\nboom()\n")
+    p = r.run(["record", "-o", r.out("boom"), "--", prog])
+    t.check(p.returncode == 1 and "Traceback" in p.stderr and
+            "ValueError: boom-123" in p.stderr,
+            "an uncaught exception: its traceback on record's stderr, "
+            "status 1", "%d %s" % (p.returncode, p.stderr[-800:]))
+    for args, want, rc in (
+            (["nosuch.py"], "can't open file", 2),
+            (["-m", "nosuch_mod_zz"], "No module named nosuch_mod_zz", 1)):
+        out = r.out("missing")
+        p = r.run(["record", "-o", out, "--"] + args)
+        t.check(p.returncode == rc and want in p.stderr and
+                "record" not in p.stderr and not os.path.exists(out),
+                "%s: python's message and status (%d), no recording"
+                % (" ".join(args), rc),
+                "%d %s" % (p.returncode, p.stderr[-500:]))
 
 
-def test_bad_perf(t, env):
+def test_event(t, r):
+    prog = r.script("short.py", SHORT)
+    out = r.out("task-clock")
+    p = r.run(["record", "-o", out, "-e", "task-clock", "--", prog])
+    t.check(p.returncode == 0 and "samples of task-clock" in p.stdout and
+            has(sections(p.stdout)["total"], "spin_short"),
+            "-e task-clock", p.stdout[-800:] + p.stderr[-800:])
+    marker = os.path.join(t.scratch, "ran")
+    p = r.run(["record", "-o", r.out("bad-event"), "-e",
+               "no-such-event-zz", "--", prog, marker])
+    t.check(p.returncode == 2 and "no-such-event-zz" in p.stderr and
+            "Traceback" not in p.stderr and not os.path.exists(marker),
+            "an unknown event: a message, exit 2, the program not run",
+            "%d %s" % (p.returncode, p.stderr[-500:]))
+    return out
+
+
+def test_cli(t, r, earlier):
+    prog = r.script("short.py", SHORT)
+    for args in (["record"], ["record", "--top", "x", prog],
+                 ["record", "--bogus", prog], ["record", "-m"]):
+        p = r.run(args)
+        t.check(p.returncode == 2 and "usage:" in p.stderr and
+                "Traceback" not in p.stderr,
+                "usage error %s: the usage line, exit 2" % args[1:],
+                "%d %s" % (p.returncode, p.stderr[-300:]))
+    mine = r.out("mine")
+    os.mkdir(mine)
+    with open(os.path.join(mine, "notes.txt"), "w") as f:
+        f.write("mine")
+    p = r.run(["record", "-o", mine, "--", prog])
+    t.check(p.returncode == 2 and "--force" in p.stderr and
+            len(p.stderr.strip().splitlines()) == 1 and
+            os.listdir(mine) == ["notes.txt"],
+            "-o: a folder of the user's is refused, untouched",
+            p.stderr[-300:])
+    p = r.run(["record", "-o", mine, "--force", "--", prog])
+    t.check(p.returncode == 0 and
+            os.path.exists(os.path.join(mine, "notes.txt")) and
+            os.path.exists(os.path.join(mine, "flame.html")),
+            "--force: recorded, the user's file kept", p.stderr[-300:])
+    if earlier:
+        p = r.run(["record", "-o", earlier, "--", prog])
+        t.check(p.returncode == 0 and "samples of cpu-clock" in p.stdout,
+                "-o: an earlier recording is replaced", p.stderr[-300:])
+    plain = os.path.join(t.scratch, "a-file")
+    with open(plain, "w") as f:
+        f.write("x")
+    p = r.run(["record", "-o", os.path.join(plain, "sub"), "--", prog])
+    t.check(p.returncode == 2 and "Traceback" not in p.stderr and
+            len(p.stderr.strip().splitlines()) == 1,
+            "an unusable folder: one line, exit 2", p.stderr[-300:])
+    names = os.path.join(t.scratch, "names")
+    os.mkdir(names)
+    p = subprocess.run([r.py, "-c", "from jitring import _record\n"
+                        "print(_record.default_out())\n"
+                        "print(_record.default_out())"],
+                       capture_output=True, text=True, env=r.env,
+                       cwd=names)
+    got = p.stdout.split()
+    t.check(len(got) == 2 and got[0] != got[1] and
+            all(os.path.isdir(g) for g in got),
+            "default folder names in the same second differ", got)
+
     nobin = os.path.join(t.scratch, "nobin")
     os.mkdir(nobin)
-    os.symlink(sys.executable, os.path.join(nobin, "python3"))
-    e = dict(env, PATH=nobin)
-    p = jr(["record", "-o", os.path.join(t.scratch, "r1"), "x.py"], env=e)
+    os.symlink(r.py, os.path.join(nobin, "python3"))
+    p = r.run(["record", "-o", r.out("r1"), "--", prog],
+              env=dict(r.env, PATH=nobin))
     t.check(p.returncode == 2 and "perf not found" in p.stderr and
             "Traceback" not in p.stderr,
             "no perf: a message and exit 2", p.stderr[-300:])
@@ -135,17 +528,18 @@ def test_bad_perf(t, env):
                 "error 13 (Permission denied)' >&2\n"
                 "exit 255\n")
     os.chmod(os.path.join(fake, "perf"), 0o755)
-    e = dict(env, PATH=fake + os.pathsep + env.get("PATH", ""))
-    p = jr(["record", "-o", os.path.join(t.scratch, "r2"), "x.py"], env=e)
+    marker = os.path.join(t.scratch, "ran-refused")
+    p = r.run(["record", "-o", r.out("r2"), "--", prog, marker],
+              env=dict(r.env, PATH=fake + os.pathsep + r.env["PATH"]))
     t.check(p.returncode == 2 and "could not profile" in p.stderr and
             "Permission denied" in p.stderr and
-            "Traceback" not in p.stderr,
-            "a refused perf record: perf's reason and exit 2",
-            p.stderr[-400:])
+            "Traceback" not in p.stderr and not os.path.exists(marker),
+            "a refused perf record: perf's reason, exit 2, the program "
+            "not run", p.stderr[-400:])
 
 
-def test_check(t, env, dump):
-    p = jr(["check", dump], env=env)
+def test_check(t, r, dump):
+    p = r.run(["check", dump])
     t.check(p.returncode == 0, "check: the recording's dump is valid",
             p.stdout[-300:] + p.stderr[-300:])
     bad = os.path.join(t.scratch, "bad.dump")
@@ -154,7 +548,7 @@ def test_check(t, env, dump):
     data[40 + 4:40 + 8] = b"\0\0\0\0"   # the first record's size
     with open(bad, "wb") as f:
         f.write(data)
-    p = jr(["check", bad], env=env)
+    p = r.run(["check", bad])
     t.check(p.returncode != 0, "check: a damaged dump fails")
 
 
@@ -162,13 +556,32 @@ def main(t):
     why = perf_usable()
     if why:
         t.skip(why)
+    import jitring
+    site = os.path.dirname(os.path.dirname(os.path.abspath(
+        jitring.__file__)))
+    if os.path.exists(os.path.join(site, "jitring-autostart.pth")):
+        py = sys.executable         # an installed wheel, its .pth active
+    else:
+        py = jrtest.hook_venv(t, True)
     env = dict(os.environ, HOME=t.scratch)
     env.pop("JITRING_PROFILE", None)
-    dump = test_script(t, env)
-    test_module_and_status(t, env)
-    test_bad_perf(t, env)
-    if dump:
-        test_check(t, env, dump)
+    env.pop("PYTHONPATH", None)     # the venv's .pth finds the package
+    env["PATH"] = os.path.dirname(py) + os.pathsep + env.get("PATH", "")
+    r = Rec(t, py, env)
+    only = sys.argv[1:]
+    tests = [("tree", test_tree), ("signals", test_signals),
+             ("interrupted", test_interrupted_finish),
+             ("output", test_output), ("event", test_event)]
+    got = {}
+    for name, fn in tests:
+        if not only or name in only:
+            got[name] = fn(t, r)
+    if not only or "cli" in only:
+        test_cli(t, r, got.get("event"))
+    if got.get("tree"):
+        test_check(t, r, got["tree"])
+    t.check(not os.path.exists(os.path.join(t.scratch, ".debug")),
+            "nothing written to ~/.debug")
 
 
 if __name__ == "__main__":
