@@ -91,11 +91,12 @@ def stop():
     return was
 
 
-def _note_process(how):
+def _note_process(how, path=None):
     """Under ``python -m jitring record``: add this process to the
-    recording's list ($JITRING_RECORD_PROCS), one JSON line appended with
-    one write(2), so that the summary names it by its command line."""
-    path = _os.environ.get("JITRING_RECORD_PROCS")
+    recording's list (@path, else $JITRING_RECORD_PROCS), one JSON line
+    appended with one write(2), so that the summary names it by its
+    command line."""
+    path = path or _os.environ.get("JITRING_RECORD_PROCS")
     if not path:
         return
     try:

@@ -9,7 +9,9 @@ before its first line, as PYTHONPERFSUPPORT=1 does for -X perf.  The dump
 goes to $JITRING_DIR, else /tmp; a fork child gets its own dump from the
 library.  A process that cannot start it (another eval-frame tool, a
 directory that does not exist) says why on stderr once and runs
-unprofiled.  A subinterpreter (which runs site, and so this hook, too)
+unprofiled.  JITRING_PROFILE=standby starts nothing: it sets the handler
+that ``python -m jitring record --pid`` wakes (jitring._attach), for
+interpreters without sys.remote_exec.  A subinterpreter (which runs site, and so this hook, too)
 stays silent: jitring profiles the main interpreter only.  Unset, the
 .pth line costs one dictionary lookup.
 
@@ -113,11 +115,21 @@ def _prune_tmp():
 
 
 def _autostart():
-    if os.environ.get("JITRING_PROFILE", "") in ("", "0"):
+    flag = os.environ.get("JITRING_PROFILE", "")
+    if flag in ("", "0"):
         return
     if _subinterpreter():
         return
     import sys
+    if flag == "standby":
+        # No hook, no dump: a signal handler that record --pid wakes.
+        try:
+            from jitring import _attach
+            _attach.standby()
+        except Exception as e:
+            sys.stderr.write("jitring: JITRING_PROFILE=standby but the "
+                             "standby handler was not set: %s\n" % e)
+        return
     try:
         import jitring
         if jitring.is_active():

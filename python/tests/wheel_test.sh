@@ -246,6 +246,10 @@ suite py_sessions test_sessions.py
 if [ "$mode" = nogil ]; then
 	suite py_record test_record.py
 fi
+# record --pid through sys.remote_exec (3.14 and later).
+case "$mode" in
+sid*) suite py_attach test_attach.py ;;
+esac
 # $JITRING_PROFILE through the installed .pth (once the package has it).
 if [ -f "$site/jitring/_autostart.py" ] && [ -f "$t/test_autostart.py" ]; then
 	suite py_autostart test_autostart.py

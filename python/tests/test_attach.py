@@ -1,0 +1,308 @@
+# SPDX-License-Identifier: MIT
+"""python -m jitring record --pid: attach to a running threaded service.
+
+The service: stdlib http.server, 8 threads serving one listening socket,
+handle_fn computing the answer; a client thread here checks every answer.
+CPython 3.14 and later are reached through sys.remote_exec, older ones
+are started with JITRING_PROFILE=standby.
+
+ 1. $JITRING_TEST_WINDOWS (default 100) attach/detach windows of 0.2-1 s
+    through jitring._attach (record --pid without perf): every response
+    right; every window's dump valid and naming handle_fn; the service's
+    VmRSS and mappings flat from window 10 to the last; after the last,
+    no jitring thread left in it;
+ 2. record --pid PID --duration 1 through real perf, twice: the table
+    names handle_fn, no perf process left, the service still answering;
+ 3. refusals, each one line and exit 2 with the service untouched: a pid
+    that is gone, a process that is not Python, a service whose jitring
+    cannot be imported, and by version: before 3.14 one not started
+    in standby; from 3.14 one with remote debugging disabled;
+ 4. a service whose jitring is already on (JITRING_PROFILE=1) is recorded
+    as it is and left on.
+Skips (77) where perf cannot record (2 only).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import urllib.request
+
+import jrtest
+
+SERVICE = textwrap.dedent("""
+    import http.server, socketserver, sys, threading
+
+    def handle_fn(n):
+        s = 0
+        for i in range(n):
+            s += i * i
+        return s
+
+    class H(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = str(handle_fn(int(self.path[1:]))).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+    def serve():
+        while True:
+            srv.handle_request()
+    for _ in range(8):
+        threading.Thread(target=serve, daemon=True).start()
+    print(srv.server_address[1], flush=True)
+    threading.Event().wait()
+""")
+
+
+def answer(n):
+    return str(sum(i * i for i in range(n)))
+
+
+class Client(threading.Thread):
+    def __init__(self, port):
+        super().__init__(daemon=True)
+        self.port = port
+        self.ok = self.bad = 0
+        self.errors = []
+        self.halt = threading.Event()
+
+    def run(self):
+        k = 0
+        while not self.halt.is_set():
+            n = 2000 + (k * 97) % 3000
+            k += 1
+            try:
+                with urllib.request.urlopen("http://127.0.0.1:%d/%d"
+                                            % (self.port, n),
+                                            timeout=30) as r:
+                    body = r.read().decode()
+            except Exception as e:
+                body = "error: %s" % e
+            if body == answer(n):
+                self.ok += 1
+            else:
+                self.bad += 1
+                self.errors.append(body[:100])
+
+
+class Service:
+    def __init__(self, t, py, env, args=()):
+        self.p = subprocess.Popen([py] + list(args) + ["-c", SERVICE],
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env,
+                                  text=True)
+        self.port = int(self.p.stdout.readline() or 0)
+        self.pid = self.p.pid
+
+    def status(self, key):
+        with open("/proc/%d/status" % self.pid) as f:
+            for line in f:
+                if line.startswith(key + ":"):
+                    return int(line.split()[1])
+        return None
+
+    def maps(self):
+        with open("/proc/%d/maps" % self.pid) as f:
+            return sum(1 for _ in f)
+
+    def threads(self):
+        names = []
+        for tid in os.listdir("/proc/%d/task" % self.pid):
+            try:
+                with open("/proc/%d/task/%s/comm" % (self.pid, tid)) as f:
+                    names.append(f.read().strip())
+            except OSError:
+                pass
+        return names
+
+    def stop(self):
+        self.p.kill()
+        self.p.wait()
+
+
+def service_env(standby):
+    env = dict(os.environ)
+    for k in ("PYTHONPATH", "JITRING_PROFILE", "JITRING_DIR"):
+        env.pop(k, None)
+    if standby:
+        env["JITRING_PROFILE"] = "standby"
+    return env
+
+
+def test_windows(t, py, svc, n):
+    from jitring import _attach
+    client = Client(svc.port)
+    client.start()
+    rss, maps, bad = {}, {}, []
+    info = _attach.probe(svc.pid)
+    for i in range(1, n + 1):
+        out = os.path.join(t.scratch, "w%d" % i)
+        os.mkdir(out)
+        w = _attach.Window(info, out, 120.0)
+        try:
+            w.start()
+            threading.Event().wait(0.2 + 0.8 * ((i * 7) % 10) / 9)
+            w.stop()
+        finally:
+            w.close()
+        dumps = jrtest.dumps(out)
+        ok = len(dumps) == 1 and jrtest.check_dump(dumps[0])[0] and \
+            any(x.startswith("py::handle_fn:")
+                for x in jrtest.load_names(dumps[0]))
+        if not ok:
+            bad.append(i)
+        rss[i], maps[i] = svc.status("VmRSS"), svc.maps()
+        if ok:
+            for f in os.listdir(out):
+                os.unlink(os.path.join(out, f))
+            os.rmdir(out)
+    client.halt.set()
+    client.join(60)
+    t.check(client.ok > n and client.bad == 0,
+            "%d windows: %d answers, every one right" % (n, client.ok),
+            client.errors[:3])
+    t.check(not bad, "every window's dump valid, naming handle_fn", bad)
+    first = min(10, n)
+    grow = rss[n] - rss[first]
+    print("VmRSS window %d: %d KiB, window %d: %d KiB; mappings %d -> %d"
+          % (first, rss[first], n, rss[n], maps[first], maps[n]))
+    t.check(grow < 4096 + 16 * (n - first),
+            "VmRSS flat from window %d to %d (+%d KiB)" % (first, n, grow))
+    t.check(abs(maps[n] - maps[first]) <= 8,
+            "mappings flat from window %d to %d (%d -> %d)"
+            % (first, n, maps[first], maps[n]))
+    left = [x for x in svc.threads() if x.startswith("jitring")]
+    t.check(not left, "after the last window no jitring thread is left",
+            left)
+
+
+def test_record(t, py, svc):
+    from test_record import perf_usable, leftovers, sections, has
+    why = perf_usable()
+    if why:
+        t.skip_part("record --pid through perf", why)
+        return
+    client = Client(svc.port)
+    client.start()
+    for i in range(2):
+        out = os.path.join(t.scratch, "rec%d" % i)
+        p = subprocess.run([py, "-m", "jitring", "record", "-o", out,
+                            "--pid", str(svc.pid), "--duration", "1"],
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ,
+                                    HOME=t.scratch))
+        t.check(p.returncode == 0 and
+                has(sections(p.stdout)["total"], "handle_fn"),
+                "record --pid (%d): the table names handle_fn" % i,
+                p.stdout[-1200:] + p.stderr[-800:])
+        t.check(not leftovers(out), "no perf process left")
+    client.halt.set()
+    client.join(60)
+    t.check(client.ok > 0 and client.bad == 0,
+            "the service answered right during record --pid",
+            client.errors[:3])
+
+
+def refused(t, py, pid, what, want):
+    p = subprocess.run([py, "-m", "jitring", "record", "-o",
+                        os.path.join(t.scratch, "refused"), "--pid",
+                        str(pid), "--duration", "1"],
+                       capture_output=True, text=True, timeout=120)
+    t.check(p.returncode == 2 and want in p.stderr and
+            len(p.stderr.strip().splitlines()) == 1 and
+            not os.path.exists(os.path.join(t.scratch, "refused")),
+            "refused, %s: one line, exit 2, nothing recorded" % what,
+            "%d %s" % (p.returncode, p.stderr[-400:]))
+
+
+def test_refusals(t, py, newer):
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    refused(t, py, gone.pid, "a pid that is gone", "no process")
+    sleeper = subprocess.Popen(["sleep", "300"])
+    try:
+        refused(t, py, sleeper.pid, "not Python",
+                "is not a Python interpreter")
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    cases = [("jitring not importable there", ["-S"], service_env(True),
+              "jitring" if not newer else "cannot be imported")]
+    if newer:
+        cases.append(("remote debugging disabled", [],
+                      dict(service_env(False),
+                           PYTHON_DISABLE_REMOTE_DEBUG="1"),
+                      "remote debugging disabled"))
+    else:
+        cases.append(("not started in standby", [], service_env(False),
+                      "JITRING_PROFILE=standby"))
+    for what, args, env, want in cases:
+        svc = Service(t, py, env, args)
+        try:
+            before = svc.threads()
+            refused(t, py, svc.pid, what, want)
+            t.check(svc.threads() == before and svc.p.poll() is None,
+                    what + ": the service untouched")
+        finally:
+            svc.stop()
+
+
+def test_as_is(t, py):
+    from jitring import _attach
+    d = os.path.join(t.scratch, "as-is")
+    os.mkdir(d)
+    env = dict(service_env(False), JITRING_PROFILE="1", JITRING_DIR=d)
+    svc = Service(t, py, env)
+    try:
+        info = _attach.probe(svc.pid)
+        t.check(_attach.route(info) == "as-is",
+                "JITRING_PROFILE=1: recorded as it is")
+        out = os.path.join(t.scratch, "as-is-out")
+        os.mkdir(out)
+        w = _attach.Window(info, out, 60.0)
+        try:
+            w.start()
+            w.stop()
+        finally:
+            w.close()
+        t.check(any(x.startswith("jitring") for x in svc.threads()),
+                "and left on")
+    finally:
+        svc.stop()
+
+
+def main(t):
+    import jitring
+    site = os.path.dirname(os.path.dirname(os.path.abspath(
+        jitring.__file__)))
+    if os.path.exists(os.path.join(site, "jitring-autostart.pth")):
+        py = sys.executable
+    else:
+        py = jrtest.hook_venv(t, True)
+    newer = sys.version_info >= (3, 14)
+    svc = Service(t, py, service_env(not newer))
+    if not t.check(svc.port > 0, "the service runs", svc.p.stderr.read()
+                   if svc.p.poll() is not None else ""):
+        return
+    try:
+        test_windows(t, py, svc,
+                     int(os.environ.get("JITRING_TEST_WINDOWS", "100")))
+        test_record(t, py, svc)
+    finally:
+        svc.stop()
+    test_refusals(t, py, newer)
+    test_as_is(t, py)
+
+
+if __name__ == "__main__":
+    jrtest.Test().run(main)
