@@ -334,15 +334,21 @@ def pdeathsig():
 class Perf:
     """perf record -p PID, attached and enabled before PID runs."""
 
-    def __init__(self, perf, out, opts, pid):
+    def __init__(self, perf, out, opts, pid, gated=False):
         self.log = os.path.join(out, "perf-record.log")
         cr, cw = os.pipe()
         ar, aw = os.pipe()
+        # A gated program has not exec'd yet: what perf would synthesize
+        # from its maps is record's own image (the same interpreter, at
+        # other addresses), which perf 6.1 keeps beside the real one
+        # after exec and then fails to unwind most samples through.  The
+        # program's own mappings all come as events after exec.
+        synth = ["--synth", "no"] if gated else []
         cmd = perf + ["record", "-k", "1", "-e", opts.event, "-F",
                       str(opts.freq), "--call-graph", "dwarf",
                       "-D", "-1", "--control", "fd:%d,%d" % (cr, aw),
-                      "-p", str(pid), "-o",
-                      os.path.join(out, "perf.data")]
+                      "-p", str(pid)] + synth + [
+                      "-o", os.path.join(out, "perf.data")]
         with open(self.log, "wb") as log:
             self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                       stdout=log, stderr=log,
@@ -462,7 +468,7 @@ def record(opts, target, perf_bin):
     pid, gate = fork_gated(argv, env)
     meta["pid"] = pid
     try:
-        p = Perf(perf, out, opts, pid)
+        p = Perf(perf, out, opts, pid, gated=True)
     except OSError as e:
         gate_open(gate, False)
         os.waitpid(pid, 0)
