@@ -272,7 +272,11 @@ def program_argv(argv):
 def command_of(pid, comm, procs):
     r = procs.get(pid)
     if not r:
-        return comm
+        # A Python process that never started jitring: its Python frames
+        # have no names (the package is not in its interpreter, or
+        # --no-children).
+        return comm + (" (without jitring)" if comm.startswith("python")
+                       else "")
     argv = program_argv(r.get("argv") or [])
     cmd = " ".join(os.path.basename(a) if i == 0 else a
                    for i, a in enumerate(argv)) or comm
