@@ -346,7 +346,6 @@ _SCRIPT = r"""
     .width(width())
     .cellHeight(18)
     .minFrameSize(1)
-    .transitionDuration(300)
     .sort(false)
     .setColorMapper(colour)
     .setLabelHandler(describe)
@@ -365,7 +364,20 @@ _SCRIPT = r"""
   });
   chart.setDetailsHandler(function (text) { details.textContent = text || hint; });
   details.textContent = hint;
-  d3.select("#chart").datum(data).call(chart);
+  // The first drawing and a resize without animation, finished at once
+  // (d3's timers run on animation frames, which a hidden or headless page
+  // may not get, and a screenshot may come before they end); zooming
+  // animates.
+  function now(draw) {
+    chart.transitionDuration(0);
+    draw();
+    d3.timerFlush();
+    // New frames' rects grow in a fixed 250 ms animation: end it now.
+    d3.select("#chart").selectAll("g.frame > rect").interrupt()
+      .attr("width", function () { return this.parentNode.getAttribute("width"); });
+    chart.transitionDuration(300);
+  }
+  now(function () { d3.select("#chart").datum(data).call(chart); });
   var input = document.getElementById("search"), timer = null;
   input.addEventListener("input", function () {
     clearTimeout(timer);
@@ -383,7 +395,9 @@ _SCRIPT = r"""
   var rt = null;
   window.addEventListener("resize", function () {
     clearTimeout(rt);
-    rt = setTimeout(function () { chart.width(width()); chart.update(); }, 200);
+    rt = setTimeout(function () {
+      if (chart.width() !== width()) now(function () { chart.width(width()).update(); });
+    }, 200);
   });
   // The search term from the address (#search=TERM), e.g. for a link.
   var m = /[#&]search=([^&]*)/.exec(location.hash);
