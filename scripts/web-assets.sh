@@ -18,6 +18,7 @@
 # commit the new files and SHA256SUMS.
 set -euo pipefail
 
+# python/jitring/_flame.py names them on each page (LIBRARIES).
 FLAME=d3-flame-graph@5.0.0
 D3=d3@7.9.2
 

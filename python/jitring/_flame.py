@@ -54,8 +54,7 @@ def label(frame):
 
 
 def _checked(stacks):
-    """The stacks, each checked: frames a non-empty list of str, count an
-    int > 0."""
+    """The stacks, each checked: frames non-empty, count an int > 0."""
     for frames, count in stacks:
         if isinstance(count, bool) or not isinstance(count, int) or \
                 count <= 0:
@@ -306,6 +305,7 @@ _SCRIPT = r"""
   document.getElementById("note").textContent = cfg.note;
   if (!total) {
     document.getElementById("chart").textContent = "No " + unit + ".";
+    document.body.setAttribute("data-rendered", Math.round(performance.now()));
     return;
   }
   function hash(s) {            // a stable 0..1 per name, for shading
