@@ -106,6 +106,8 @@ class Browser:
                                env=dict(os.environ, HOME=self.t.scratch))
         except subprocess.TimeoutExpired:
             return None, "", "timed out after %d s" % timeout, timeout
+        except OSError as e:
+            return None, "", str(e), 0
         return p.returncode, p.stdout, p.stderr, time.monotonic() - t0
 
 
