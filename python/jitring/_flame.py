@@ -358,8 +358,16 @@ _SCRIPT = r"""
       d.data.n.toLowerCase().indexOf(t.toLowerCase()) >= 0;
   });
   var match = document.getElementById("match");
-  chart.setSearchHandler(function (results, sum, all) {
-    match.textContent = term ? results.length + " frames match \u201c" + term +
+  chart.setSearchHandler(function (results) {
+    // The matches' samples from the data, each counted once (not under
+    // another match), whatever the zoom hides.
+    var found = new Set(results), sum = 0;
+    results.forEach(function (d) {
+      for (var p = d.parent; p; p = p.parent) if (found.has(p)) return;
+      sum += d.data.v;
+    });
+    match.textContent = term ? (results.length === 1 ? "1 frame matches" :
+      results.length + " frames match") + " \u201c" + term +
       "\u201d: " + fmt(sum) + " " + unit + ", " + pct(sum) + "% of all" : "";
   });
   chart.setDetailsHandler(function (text) { details.textContent = text || hint; });

@@ -13,7 +13,9 @@ prunes) and loaded from file:// in Debian's chromium with the network cut
   frames    --dump-dom: the hot functions, the process roots, a native and
             a kernel frame are SVG frames with their names, labelled, as
             wide as their share, Python frames blue and native ones warm
-  search    #search=hot_ highlights hot_a/hot_b/hot_c and gives their 60%
+  search    #search=hot_ highlights hot_a/hot_b/hot_c and gives their 62%
+  zoom      a click on a frame zooms to it; Reset zoom and typing into the
+            search box (scripted inside a copy of the page) do their part
   picture   --screenshot: a PNG of the window's size, not blank, with the
             Python and the native colours in it
   folded    write_folded: the a;b;c COUNT lines
@@ -281,6 +283,58 @@ def check_search(t, dom):
             m.group(1) if m else "no match line")
 
 
+# Driven from inside the page (a script added to a copy of it): a click on
+# native_sort's frame, then, for the second run, on Reset zoom and typing
+# into the search box.
+CLICK = """<script>
+document.querySelector('g[name="native_sort (app.py)"]')
+  .dispatchEvent(new MouseEvent("click", {bubbles: true}));
+if (location.hash === "#reset") setTimeout(function () {
+  document.getElementById("reset").click();
+  var box = document.getElementById("search");
+  box.value = "HOT_A";
+  box.dispatchEvent(new Event("input"));
+}, 1000);
+</script>
+"""
+
+
+def driven(t, html):
+    with open(html, encoding="utf-8") as f:
+        text = f.read()
+    i = text.rindex("</body>")
+    path = os.path.join(t.scratch, "driven.html")
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text[:i] + CLICK + text[i:])
+    return "file://" + path
+
+
+def check_zoom(t, dom, dom_reset):
+    fr = frames(dom)
+    full = fr.get("all", [({}, "", "", 0)])[0][3]
+    ns = fr.get("native_sort (app.py)", [({}, "", "", 0)])[0]
+    hot = [v[0][3] for n, v in fr.items() if n.startswith("hot_")]
+    main = fr.get("main (app.py)", [({}, "", "", 0)])[0][0]
+    t.check(full > 0 and abs(ns[3] - full) < 1 and max(hot or [0]) < 1 and
+            "fade" in main.get("class", ""),
+            "zoom: a click on native_sort widens it to the chart, its "
+            "siblings go, its callers fade",
+            "native_sort %.0f of %.0f, hot_* %s, main class %r" % (
+                ns[3], full, hot, main.get("class")))
+    fr = frames(dom_reset)
+    full = fr.get("all", [({}, "", "", 0)])[0][3]
+    a = fr.get("hot_a (app.py)", [({}, "", "", 0)])[0]
+    t.check(full > 0 and abs(a[3] / full - 3000 / TOTAL) < 0.005,
+            "zoom: Reset zoom gives hot_a its 28.8% again",
+            "%.0f of %.0f" % (a[3], full))
+    lit = sorted(n for n, v in fr.items() if v[0][1].lower() == "#e600e6")
+    m = re.search(r'<span id="match">([^<]*)</span>', dom_reset)
+    want = "1 frame matches \u201cHOT_A\u201d: 3,000 samples, 28.85% of all"
+    t.check(lit == ["hot_a (app.py)"] and m and unescape(m.group(1)) == want,
+            "search box: typing HOT_A highlights hot_a (any case) and "
+            "shows its share", (lit, m.group(1) if m else None))
+
+
 def check_png(t, path):
     try:
         w, h, rows = png_pixels(path)
@@ -347,6 +401,10 @@ def main(t):
     check_frames(t, dom, secs)
     rc, dom, err, _ = b.run(url + "#search=hot_", "--dump-dom")
     check_search(t, dom)
+    durl = driven(t, html)
+    rc, dom, err, _ = b.run(durl, "--dump-dom")
+    rc, dom_reset, err, _ = b.run(durl + "#reset", "--dump-dom")
+    check_zoom(t, dom, dom_reset)
     png = os.path.join(t.scratch, "flame.png")
     rc, out, err, _ = b.run(url, "--screenshot=" + png)
     t.check(rc == 0 and os.path.exists(png), "chromium --screenshot "
