@@ -278,7 +278,8 @@ footer { color: #777; font-size: 12px; padding: 6px 16px 14px; }
 </header>
 <div id="chart"></div>
 <footer><span id="total"></span> <span id="note"></span><br>
-Click a frame to zoom into it, the bottom frames to zoom out.
+The processes are on top, each frame's callees below it. Click a frame to
+zoom into it, a frame above it to zoom out.
 Drawn with @LIBRARIES@.</footer>
 <script>@D3@</script>
 <script>@FLAME@</script>
@@ -347,6 +348,7 @@ _SCRIPT = r"""
     .cellHeight(18)
     .minFrameSize(1)
     .sort(false)
+    .inverted(true)             // an icicle: deep stacks start on screen
     .setColorMapper(colour)
     .setLabelHandler(describe)
     .setDetailsElement(details);
