@@ -2,9 +2,9 @@
 """The flame graph page (jitring._flame) in a real headless browser.
 
 A page is written from synthetic stacks with known hot functions (two
-processes; hot_a 30%, hot_b 10% and hot_c 20% of all samples, native_sort
-40% through native and kernel frames; 400 small stacks that the page
-prunes) and loaded from file:// in Debian's chromium with the network cut
+processes; hot_a 29%, hot_b 10% and hot_c 18% (and 5% in the second
+process) of all samples, native_sort 38% through native and kernel frames;
+400 one-sample stacks under hot_c that the page prunes) and loaded from file:// in Debian's chromium with the network cut
 (a proxy that does not exist, every host name unresolvable):
 
   offline   the file holds no http(s) URL but XML namespace names and d3's
