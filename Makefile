@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
+.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python wheel test-python-newer
 
@@ -28,6 +28,12 @@ deps-clang:
 deps-cross:
 	-@bash scripts/deps.sh cross || \
 		echo "jitring: no aarch64 cross tools; trampoline_unwind_aarch64 will skip"
+
+# Best effort: without it the flame graph page's browser test (py_flame)
+# skips.
+deps-browser:
+	-@bash scripts/deps.sh browser || \
+		echo "jitring: no chromium; py_flame will skip"
 
 build/build.ninja: | deps
 	$(MESON) setup build -Dtestpoints=true -Dbench=disabled
@@ -52,7 +58,7 @@ python-configure: build/build.ninja
 build-py: python-configure
 	$(NINJA) -C build
 
-test-python: build-py
+test-python: build-py deps-browser
 	$(MESON) test -C build --no-rebuild --num-processes 1 --print-errorlogs --suite python
 
 # The same suite on the GIL build of the same tarball, built standalone
@@ -99,7 +105,7 @@ demo: build
 # Every test: unit, e2e (through real perf where permitted), the short
 # stress runs, the safety suite (hostile files, tests/safety/) and the
 # Python module's suite.  The last line is the summary.
-test: build-py deps-cross
+test: build-py deps-cross deps-browser
 	@rm -f build/meson-logs/testlog.json
 	-@$(MESON) test -C build --no-rebuild --num-processes $(JOBS) \
 		--print-errorlogs --suite unit --suite e2e --suite stress --suite safety \

@@ -139,7 +139,11 @@ esac
 import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 print("\n".join(names))
-want = ["jitring/__init__.py", "jitring/__main__.py", "jitring-autostart.pth"]
+want = ["jitring/__init__.py", "jitring/__main__.py", "jitring-autostart.pth",
+        "jitring/_flame.py", "jitring/web/d3.min.js",
+        "jitring/web/d3-flamegraph.umd.min.js", "jitring/web/d3-flamegraph.css",
+        "jitring/web/LICENSE.d3", "jitring/web/LICENSE.d3-flame-graph",
+        "jitring/web/SHA256SUMS"]
 missing = [w for w in want if w not in names]
 if not any(n.startswith("jitring/_jitring.") and n.endswith(".so") for n in names):
     missing.append("jitring/_jitring.*.so")
@@ -250,6 +254,8 @@ fi
 case "$mode" in
 sid*) suite py_attach test_attach.py ;;
 esac
+# The flame graph page from the installed package's inlined web assets.
+suite py_flame test_flame.py
 # $JITRING_PROFILE through the installed .pth (once the package has it).
 if [ -f "$site/jitring/_autostart.py" ] && [ -f "$t/test_autostart.py" ]; then
 	suite py_autostart test_autostart.py
