@@ -7,6 +7,9 @@ recording whose finishing was interrupted (or to see it again).
 
 Steps, each a file in the recording's folder:
 
+  perf.data        fixed first (jitring._execfix), so that perf unwinds
+                   the processes that exec'd
+
   perf.jit.data    ``perf inject --jit``: perf.data with the JIT code of
                    the dumps as ELF images (``perf report -i``)
   perf.script.txt  ``perf script`` text of the samples with their stacks
@@ -278,7 +281,7 @@ def command_of(pid, comm, procs):
         return comm + (" (without jitring)" if comm.startswith("python")
                        else "")
     argv = program_argv(r.get("argv") or [])
-    cmd = " ".join(os.path.basename(a) if i == 0 else a
+    cmd = " ".join(os.path.basename(a) if i == 0 else " ".join(a.split())
                    for i, a in enumerate(argv)) or comm
     if len(cmd) > 70:
         cmd = cmd[:67] + "..."
@@ -405,6 +408,13 @@ def finish(out, meta, top=12, browser=False):
                 except OSError:
                     pass
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
+            if not meta.get("exec_fixed"):
+                # Before perf reads it: processes that exec'd unwind
+                # (jitring._execfix).  Once: finish() may run again.
+                from jitring import _execfix
+                if _execfix.fix(os.path.join(out, "perf.data")) >= 0:
+                    meta["exec_fixed"] = True
+                    write_meta(out, meta)
             inject(steps, perf, out)
             samples = script(steps, perf, out)
             procs = processes(out)
