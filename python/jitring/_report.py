@@ -171,7 +171,7 @@ def script(steps, perf, out):
         for line in f:
             if not line.strip():
                 if head is not None:
-                    samples.append((head[0], head[1], stack))
+                    samples.append((head[0], head[1], _inlined(stack)))
                 head, stack = None, []
             elif line[0] in " \t":
                 parts = line.split(None, 1)
@@ -187,8 +187,21 @@ def script(steps, perf, out):
                 head = (int(m.group(2)), m.group(1).strip()) if m else \
                     (0, line.split(None, 1)[0] if line.strip() else "?")
         if head is not None:
-            samples.append((head[0], head[1], stack))
+            samples.append((head[0], head[1], _inlined(stack)))
     return samples
+
+
+def _inlined(stack):
+    """perf lists a function inlined into another before it, at the same
+    address, with "(inlined)" for its file: give it its host's file."""
+    host = ""
+    for i in range(len(stack) - 1, -1, -1):
+        s, d = stack[i]
+        if d == "inlined":
+            stack[i] = (s, host)
+        else:
+            host = d
+    return stack
 
 
 def processes(out):
@@ -256,7 +269,12 @@ def program_stack(frames):
         if s.startswith("py::"):
             if not _own_frame(s):
                 keep.append(s)
-        elif i > last or not _interp_dso(d):
+        elif i < last and _interp_dso(d):
+            continue            # the call machinery between Python frames
+        elif s == "_PyEval_EvalFrameDefault" and \
+                root_first[i - 1][0].startswith("py::"):
+            continue            # the Python frame's own body
+        else:
             keep.append(label(s, d))
     return keep
 
@@ -339,8 +357,19 @@ def lost_line(out):
         else "", out)
 
 
-def fmt_name(name):
-    return name[4:] if name.startswith("py::") else name
+LIBDIR = re.compile(r"^.*/lib/python3\.\d+t?/(?:(?:site|dist)-packages/)?")
+
+
+def fmt_name(name, cwd=None):
+    """A table's name for a function: qualname:file, the file relative to
+    the standard library, site-packages or the program's folder."""
+    if not name.startswith("py::"):
+        return name
+    qual, _, fn = name[4:].rpartition(":")
+    short = LIBDIR.sub("", fn)
+    if short == fn and cwd and fn.startswith(cwd.rstrip("/") + "/"):
+        short = fn[len(cwd.rstrip("/")) + 1:]
+    return "%s:%s" % (qual, short)
 
 
 def print_tables(meta, per, total, rows, top, out):
@@ -371,13 +400,13 @@ def print_tables(meta, per, total, rows, top, out):
     print("%8s %8s  %s" % ("total", "self", "function"))
     for t, s, name in by_total:
         print("%7.1f%% %7.1f%%  %s" % (100.0 * t / total, 100.0 * s / total,
-                                       fmt_name(name)))
+                                       fmt_name(name, meta.get("cwd"))))
     print("\nBy self (the innermost Python function; native code it calls "
           "counts to it):")
     print("%8s %8s  %s" % ("total", "self", "function"))
     for t, s, name in by_self:
         print("%7.1f%% %7.1f%%  %s" % (100.0 * t / total, 100.0 * s / total,
-                                       fmt_name(name)))
+                                       fmt_name(name, meta.get("cwd"))))
 
 
 def write_outputs(out, meta, folded, total):
