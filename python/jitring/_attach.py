@@ -374,9 +374,10 @@ class Window:
             left = end - time.monotonic()
             if left <= 0:
                 raise AttachError(
-                    "process %d did not answer within %d s (it runs the "
-                    "request at its next Python bytecode: is it blocked "
-                    "in C code, or stopped?)" % (self.pid, ANSWER_SECONDS))
+                    "process %d did not answer within %d s (its main "
+                    "thread runs the request at its next Python bytecode: "
+                    "is it blocked in a call without timeout, or "
+                    "stopped?)" % (self.pid, ANSWER_SECONDS))
             r, _, _ = select.select([self.fd], [], [], min(left, 1.0))
             if not r:
                 if not os.path.exists("/proc/%d" % self.pid):

@@ -60,7 +60,12 @@ SERVICE = textwrap.dedent("""
     for _ in range(8):
         threading.Thread(target=serve, daemon=True).start()
     print(srv.server_address[1], flush=True)
-    threading.Event().wait()
+    # The main thread in a sleep loop, as a service's main loop: requests
+    # run there at its next bytecode (sys.remote_exec and the standby
+    # signal both), which a wait without timeout would never reach.
+    import time
+    while True:
+        time.sleep(0.1)
 """)
 
 
