@@ -395,18 +395,17 @@ def print_tables(meta, per, total, rows, top, out):
     by_total = sorted(rows, key=lambda r: (-r[0], -r[1], r[2]))[:top]
     by_self = sorted(rows, key=lambda r: (-r[1], -r[0], r[2]))[:top]
     by_self = [r for r in by_self if r[1]]
-    print("\nHottest Python functions by total (the function and all it "
-          "calls; share of all samples):")
-    print("%8s %8s  %s" % ("total", "self", "function"))
-    for t, s, name in by_total:
-        print("%7.1f%% %7.1f%%  %s" % (100.0 * t / total, 100.0 * s / total,
-                                       fmt_name(name, meta.get("cwd"))))
-    print("\nBy self (the innermost Python function; native code it calls "
-          "counts to it):")
-    print("%8s %8s  %s" % ("total", "self", "function"))
-    for t, s, name in by_self:
-        print("%7.1f%% %7.1f%%  %s" % (100.0 * t / total, 100.0 * s / total,
-                                       fmt_name(name, meta.get("cwd"))))
+    for title, view in (("Hottest Python functions by total (the "
+                         "function and all it calls; share of all "
+                         "samples):", by_total),
+                        ("By self (the innermost Python function; native "
+                         "code it calls counts to it):", by_self)):
+        print("\n" + title)
+        print("%8s %8s  %s" % ("total", "self", "function"))
+        for t, s, name in view:
+            print("%7.1f%% %7.1f%%  %s"
+                  % (100.0 * t / total, 100.0 * s / total,
+                     fmt_name(name, meta.get("cwd"))))
 
 
 def write_outputs(out, meta, folded, total):

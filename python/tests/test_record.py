@@ -128,6 +128,16 @@ SHORT = textwrap.dedent("""
 """)
 
 
+def fake_perf(t, name, body):
+    """A folder for PATH whose perf is the shell script @body."""
+    d = os.path.join(t.scratch, name)
+    os.mkdir(d)
+    with open(os.path.join(d, "perf"), "w") as f:
+        f.write("#!/bin/sh\n" + body)
+    os.chmod(os.path.join(d, "perf"), 0o755)
+    return d
+
+
 def perf_usable():
     import shutil
     perf = shutil.which("perf")
@@ -268,7 +278,7 @@ def test_tree(t, r):
     t.check(not any(o in row for row in tabs["total"] + tabs["self"]
                     for o in own), "no jitring frame in the tables")
     # perf unwinds the processes that exec'd (jitring._execfix): most of
-XX
+    # each child's samples reach a Python frame.
     per, py = {}, {}
     for l in lines:
         frames, n = l.rsplit(" ", 1)
@@ -383,16 +393,12 @@ def test_interrupted_finish(t, r):
     be stopped: SIGINT then, as a second Ctrl-C would."""
     import shutil
     real = shutil.which("perf")
-    fake = os.path.join(t.scratch, "slowinject")
-    os.mkdir(fake)
     fifo = os.path.join(t.scratch, "inject.fifo")
     os.mkfifo(fifo)
-    with open(os.path.join(fake, "perf"), "w") as f:
-        f.write("#!/bin/sh\n"
-                "for a; do [ \"$a\" = inject ] && { echo injecting > %s; "
-                "exec sleep 617; }; done\n"
-                "exec %s \"$@\"\n" % (fifo, real))
-    os.chmod(os.path.join(fake, "perf"), 0o755)
+    fake = fake_perf(t, "slowinject",
+                     "for a; do [ \"$a\" = inject ] && { echo injecting > "
+                     "%s; exec sleep 617; }; done\n"
+                     "exec %s \"$@\"\n" % (fifo, real))
     env = dict(r.env, PATH=fake + os.pathsep + r.env.get("PATH", ""))
     prog = r.script("short.py", SHORT)
     out = r.out("interrupted")
@@ -533,19 +539,15 @@ def test_cli(t, r, earlier):
     t.check(p.returncode == 2 and "perf not found" in p.stderr and
             "Traceback" not in p.stderr,
             "no perf: a message and exit 2", p.stderr[-300:])
-    fake = os.path.join(t.scratch, "fakebin")
-    os.mkdir(fake)
-    with open(os.path.join(fake, "perf"), "w") as f:
-        f.write("#!/bin/sh\n"
-                "[ \"$1\" = --version ] && { echo 'perf version 6.1'; "
-                "exit 0; }\n"
-                "echo 'Error:' >&2\n"
-                "echo 'Access to performance monitoring and observability "
-                "operations is limited.' >&2\n"
-                "echo 'perf_event_open(..., 0) failed unexpectedly with "
-                "error 13 (Permission denied)' >&2\n"
-                "exit 255\n")
-    os.chmod(os.path.join(fake, "perf"), 0o755)
+    fake = fake_perf(t, "fakebin",
+                     "[ \"$1\" = --version ] && { echo 'perf version 6.1'; "
+                     "exit 0; }\n"
+                     "echo 'Error:' >&2\n"
+                     "echo 'Access to performance monitoring and "
+                     "observability operations is limited.' >&2\n"
+                     "echo 'perf_event_open(..., 0) failed unexpectedly "
+                     "with error 13 (Permission denied)' >&2\n"
+                     "exit 255\n")
     marker = os.path.join(t.scratch, "ran-refused")
     p = r.run(["record", "-o", r.out("r2"), "--", prog, marker],
               env=dict(r.env, PATH=fake + os.pathsep + r.env["PATH"]))
