@@ -34,7 +34,6 @@ finishes them later (python -m jitring report DIR).
 """
 
 import argparse
-import json
 import os
 import select
 import shutil
