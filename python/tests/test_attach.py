@@ -23,12 +23,10 @@ Skips (77) where perf cannot record (2 only).
 """
 
 import os
-import signal
 import subprocess
 import sys
 import textwrap
 import threading
-import time
 import urllib.request
 
 import jrtest
