@@ -17,7 +17,10 @@ are started with JITRING_PROFILE=standby.
     that is gone, a process that is not Python, a service whose jitring
     cannot be imported, and by version: before 3.14 one not started
     in standby; from 3.14 one with remote debugging disabled;
- 4. a service whose jitring is already on (JITRING_PROFILE=1) is recorded
+ 4. record --pid killed with SIGKILL in its window: the service stops
+    profiling by itself (its watcher thread wakes on record's pidfd) and
+    its dump is valid;
+ 5. a service whose jitring is already on (JITRING_PROFILE=1) is recorded
     as it is and left on.
 Skips (77) where perf cannot record (2 only).
 """
@@ -27,6 +30,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import urllib.request
 
 import jrtest
@@ -216,6 +220,40 @@ def test_record(t, py, svc):
             client.errors[:3])
 
 
+def test_record_killed(t, py, svc):
+    """record --pid killed in its window (SIGKILL: nothing of record's
+    runs): the service stops profiling by itself, its dump closed whole."""
+    from test_record import perf_usable
+    if perf_usable():
+        t.skip_part("record --pid killed", perf_usable())
+        return
+    out = os.path.join(t.scratch, "killed")
+    p = subprocess.Popen([py, "-m", "jitring", "record", "-o", out,
+                          "--pid", str(svc.pid)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, HOME=t.scratch))
+    line = p.stderr.readline()
+    if not t.check("attached to process" in line, "record --pid attached",
+                   line):
+        p.kill()
+        p.communicate()
+        return
+    on = any(x.startswith("jitring") for x in svc.threads())
+    p.kill()
+    p.communicate()
+    # The watcher wakes on the pidfd at once; allow a loaded machine 30 s.
+    end = time.monotonic() + 30
+    while time.monotonic() < end and \
+            any(x.startswith("jitring") for x in svc.threads()):
+        time.sleep(0.05)
+    left = [x for x in svc.threads() if x.startswith("jitring")]
+    dumps = jrtest.dumps(out)
+    t.check(on and not left and len(dumps) == 1 and
+            jrtest.check_dump(dumps[0])[0],
+            "record killed: the service stopped profiling by itself, its "
+            "dump valid", (on, left, dumps))
+
+
 def refused(t, py, pid, what, want):
     p = subprocess.run([py, "-m", "jitring", "record", "-o",
                         os.path.join(t.scratch, "refused"), "--pid",
@@ -301,6 +339,7 @@ def main(t):
         test_windows(t, py, svc,
                      int(os.environ.get("JITRING_TEST_WINDOWS", "100")))
         test_record(t, py, svc)
+        test_record_killed(t, py, svc)
     finally:
         svc.stop()
     test_refusals(t, py, newer)
