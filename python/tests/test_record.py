@@ -128,13 +128,13 @@ SHORT = textwrap.dedent("""
 """)
 
 
-def fake_perf(t, name, body):
-    """A folder for PATH whose perf is the shell script @body."""
+def fake_tool(t, name, body, tool="perf"):
+    """A folder for PATH whose @tool is the shell script @body."""
     d = os.path.join(t.scratch, name)
     os.mkdir(d)
-    with open(os.path.join(d, "perf"), "w") as f:
+    with open(os.path.join(d, tool), "w") as f:
         f.write("#!/bin/sh\n" + body)
-    os.chmod(os.path.join(d, "perf"), 0o755)
+    os.chmod(os.path.join(d, tool), 0o755)
     return d
 
 
@@ -395,7 +395,7 @@ def test_interrupted_finish(t, r):
     real = shutil.which("perf")
     fifo = os.path.join(t.scratch, "inject.fifo")
     os.mkfifo(fifo)
-    fake = fake_perf(t, "slowinject",
+    fake = fake_tool(t, "slowinject",
                      "for a; do [ \"$a\" = inject ] && { echo injecting > "
                      "%s; exec sleep 617; }; done\n"
                      "exec %s \"$@\"\n" % (fifo, real))
@@ -512,6 +512,17 @@ def test_cli(t, r, earlier):
         p = r.run(["record", "-o", earlier, "--", prog])
         t.check(p.returncode == 0 and "samples of cpu-clock" in p.stdout,
                 "-o: an earlier recording is replaced", p.stderr[-300:])
+    if earlier:
+        # --browser: webbrowser runs $BROWSER with the page's URL.
+        got = os.path.join(t.scratch, "opened")
+        fake = fake_tool(t, "fakebrowser", "echo \"$1\" > %s\n" % got,
+                         "browser")
+        p = r.run(["report", "--browser", earlier],
+                  env=dict(r.env, BROWSER=os.path.join(fake, "browser") +
+                           " %s"))
+        url = open(got).read().strip() if os.path.exists(got) else ""
+        t.check(p.returncode == 0 and url == "file://" + os.path.join(
+                earlier, "flame.html"), "--browser opens flame.html", url)
     plain = os.path.join(t.scratch, "a-file")
     with open(plain, "w") as f:
         f.write("x")
@@ -539,7 +550,7 @@ def test_cli(t, r, earlier):
     t.check(p.returncode == 2 and "perf not found" in p.stderr and
             "Traceback" not in p.stderr,
             "no perf: a message and exit 2", p.stderr[-300:])
-    fake = fake_perf(t, "fakebin",
+    fake = fake_tool(t, "fakebin",
                      "[ \"$1\" = --version ] && { echo 'perf version 6.1'; "
                      "exit 0; }\n"
                      "echo 'Error:' >&2\n"
