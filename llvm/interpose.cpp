@@ -10,6 +10,14 @@
 // ahead of libLLVM.  It must be built against the LLVM major version the
 // program uses.
 //
+// It also gives the program the layout perf needs to unwind through every
+// JIT function (layout.cpp): LLVMOrcJITTargetMachineBuilderCreateFromTarget-
+// Machine() puts each function in its own section, and
+// LLVMOrcCreateRTDyldObjectLinkingLayerWithSectionMemoryManager() returns
+// a layer whose memory manager leaves room after each.  Both are the calls
+// through which a C-API ORC program (PostgreSQL's llvmjit.so) builds its
+// JIT; each forwards to LLVM with only that change.
+//
 // The dump goes to $JITRING_DIR, else /tmp (jitring_open()'s default).  If
 // jitring cannot open it, the program gets LLVM's own listener instead
 // (one line on stderr says why), so turning profiling on never breaks the
@@ -54,6 +62,25 @@ extern "C" JITRING_API LLVMJITEventListenerRef
 LLVMCreatePerfJITEventListener(void)
 {
 	return get();
+}
+
+extern "C" JITRING_API LLVMOrcJITTargetMachineBuilderRef
+LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine(LLVMTargetMachineRef tm)
+{
+	static auto real =
+		reinterpret_cast<LLVMOrcJITTargetMachineBuilderRef (*)(
+			LLVMTargetMachineRef)>(dlsym(
+			RTLD_NEXT,
+			"LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine"));
+	jitring_llvm_target_machine_prepare(tm);
+	return real(tm);
+}
+
+extern "C" JITRING_API LLVMOrcObjectLayerRef
+LLVMOrcCreateRTDyldObjectLinkingLayerWithSectionMemoryManager(
+	LLVMOrcExecutionSessionRef es)
+{
+	return jitring_llvm_object_layer_create(es);
 }
 
 namespace llvm {
