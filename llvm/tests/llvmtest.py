@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import traceback
 
 
 class Test:
@@ -66,6 +67,20 @@ class Test:
             shutil.rmtree(self.scratch, ignore_errors=True)
         print('%d passed, %d failed' % (self.passed, self.failed))
         sys.exit(1 if self.failed else 0)
+
+
+def guarded(name, body):
+    """Runs body(t) for a new Test; an exception fails the test, and the
+    cleanups (a server to stop) run whatever happens."""
+    t = Test(name)
+    try:
+        body(t)
+    except SystemExit:
+        raise
+    except BaseException:
+        traceback.print_exc()
+        t.fatal('%s: exception (above)' % name)
+    t.done()
 
 
 def run(cmd, **kw):

@@ -21,7 +21,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from llvmtest import (Test, run, perf_usable, dump_records, dump_loads,
+from llvmtest import (guarded, run, perf_usable, dump_records, dump_loads,
                       perf_samples)
 
 FUNCS = 1023
@@ -70,14 +70,13 @@ def chains(samples):
     return st
 
 
-def main():
+def main(t):
     if len(sys.argv) != 2:
         print('usage: orc_perf.py BUILD_DIR', file=sys.stderr)
         sys.exit(2)
     build = os.path.abspath(sys.argv[1])
     prog = os.path.join(build, 'llvm', 'tests', 'orcjit')
     dumptool = os.path.join(build, 'tools', 'jitring-dump')
-    t = Test('orc_perf')
     if not os.access(prog, os.X_OK) or not os.access(dumptool, os.X_OK):
         t.fatal('not built: %s, %s' % (prog, dumptool))
     scratch = t.make_scratch()
@@ -211,4 +210,4 @@ def main():
 
 
 if __name__ == '__main__':
-    main()
+    guarded('orc_perf', main)
