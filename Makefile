@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross build demo test test-unit test-asan test-tsan \
+.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross deps-llvm build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python wheel test-python-newer
 
@@ -24,12 +24,17 @@ deps-bench:
 deps-clang:
 	@bash scripts/deps.sh fuzz
 
+# Best effort: without them the llvm suite skips (and says why).
+deps-llvm:
+	-@bash scripts/deps.sh llvm || \
+		echo "jitring: no llvm-14-dev/postgresql-15; the llvm suite will skip"
+
 # Best effort: without them the aarch64 trampoline test skips.
 deps-cross:
 	-@bash scripts/deps.sh cross || \
 		echo "jitring: no aarch64 cross tools; trampoline_unwind_aarch64 will skip"
 
-build/build.ninja: | deps
+build/build.ninja: | deps deps-llvm
 	$(MESON) setup build -Dtestpoints=true -Dbench=disabled
 
 build: build/build.ninja
@@ -97,13 +102,14 @@ demo: build
 	@bash tests/e2e/demo.sh build
 
 # Every test: unit, e2e (through real perf where permitted), the short
-# stress runs, the safety suite (hostile files, tests/safety/) and the
-# Python module's suite.  The last line is the summary.
+# stress runs, the safety suite (hostile files, tests/safety/), the
+# Python module's suite and the LLVM listener's (an ORC JIT and
+# PostgreSQL's JIT under perf, llvm/tests/).  The last line is the summary.
 test: build-py deps-cross
 	@rm -f build/meson-logs/testlog.json
 	-@$(MESON) test -C build --no-rebuild --num-processes $(JOBS) \
 		--print-errorlogs --suite unit --suite e2e --suite stress --suite safety \
-		--suite python --suite python-newer \
+		--suite python --suite python-newer --suite llvm \
 		> build/test-output.txt 2>&1; tail -n 40 build/test-output.txt
 	@$(PY) scripts/test-summary.py --expect-suite python build/meson-logs/testlog.json
 

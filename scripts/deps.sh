@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Install the Debian 12 packages jitring needs, only those missing.
-# Usage: scripts/deps.sh [core|bench|fuzz|cross|python|all]   (default: core)
+# Usage: scripts/deps.sh [core|bench|fuzz|cross|python|llvm|all]   (default: core)
 # cross: an aarch64 cross compiler and qemu-user, for the aarch64
 # trampoline test (tests/cross/run-aarch64.sh), which skips without them.
 # python: what scripts/build-python.sh needs to build CPython from source
 # (xz for the tarball; zlib, bz2, lzma and libffi for the stdlib modules
 # the tests and the runner use).
+# llvm: LLVM 14 for the listener in llvm/, and PostgreSQL 15 (its JIT uses
+# LLVM 14) as the listener's real client in the llvm suite.
 set -euo pipefail
 
 core=(gcc g++ make pkg-config meson ninja-build python3 binutils
@@ -15,6 +17,7 @@ bench=(libbenchmark-dev valgrind gnuplot-nox)
 fuzz=(clang libclang-rt-14-dev clang-format)
 cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 python=(xz-utils zlib1g-dev libbz2-dev liblzma-dev libffi-dev)
+llvm=(llvm-14-dev postgresql-15)
 
 want=("${core[@]}")
 case "${1:-core}" in
@@ -23,8 +26,9 @@ bench) want+=("${bench[@]}") ;;
 fuzz) want+=("${fuzz[@]}") ;;
 cross) want+=("${cross[@]}") ;;
 python) want+=("${python[@]}") ;;
-all) want+=("${bench[@]}" "${fuzz[@]}" "${cross[@]}" "${python[@]}") ;;
-*) echo "usage: $0 [core|bench|fuzz|cross|python|all]" >&2; exit 2 ;;
+llvm) want+=("${llvm[@]}") ;;
+all) want+=("${bench[@]}" "${fuzz[@]}" "${cross[@]}" "${python[@]}" "${llvm[@]}") ;;
+*) echo "usage: $0 [core|bench|fuzz|cross|python|llvm|all]" >&2; exit 2 ;;
 esac
 
 missing=()
