@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross deps-llvm build demo test test-unit test-asan test-tsan \
+.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross deps-llvm bench-llvm build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python wheel test-python-newer
 
@@ -201,6 +201,15 @@ bench-python: deps-bench build-release/build.ninja
 	JITRING_DUMP=$(CURDIR)/build-release/tools/jitring-dump \
 	$$py bench/python/bench_py.py --quick --out bench/results/python-quick.json \
 		| tee bench/results/python-quick.txt
+
+# The LLVM listener's cost per object against LLVM's perf listener
+# (bench/README.md, "LLVM listener"); dumps go to a scratch folder in
+# /dev/shm, removed afterwards.
+bench-llvm: deps-bench deps-llvm build-release/build.ninja
+	$(NINJA) -C build-release llvm/bench/listener_driver
+	@d=$$(mktemp -d /dev/shm/jitring-llvm-bench.XXXXXX) && \
+	build-release/llvm/bench/listener_driver --objects 1024 --dir $$d \
+		| tee bench/results/llvm-listener.txt; rc=$$?; rm -rf $$d; exit $$rc
 
 bench-full: deps-bench build-release/build.ninja
 	$(NINJA) -C build-release
