@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross deps-llvm bench-llvm build demo test test-unit test-asan test-tsan \
+.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross deps-llvm bench-llvm test-llvm15 build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python wheel test-python-newer
 
@@ -112,6 +112,23 @@ test: build-py deps-cross
 		--suite python --suite python-newer --suite llvm \
 		> build/test-output.txt 2>&1; tail -n 40 build/test-output.txt
 	@$(PY) scripts/test-summary.py --expect-suite python build/meson-logs/testlog.json
+
+# The llvm suite again, with the listener built against LLVM 15
+# (scripts/llvm15.ini); only what the suite needs is built.  pg_perf skips
+# there: PostgreSQL 15's JIT uses LLVM 14.
+build-llvm15/build.ninja: | deps deps-llvm
+	$(MESON) setup build-llvm15 --native-file scripts/llvm15.ini \
+		-Dtestpoints=false -Dbench=disabled
+
+test-llvm15: build-llvm15/build.ninja
+	@if [ -x "$$(command -v llvm-config-15)" ]; then \
+		$(NINJA) -C build-llvm15 llvm/tests/orcjit tools/jitring-dump \
+			llvm/libjitring-llvm-perf.so; fi
+	@rm -f build-llvm15/meson-logs/testlog.json
+	-@$(MESON) test -C build-llvm15 --no-rebuild --num-processes 1 \
+		--print-errorlogs --suite llvm \
+		> build-llvm15/test-output.txt 2>&1; tail -n 20 build-llvm15/test-output.txt
+	@$(PY) scripts/test-summary.py build-llvm15/meson-logs/testlog.json
 
 test-unit: build
 	$(MESON) test -C build --no-rebuild --suite unit --print-errorlogs
@@ -226,5 +243,5 @@ format-check: deps-clang
 		echo "format: $(words $(wildcard $(FORMAT_FILES))) files follow .clang-format"
 
 clean:
-	rm -rf build build-release build-asan build-tsan build-release-check build-gil \
+	rm -rf build build-release build-asan build-tsan build-release-check build-gil build-llvm15 \
 		build-wheel

@@ -7,8 +7,9 @@
 # python: what scripts/build-python.sh needs to build CPython from source
 # (xz for the tarball; zlib, bz2, lzma and libffi for the stdlib modules
 # the tests and the runner use).
-# llvm: LLVM 14 for the listener in llvm/, and PostgreSQL 15 (its JIT uses
-# LLVM 14) as the listener's real client in the llvm suite.
+# llvm: LLVM 14 for the listener in llvm/ (and 15, for make test-llvm15),
+# and PostgreSQL 15 (its JIT uses LLVM 14) as the listener's real client in
+# the llvm suite.
 set -euo pipefail
 
 core=(gcc g++ make pkg-config meson ninja-build python3 binutils
@@ -17,7 +18,7 @@ bench=(libbenchmark-dev valgrind gnuplot-nox)
 fuzz=(clang libclang-rt-14-dev clang-format)
 cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 python=(xz-utils zlib1g-dev libbz2-dev liblzma-dev libffi-dev)
-llvm=(llvm-14-dev postgresql-15)
+llvm=(llvm-14-dev llvm-15-dev postgresql-15)
 
 want=("${core[@]}")
 case "${1:-core}" in

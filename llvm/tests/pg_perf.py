@@ -1,7 +1,9 @@
 # SPDX-License-Identifier: MIT
 """PostgreSQL 15's JIT (Debian's llvmjit.so, LLVM 14) through jitring.
 
-Usage: pg_perf.py BUILD_DIR
+Usage: pg_perf.py BUILD_DIR [LLVM_VERSION]
+LLVM_VERSION: the LLVM the build used; the test skips unless it is the
+one llvmjit.so links (the interposer must match it).
 A scratch cluster (initdb as the postgres user: the server refuses root),
 a server on a Unix socket only, jit=on, jit_above_cost=0,
 jit_profiling_support=on, and libjitring-llvm-perf.so preloaded with
@@ -66,8 +68,8 @@ class Psql:
 
 
 def main(t):
-    if len(sys.argv) != 2:
-        print('usage: pg_perf.py BUILD_DIR', file=sys.stderr)
+    if len(sys.argv) not in (2, 3):
+        print('usage: pg_perf.py BUILD_DIR [LLVM_VERSION]', file=sys.stderr)
         sys.exit(2)
     build = os.path.abspath(sys.argv[1])
     preload = os.path.join(build, 'llvm', 'libjitring-llvm-perf.so')
@@ -79,6 +81,12 @@ def main(t):
             t.skip('PostgreSQL 15 not installed (Debian: postgresql-15)')
     if not os.path.exists('/usr/lib/postgresql/15/lib/llvmjit.so'):
         t.skip('PostgreSQL 15 has no llvmjit.so here')
+    with open('/usr/lib/postgresql/15/lib/llvmjit.so', 'rb') as f:
+        m = re.search(rb'libLLVM-(\d+)', f.read())
+    pg_llvm = m.group(1).decode() if m else '?'
+    if len(sys.argv) == 3 and sys.argv[2].split('.')[0] != pg_llvm:
+        t.skip('this build is against LLVM %s; PostgreSQL 15\'s llvmjit.so '
+               'uses LLVM %s' % (sys.argv[2], pg_llvm))
     if os.getuid() != 0:
         t.skip('needs root: the server runs as the postgres user')
     try:
