@@ -13,7 +13,8 @@
 // I/O each listener does on the calling thread; jitring's background
 // thread's writes are counted apart.
 //
-// Usage: listener_driver [--objects N] [--dir DIR]
+// Usage: listener_driver [--objects N] [--dir DIR] [--threads T]
+//                        [--only jitring|llvm]
 // Prints one line per (listener, threads): ns per object (median, p99,
 // mean), write calls and ns in write per object on the JIT threads, and
 // how often a jitring thread found its ring full and waited for the
@@ -183,13 +184,18 @@ void run_thread(JITEventListener *l,
 
 int main(int argc, char **argv)
 {
+	std::vector<unsigned> thread_counts = {1, 8, 64};
 	unsigned objects = 1024;
-	std::string dir = "/tmp";
+	std::string dir = "/tmp", only;
 	for (int i = 1; i + 1 < argc; i += 2) {
 		if (!std::strcmp(argv[i], "--objects"))
 			objects = unsigned(std::atoi(argv[i + 1]));
 		else if (!std::strcmp(argv[i], "--dir"))
 			dir = argv[i + 1];
+		else if (!std::strcmp(argv[i], "--only"))
+			only = argv[i + 1];
+		else if (!std::strcmp(argv[i], "--threads"))
+			thread_counts = {unsigned(std::atoi(argv[i + 1]))};
 	}
 	InitializeNativeTarget();
 	InitializeNativeTargetAsmPrinter();
@@ -240,8 +246,10 @@ int main(int argc, char **argv)
 		    "listener", "threads", "objects", "median_ns", "p99_ns",
 		    "mean_ns", "writes/obj", "write_ns/obj", "ring_waits");
 	struct jitring *w = jitring_llvm_listener_writer(jr);
-	for (unsigned threads : {1u, 8u, 64u}) {
+	for (unsigned threads : thread_counts) {
 		for (auto &L : listeners) {
+			if (!only.empty() && only != L.name)
+				continue;
 			jit_writes = 0;
 			jit_write_ns = 0;
 			struct jitring_stats st0 = {}, st1 = {};
