@@ -5,8 +5,9 @@
  * loads (ORC's RTDyldObjectLinkingLayer, MCJIT) it writes one group:
  * UNWINDING_INFO built from the object's own .eh_frame, DEBUG_INFO from
  * its DWARF line table when it has one, and a CODE_LOAD named by the
- * symbol.  The calling (compiling) thread takes no lock and makes no
- * system call: the records go through jitring's per-thread rings.
+ * symbol.  The calling (compiling) thread takes no lock and does no file
+ * I/O: the records go through jitring's per-thread rings (a futex wake of
+ * jitring's background thread, when it sleeps, is the only system call).
  *
  * Three lines for a runtime using LLVM's C API:
  *

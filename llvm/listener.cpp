@@ -20,7 +20,7 @@
 //  - lines: DWARFContext over the debug object, as LLVM's own perf
 //    listener does, only when the object has .debug_line.
 //
-// The listener keeps no state per object and takes no lock: everything is
+// The listener keeps no state per object and takes no lock of its own: all is
 // built on the calling thread's stack and heap and handed to
 // jitring_write(), which copies it into the thread's ring.  Several
 // threads may notify at once (an ORC JIT with several compile threads, or
