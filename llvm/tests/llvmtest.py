@@ -8,6 +8,7 @@ exits 77.  Failing tests keep their scratch directory and name it.
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -69,10 +70,21 @@ class Test:
         sys.exit(1 if self.failed else 0)
 
 
+class Terminated(Exception):
+    pass
+
+
+def _terminated(signum, frame):
+    raise Terminated('signal %d (a test timeout?)' % signum)
+
+
 def guarded(name, body):
-    """Runs body(t) for a new Test; an exception fails the test, and the
-    cleanups (a server to stop) run whatever happens."""
+    """Runs body(t) for a new Test; an exception, SIGTERM (meson's timeout)
+    or SIGINT fails the test, and the cleanups (a server to stop) run
+    whatever happens."""
     t = Test(name)
+    signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGINT, _terminated)
     try:
         body(t)
     except SystemExit:

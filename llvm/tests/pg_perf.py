@@ -130,8 +130,12 @@ def main(t):
             env=server_env)
 
     def stop_server():
-        run(['runuser', '-u', 'postgres', '--', PGBIN + '/pg_ctl', '-D',
-             data_dir, '-w', '-t', '120', '-m', 'fast', 'stop'], env=env)
+        for mode in ('fast', 'immediate'):
+            r = run(['runuser', '-u', 'postgres', '--', PGBIN + '/pg_ctl',
+                     '-D', data_dir, '-w', '-t', '60', '-m', mode, 'stop'],
+                    env=env)
+            if r.returncode == 0 or 'is the server running' in r.stderr:
+                return
     t.cleanups.append(stop_server)
     if r.returncode != 0:
         t.fatal('pg_ctl start: %s %s' % (r.stdout[-1000:],
