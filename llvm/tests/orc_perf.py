@@ -29,6 +29,8 @@ JIT_RE = re.compile(r'jf_(\d+)$')
 
 
 def record(t, scratch, tag, prog_args, env_extra, call_graph=True):
+    """perf record + inject of prog_args; returns (record's result, the
+    injected data's path)."""
     data = os.path.join(scratch, tag + '.data')
     env = dict(os.environ, **env_extra)
     cmd = ['perf', 'record', '-q', '-k', '1', '-e', 'cpu-clock', '-F', '999',
@@ -41,10 +43,10 @@ def record(t, scratch, tag, prog_args, env_extra, call_graph=True):
         t.fatal('%s: perf record %s exited %d: %s' %
                 (tag, ' '.join(prog_args), r.returncode, r.stderr[-2000:]))
     jdata = os.path.join(scratch, tag + '.jit.data')
-    r = run(['perf', 'inject', '--jit', '-i', data, '-o', jdata])
-    if r.returncode != 0:
+    i = run(['perf', 'inject', '--jit', '-i', data, '-o', jdata])
+    if i.returncode != 0:
         t.fatal('%s: perf inject --jit exited %d: %s' %
-                (tag, r.returncode, r.stderr[-2000:]))
+                (tag, i.returncode, i.stderr[-2000:]))
     return r, jdata
 
 
@@ -172,6 +174,13 @@ def main(t):
     r, pdata = record(t, scratch, 'packed',
                       [prog, '--listener', 'jitring', '--packed',
                        '--funcs', str(FUNCS)] + work, {'JITRING_DIR': pdir})
+    ok, out = dump_records(dumptool,
+                           glob.glob(os.path.join(pdir, 'jit-*.dump'))[0])
+    t.check(ok, 'packed: dump passes --check --sorted')
+    m = re.search(r'unwind_overlap (\d+)', r.stdout)
+    t.check(m and int(m.group(1)) > 0,
+            'packed: the listener counts the functions perf cannot unwind '
+            '(unwind_overlap %s)' % (m.group(1) if m else '?'))
     pst = chains(perf_samples(pdata))
     print('packed: %(jit)d JIT samples, %(unnamed)d unnamed, %(caller)d with '
           'drive_jit above' % pst)
