@@ -262,6 +262,32 @@ uint64_t lookup(LLJIT &jit, const std::string &name)
 
 using JitFn = long (*)(long);
 
+// Forwards to the listener under test and records how many notifications
+// overlapped, to show whether ORC calls listeners concurrently.
+class Overlap final : public JITEventListener {
+public:
+	explicit Overlap(JITEventListener *inner) : inner_(inner) {}
+	void notifyObjectLoaded(ObjectKey k, const object::ObjectFile &o,
+				const RuntimeDyld::LoadedObjectInfo &i) override
+	{
+		unsigned n = now_.fetch_add(1) + 1;
+		unsigned m = max_.load();
+		while (n > m && !max_.compare_exchange_weak(m, n))
+			;
+		inner_->notifyObjectLoaded(k, o, i);
+		now_.fetch_sub(1);
+	}
+	void notifyFreeingObject(ObjectKey k) override
+	{
+		inner_->notifyFreeingObject(k);
+	}
+	unsigned max() const { return max_.load(); }
+
+private:
+	JITEventListener *inner_;
+	std::atomic<unsigned> now_{0}, max_{0};
+};
+
 } // namespace
 
 // The native caller every profile must show above the JIT frames.
@@ -383,7 +409,11 @@ int main(int argc, char **argv)
 
 	if (o.debug)
 		write_source(o);
-	auto jit = make_jit(o, l);
+	std::unique_ptr<Overlap> overlap;
+	if (l) {
+		overlap = std::make_unique<Overlap>(l);
+	}
+	auto jit = make_jit(o, overlap.get());
 	unsigned objects = 0;
 	for (unsigned k = 0; k < o.funcs; k += o.per_module, objects++)
 		die_on(jit->addIRModule(make_module(
@@ -407,6 +437,9 @@ int main(int argc, char **argv)
 	JitFn root = reinterpret_cast<JitFn>(
 		(*syms)[jit->mangleAndIntern(fname(0))].getAddress());
 	std::printf("result %ld\n", drive_jit(root, o.reps));
+	if (overlap)
+		std::printf("notifications_overlapping_max %u\n",
+			    overlap->max());
 	print_stats(o, l);
 	return 0;
 }
