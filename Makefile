@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser build demo test test-unit test-asan test-tsan \
+.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser deps-llvm bench-llvm test-llvm15 build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python wheel test-python-newer
 
@@ -24,6 +24,11 @@ deps-bench:
 deps-clang:
 	@bash scripts/deps.sh fuzz
 
+# Best effort: without them the llvm suite skips (and says why).
+deps-llvm:
+	-@bash scripts/deps.sh llvm || \
+		echo "jitring: no llvm-14-dev/postgresql-15; the llvm suite will skip"
+
 # Best effort: without them the aarch64 trampoline test skips.
 deps-cross:
 	-@bash scripts/deps.sh cross || \
@@ -35,7 +40,7 @@ deps-browser:
 	-@bash scripts/deps.sh browser || \
 		echo "jitring: no chromium; py_flame will skip"
 
-build/build.ninja: | deps
+build/build.ninja: | deps deps-llvm
 	$(MESON) setup build -Dtestpoints=true -Dbench=disabled
 
 build: build/build.ninja
@@ -103,15 +108,33 @@ demo: build
 	@bash tests/e2e/demo.sh build
 
 # Every test: unit, e2e (through real perf where permitted), the short
-# stress runs, the safety suite (hostile files, tests/safety/) and the
-# Python module's suite.  The last line is the summary.
+# stress runs, the safety suite (hostile files, tests/safety/), the
+# Python module's suite and the LLVM listener's (an ORC JIT and
+# PostgreSQL's JIT under perf, llvm/tests/).  The last line is the summary.
 test: build-py deps-cross deps-browser
 	@rm -f build/meson-logs/testlog.json
 	-@$(MESON) test -C build --no-rebuild --num-processes $(JOBS) \
 		--print-errorlogs --suite unit --suite e2e --suite stress --suite safety \
-		--suite python --suite python-newer \
+		--suite python --suite python-newer --suite llvm \
 		> build/test-output.txt 2>&1; tail -n 40 build/test-output.txt
 	@$(PY) scripts/test-summary.py --expect-suite python build/meson-logs/testlog.json
+
+# The llvm suite again, with the listener built against LLVM 15
+# (scripts/llvm15.ini); only what the suite needs is built.  pg_perf skips
+# there: PostgreSQL 15's JIT uses LLVM 14.
+build-llvm15/build.ninja: | deps deps-llvm
+	$(MESON) setup build-llvm15 --native-file scripts/llvm15.ini \
+		-Dtestpoints=false -Dbench=disabled
+
+test-llvm15: build-llvm15/build.ninja
+	@if [ -x "$$(command -v llvm-config-15)" ]; then \
+		$(NINJA) -C build-llvm15 llvm/tests/orcjit tools/jitring-dump \
+			llvm/libjitring-llvm-perf.so; fi
+	@rm -f build-llvm15/meson-logs/testlog.json
+	-@$(MESON) test -C build-llvm15 --no-rebuild --num-processes 1 \
+		--print-errorlogs --suite llvm \
+		> build-llvm15/test-output.txt 2>&1; tail -n 20 build-llvm15/test-output.txt
+	@$(PY) scripts/test-summary.py build-llvm15/meson-logs/testlog.json
 
 test-unit: build
 	$(MESON) test -C build --no-rebuild --suite unit --print-errorlogs
@@ -202,6 +225,15 @@ bench-python: deps-bench build-release/build.ninja
 	$$py bench/python/bench_py.py --quick --out bench/results/python-quick.json \
 		| tee bench/results/python-quick.txt
 
+# The LLVM listener's cost per object against LLVM's perf listener
+# (bench/README.md, "LLVM listener"); dumps go to a scratch folder in
+# /dev/shm, removed afterwards.
+bench-llvm: deps-bench deps-llvm build-release/build.ninja
+	$(NINJA) -C build-release llvm/bench/listener_driver
+	@d=$$(mktemp -d /dev/shm/jitring-llvm-bench.XXXXXX) && \
+	build-release/llvm/bench/listener_driver --objects 1024 --dir $$d \
+		| tee bench/results/llvm-listener.txt; rc=$$?; rm -rf $$d; exit $$rc
+
 bench-full: deps-bench build-release/build.ninja
 	$(NINJA) -C build-release
 	bash bench/run.sh full build-release
@@ -217,5 +249,5 @@ format-check: deps-clang
 		echo "format: $(words $(wildcard $(FORMAT_FILES))) files follow .clang-format"
 
 clean:
-	rm -rf build build-release build-asan build-tsan build-release-check build-gil \
+	rm -rf build build-release build-asan build-tsan build-release-check build-gil build-llvm15 \
 		build-wheel
