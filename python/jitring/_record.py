@@ -93,6 +93,28 @@ def parser():
     p.add_argument("--keep-debug", action="store_true",
                    help="let perf use ~/.debug as its build-id cache "
                    "(default: DIR/.debug)")
+    p.add_argument("--call-graph", choices=("auto", "dwarf", "fp"),
+                   default="auto",
+                   help="how perf records stacks: dwarf (an 8 KiB stack "
+                   "copy per sample, then perf inject), fp (frame "
+                   "pointers: no copies, no inject; the interpreter must "
+                   "keep them), auto (default): fp where the interpreter "
+                   "was built with -fno-omit-frame-pointer")
+    p.add_argument("--perf-script", action="store_true",
+                   help="keep perf.script.txt, the samples' stacks as "
+                   "perf script prints them (Firefox Profiler, speedscope)")
+    p.add_argument("--inject", choices=("reduced", "full"),
+                   default="reduced",
+                   help="which functions perf inject makes images of: "
+                   "those the samples reach (default), or every one the "
+                   "dumps describe (slow at many functions; a yardstick)")
+    p.add_argument("--inline", action="store_true",
+                   help="list native functions inlined into others as "
+                   "frames of their own (perf runs addr2line for them: "
+                   "slow)")
+    p.add_argument("--keep-perf-data", action="store_true",
+                   help="keep perf.data next to perf.jit.data (by default "
+                   "perf.jit.data, its copy with the JIT code, replaces it)")
     p.add_argument("--engine", choices=("rings", "mutex"), default="rings",
                    help="jitring's engine (default rings; mutex is the "
                    "one-lock design kept as a yardstick)")
@@ -448,6 +470,8 @@ def record(opts, target, perf_bin):
     meta = {"version": 1, "command": target, "python": sys.executable,
             "event": opts.event, "freq": opts.freq,
             "keep_debug": opts.keep_debug, "top_only": opts.no_children,
+            "inject": opts.inject, "perf_script": opts.perf_script,
+            "keep_perf_data": opts.keep_perf_data, "inline": opts.inline,
             "cwd": os.getcwd(), "started": time.time()}
     term = Terminal()
     pid, gate = fork_gated(argv, env)

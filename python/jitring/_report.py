@@ -8,9 +8,13 @@ recording whose finishing was interrupted (or to see it again).
 Steps, each a file in the recording's folder:
 
   perf.jit.data    ``perf inject --jit``: perf.data with the JIT code of
-                   the dumps as ELF images (``perf report -i``)
-  perf.script.txt  ``perf script`` text of the samples with their stacks
-                   (Firefox Profiler and speedscope load it)
+                   the dumps as ELF images (``perf report -i``); it
+                   replaces perf.data.  perf inject is given only the
+                   functions the samples can reach (jitring._jitsyms), so
+                   its cost and its jitted-*.so follow the samples
+  perf.script.txt  with --perf-script only: ``perf script`` text of the
+                   samples with their stacks (Firefox Profiler and
+                   speedscope load it)
   stacks.folded    one line per stack, root first, ``a;b;c COUNT``
   flame.html       an interactive flame graph, self-contained
 
@@ -135,28 +139,66 @@ def tail_of(path, n=5):
     return "\n  ".join(lines[-n:])
 
 
-def inject(steps, perf, out):
+def injected(out):
+    """Whether perf.jit.data is complete and perf.data gone (inject
+    replaces it once it has succeeded)."""
+    return (not os.path.exists(os.path.join(out, "perf.data")) and
+            os.path.exists(os.path.join(out, "perf.jit.data")))
+
+
+def inject(steps, perf, out, meta):
+    """perf inject --jit, perf.data -> perf.jit.data; unless the recording
+    asks for the whole dumps (--inject full), perf inject reads dumps of
+    only the functions the samples can reach (the full ones are put back
+    after).  perf.data is removed once perf.jit.data is written."""
+    from jitring import _jitsyms, _perfdata
     log = os.path.join(out, "perf-inject.log")
+    paths = []
     with open(log, "w") as f:
-        rc = steps.run(perf + ["inject", "--jit", "-i", "perf.data", "-o",
-                               "perf.jit.data"], cwd=out, stdout=f,
-                       stderr=f, stdin=subprocess.DEVNULL)
+        try:
+            _jitsyms.restore(out)   # a finishing stopped half-way
+            if meta.get("inject", "reduced") != "full":
+                try:
+                    stats = _jitsyms.reduce(out,
+                                            os.path.join(out, "perf.data"))
+                    paths = list(stats)
+                    for p, (n, k) in sorted(stats.items()):
+                        f.write("jitring: %s: %d of %d functions reached "
+                                "by the samples\n"
+                                % (os.path.basename(p), k, n))
+                except (_perfdata.PerfDataError, _jitsyms.DumpError,
+                        OSError) as e:
+                    _jitsyms.restore(out, paths)
+                    paths = []
+                    f.write("jitring: the whole dumps (%s)\n" % e)
+                f.flush()
+            rc = steps.run(perf + ["inject", "--jit", "-i", "perf.data",
+                                   "-o", "perf.jit.data"], cwd=out,
+                           stdout=f, stderr=f, stdin=subprocess.DEVNULL)
+        finally:
+            _jitsyms.restore(out, paths)
     if rc != 0:
         raise RecordError("perf inject --jit failed (exit %d):\n  %s"
                           % (rc, tail_of(log)))
+    if not meta.get("keep_perf_data"):
+        os.unlink(os.path.join(out, "perf.data"))
 
 
 HEAD = re.compile(r"^(.*?)\s+(\d+)/(\d+)\s")
 
 
-def script(steps, perf, out):
-    """perf script into perf.script.txt; returns [(pid, comm, frames)],
-    frames a list of (symbol, dso) from the leaf to the root."""
+def script(steps, perf, out, keep=False, inline=False):
+    """perf script into perf.script.txt (kept if @keep); returns [(pid,
+    comm, frames)], frames a list of (symbol, dso) from the leaf to the
+    root.  Without @inline, native functions inlined into others are not
+    listed (perf runs addr2line per address for them: 13.5 s instead of
+    1.3 s for 10,000 functions' recording)."""
     path = os.path.join(out, "perf.script.txt")
     err = os.path.join(out, "perf-script.log")
     with open(path, "w") as f, open(err, "w") as e:
         rc = steps.run(perf + ["script", "-i", "perf.jit.data", "-F",
-                               "comm,pid,tid,time,event,ip,sym,dso"],
+                               "comm,pid,tid,time,event,ip,sym,dso"] +
+                       ([] if inline else ["--no-inline"]),
                        cwd=out, stdout=f, stderr=e,
                        stdin=subprocess.DEVNULL)
     if rc != 0:
@@ -165,6 +207,8 @@ def script(steps, perf, out):
     samples = []
     head, stack = None, []
     with open(path, errors="replace") as f:
+        if not keep:
+            os.unlink(path)     # read from the open file; nothing kept
         for line in f:
             if not line.strip():
                 if head is not None:
@@ -395,28 +439,37 @@ def finish(out, meta, top=12, browser=False):
     recording kept)."""
     try:
         with Steps() as steps:
+            done = injected(out)
             for name in OUTPUTS:
+                if done and name == "perf.jit.data":
+                    continue
                 try:
                     os.unlink(os.path.join(out, name))
                 except OSError:
                     pass
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
-            inject(steps, perf, out)
-            samples = script(steps, perf, out)
+            if not done:
+                inject(steps, perf, out, meta)
+            samples = script(steps, perf, out, meta.get("perf_script"),
+                             meta.get("inline"))
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
             folded, per, total, rows = summarize(samples, procs, top_pid)
             write_outputs(out, meta, folded, total)
     except Interrupted as e:
+        done = injected(out)
         for name in OUTPUTS:
+            if done and name == "perf.jit.data":
+                continue        # the recording itself now
             try:
                 os.unlink(os.path.join(out, name))
             except OSError:
                 pass
         sys.stderr.write(
             "\njitring record: stopped before the profile was finished; "
-            "perf.data and the dumps are kept in %s.\nTo finish it: %s -m "
-            "jitring report %s\n" % (out, os.path.basename(sys.executable),
+            "%s and the dumps are kept in %s.\nTo finish it: %s -m "
+            "jitring report %s\n" % ("perf.jit.data" if done else "perf.data",
+                                     out, os.path.basename(sys.executable),
                                      out))
         return 128 + e.signum
     except RecordError as e:
@@ -433,9 +486,13 @@ def finish(out, meta, top=12, browser=False):
           % ("" if meta.get("keep_debug") else " --buildid-dir " +
              os.path.join(out, ".debug"),
              os.path.join(out, "perf.jit.data")))
-    print("stacks:      %s (folded), %s (perf script)"
-          % (os.path.join(out, "stacks.folded"),
-             os.path.join(out, "perf.script.txt")))
+    if meta.get("perf_script"):
+        print("stacks:      %s (folded), %s (perf script)"
+              % (os.path.join(out, "stacks.folded"),
+                 os.path.join(out, "perf.script.txt")))
+    else:
+        print("stacks:      %s (folded)" % os.path.join(out,
+                                                        "stacks.folded"))
     status = meta.get("status")
     if status:
         print("(the program exited with status %d)" % status)
@@ -464,7 +521,8 @@ def main(argv):
     out = os.path.abspath(opts.dir)
     try:
         meta = read_meta(out)
-        if not os.path.exists(os.path.join(out, "perf.data")):
+        if not (os.path.exists(os.path.join(out, "perf.data")) or
+                injected(out)):
             raise RecordError("%s has no perf.data" % out)
     except RecordError as e:
         sys.stderr.write("jitring report: %s\n" % e)

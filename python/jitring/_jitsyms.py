@@ -1,0 +1,231 @@
+# SPDX-License-Identifier: MIT
+"""The JIT code a jitdump describes, by address and time.
+
+A dump (``jit-<pid>.dump``) describes every copy of a trampoline jitring
+made: ``[UNWINDING_INFO][DEBUG_INFO] CODE_LOAD`` per function, one
+contiguous group each (perf attaches the info records to the next
+CODE_LOAD in file order).  A copy's address is reused by a later function
+once the code object it served is freed, so an address names a function
+only together with a time: the latest CODE_LOAD of that address at or
+before the time, as perf's own injected mmaps resolve it.
+
+Two uses:
+
+  - reduce(): the dump perf inject is given, holding the groups of the
+    functions a profile can name and no other (record's cost then follows
+    the samples, not every function the program ever made);
+  - Symbols.name(): address + time -> the ``py::`` name, for stacks perf
+    unwound with frame pointers and could not name (perf 6.1 reads
+    perf-<pid>.map for anonymous memory only; the trampoline arenas are a
+    memfd's).
+"""
+
+import bisect
+import mmap
+import os
+import re
+import struct
+
+MAGIC = 0x4A695444
+CODE_LOAD, CODE_MOVE, DEBUG_INFO, CODE_CLOSE, UNWINDING_INFO = 0, 1, 2, 3, 4
+HEADER = 40
+
+_PREFIX = struct.Struct("<IIQ")
+_LOAD = struct.Struct("<IIQQQQ")
+_U64 = struct.Struct("<Q")
+
+
+class DumpError(Exception):
+    pass
+
+
+class Dump:
+    """A dump's CODE_LOADs: loads[i] = (addr, size, time, index, start,
+    end), start..end the file range of the load's whole group (its
+    UNWINDING_INFO and DEBUG_INFO with it)."""
+
+    def __init__(self, path):
+        self.path = path
+        with open(path, "rb") as f:
+            try:
+                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            except ValueError:
+                raise DumpError("%s is empty" % path)
+        try:
+            self._parse(m)
+        finally:
+            m.close()
+
+    def _parse(self, m):
+        if len(m) < HEADER or _PREFIX.unpack_from(m, 0)[0] != MAGIC:
+            raise DumpError("%s is not a jitdump" % self.path)
+        self.header = bytes(m[:HEADER])
+        loads = []
+        names = []
+        off, end = HEADER, len(m)
+        group = HEADER
+        unpack, unpack_load = _PREFIX.unpack_from, _LOAD.unpack_from
+        while off + 16 <= end:
+            rid, size, ts = unpack(m, off)
+            if size < 16 or off + size > end:
+                break               # perf stops here too
+            if rid == CODE_LOAD:
+                _, _, _, addr, csize, index = unpack_load(m, off + 16)
+                n0 = off + 16 + 40
+                n1 = m.find(b"\0", n0, off + size)
+                names.append(m[n0:n1 if n1 >= 0 else n0])
+                loads.append((addr, csize, ts, index, group, off + size))
+                group = off + size
+            elif rid == CODE_CLOSE:
+                break
+            elif rid not in (DEBUG_INFO, UNWINDING_INFO):
+                group = off + size  # CODE_MOVE, unknown: on their own
+            off += size
+        self.loads = loads
+        self.names = names
+        # By address: sorted distinct starts; for each, its loads by time.
+        by = {}
+        for i, (addr, size, ts, _, _, _) in enumerate(loads):
+            by.setdefault(addr, []).append((ts, i))
+        self.starts = sorted(by)
+        self.ends = []
+        self.times = []
+        self.ids = []
+        for a in self.starts:
+            lst = sorted(by[a])
+            self.times.append([t for t, _ in lst])
+            self.ids.append([i for _, i in lst])
+            self.ends.append(a + max(loads[i][1] for _, i in lst))
+
+    def find(self, addr, t):
+        """The load whose code holds @addr at time @t (the latest load of
+        that address at or before @t), or -1."""
+        k = bisect.bisect_right(self.starts, addr) - 1
+        if k < 0 or addr >= self.ends[k]:
+            return -1
+        j = bisect.bisect_right(self.times[k], t) - 1
+        if j < 0:
+            return -1
+        i = self.ids[k][j]
+        a, size = self.loads[i][0], self.loads[i][1]
+        return i if a <= addr < a + size else -1
+
+    def name(self, i):
+        return self.names[i].decode(errors="replace")
+
+    def blocks(self, shift=24):
+        """The distinct addr >> shift of all code (for a byte search)."""
+        out = set()
+        for k, a in enumerate(self.starts):
+            for b in range(a >> shift, ((self.ends[k] - 1) >> shift) + 1):
+                out.add(b)
+        return out
+
+    def write_reduced(self, src, dst, keep):
+        """Write to @dst the header and the groups of the loads in @keep
+        (indexes into loads), in file order, read from @src (this dump's
+        file)."""
+        with open(src, "rb") as f, open(dst, "wb") as out:
+            out.write(self.header)
+            for i in sorted(keep):
+                _, _, _, _, start, end = self.loads[i]
+                f.seek(start)
+                out.write(f.read(end - start))
+
+
+def referenced(pd, dumps):
+    """{pid: set of load indexes} of the JIT code the samples of @pd (a
+    _perfdata.PerfData) can reach: each sample's IP, and every 8-byte
+    word of its user-stack copy that lies in a load's code at the
+    sample's time (a return address into a trampoline; a stale word may
+    add a function the profile does not show, never miss one the
+    unwinder can reach, as it unwinds from that copy alone).  @dumps:
+    {pid: Dump}.
+
+    The stack copies are not read word by word: the mapped file is
+    searched (memmem) for the high five bytes of each 16 MiB block that
+    holds JIT code, and only the hits are looked at."""
+    samples = []                    # (stack_offset, stack_end, pid, time)
+    found = {pid: set() for pid in dumps}
+    for pid, t, ip, so, sn in pd.samples():
+        d = dumps.get(pid)
+        if d is None:
+            continue
+        i = d.find(ip, t)
+        if i >= 0:
+            found[pid].add(i)
+        if sn:
+            samples.append((so, so + sn, pid, t))
+    if not samples:
+        return found
+    starts = [s[0] for s in samples]
+    blocks = set()
+    for d in dumps.values():
+        blocks |= d.blocks(24)
+    m = pd.m
+    lo, hi = pd.data
+    unpack = _U64.unpack_from
+    for b in blocks:
+        pat = struct.pack("<Q", b << 24)[3:]
+        h = m.find(pat, lo, hi)
+        while h >= 0:
+            w = h - 3
+            k = bisect.bisect_right(starts, w) - 1
+            if k >= 0:
+                so, se, pid, t = samples[k]
+                if w + 8 <= se and not (w - so) & 7:
+                    addr, = unpack(m, w)
+                    i = dumps[pid].find(addr, t)
+                    if i >= 0:
+                        found[pid].add(i)
+            h = m.find(pat, h + 1, hi)
+    return found
+
+
+# ---- the dumps perf inject is given -----------------------------------
+
+FULL = ".full"
+DUMP_NAME = re.compile(r"^jit-(\d+)\.dump$")
+
+
+def restore(out, paths=()):
+    """Put back every full dump reduce() moved aside: those of @paths and
+    any in @out (one left by an interrupted finishing)."""
+    fulls = [p + FULL for p in paths]
+    fulls += [os.path.join(out, n) for n in os.listdir(out)
+              if n.endswith(FULL) and DUMP_NAME.match(n[:-len(FULL)])]
+    for f in fulls:
+        if os.path.exists(f):
+            os.replace(f, f[:-len(FULL)])
+
+
+def reduce(out, perf_data):
+    """Give perf inject only the JIT code the samples can reach: each dump
+    perf.data's marker mmaps name (where perf inject will open it) is
+    moved aside to <dump>.full and a dump of the reached functions' groups
+    written in its place; restore(out) undoes it.  Returns {path: (loads,
+    kept)}; raises PerfDataError or DumpError where perf.data or a dump
+    cannot be read (the caller then injects the full dumps)."""
+    from jitring import _perfdata
+    restore(out)
+    stats = {}
+    with _perfdata.PerfData(perf_data) as pd:
+        dumps, paths = {}, {}
+        for pid, name in pd.mmap2_names():
+            m = DUMP_NAME.match(os.path.basename(name))
+            if not m or int(m.group(1)) != pid or not os.path.isfile(name):
+                continue
+            paths[pid] = name
+            dumps[pid] = Dump(name)
+        found = referenced(pd, dumps)
+    for pid, path in paths.items():
+        d, keep = dumps[pid], found.get(pid, set())
+        full = path + FULL
+        os.replace(path, full)
+        try:
+            d.write_reduced(full, path, keep)
+        except BaseException:
+            os.replace(full, path)
+            raise
+        stats[path] = (len(d.loads), len(keep))
+    return stats
