@@ -147,7 +147,7 @@ def referenced(pd, dumps):
     holds JIT code, and only the hits are looked at."""
     samples = []                    # (stack_offset, stack_end, pid, time)
     found = {pid: set() for pid in dumps}
-    for pid, t, ip, so, sn in pd.samples():
+    for pid, _, t, ip, _, _, so, sn in pd.samples():
         d = dumps.get(pid)
         if d is None:
             continue
@@ -199,6 +199,19 @@ def restore(out, paths=()):
             os.replace(f, f[:-len(FULL)])
 
 
+def marked_dumps(pd):
+    """({pid: Dump}, {pid: path}) of the dumps perf.data's marker mmaps
+    name (where perf inject opens them)."""
+    dumps, paths = {}, {}
+    for pid, name in pd.mmap2_names():
+        m = DUMP_NAME.match(os.path.basename(name))
+        if not m or int(m.group(1)) != pid or not os.path.isfile(name):
+            continue
+        paths[pid] = name
+        dumps[pid] = Dump(name)
+    return dumps, paths
+
+
 def reduce(out, perf_data):
     """Give perf inject only the JIT code the samples can reach: each dump
     perf.data's marker mmaps name (where perf inject will open it) is
@@ -210,13 +223,7 @@ def reduce(out, perf_data):
     restore(out)
     stats = {}
     with _perfdata.PerfData(perf_data) as pd:
-        dumps, paths = {}, {}
-        for pid, name in pd.mmap2_names():
-            m = DUMP_NAME.match(os.path.basename(name))
-            if not m or int(m.group(1)) != pid or not os.path.isfile(name):
-                continue
-            paths[pid] = name
-            dumps[pid] = Dump(name)
+        dumps, paths = marked_dumps(pd)
         found = referenced(pd, dumps)
     for pid, path in paths.items():
         d, keep = dumps[pid], found.get(pid, set())
@@ -229,3 +236,64 @@ def reduce(out, perf_data):
             raise
         stats[path] = (len(d.loads), len(keep))
     return stats
+
+
+# ---- frame-pointer stacks ---------------------------------------------
+
+ARENA = "/memfd:jitring-trampolines"
+
+
+class FPNames:
+    """The names of the trampoline frames of stacks perf recorded with
+    frame pointers (--call-graph fp), which perf script prints as
+    ``[unknown]`` in ``/memfd:jitring-trampolines (deleted)``: perf 6.1
+    reads perf-<pid>.map for anonymous memory only.  perf script prints
+    them map-relative (every arena is the memfd at offset 0), so the
+    absolute addresses come from perf.data's own callchains: of each
+    sample (tid, time), the entries inside an arena, in order, one per
+    such frame perf script prints."""
+
+    def __init__(self, perf_data):
+        from jitring import _perfdata
+        self.chains = {}
+        with _perfdata.PerfData(perf_data) as pd:
+            dumps, _ = marked_dumps(pd)
+            arenas = {}
+            for pid, addr, n, name in pd.mmap2():
+                if name.startswith(ARENA):
+                    arenas.setdefault(pid, []).append((addr, addr + n))
+            ranges = {}
+            for pid, lst in arenas.items():
+                lst.sort()
+                ranges[pid] = ([a for a, _ in lst], [e for _, e in lst])
+            for pid, tid, t, ip, co, nr, _, _ in pd.samples():
+                r = ranges.get(pid)
+                if not r or not nr:
+                    continue
+                d = dumps.get(pid)
+                names = []
+                for a in pd.chain(co, nr):
+                    k = bisect.bisect_right(r[0], a) - 1
+                    if k < 0 or a >= r[1][k]:
+                        continue
+                    i = d.find(a, t) if d else -1
+                    names.append(d.name(i) if i >= 0 else None)
+                if names:
+                    self.chains[(tid, t)] = names
+
+    def resolve(self, tid, t, frames):
+        """@frames (leaf first, (symbol, dso) as perf script printed them)
+        with the arena frames named."""
+        names = self.chains.get((tid, t))
+        if not names:
+            return frames
+        out, k = [], 0
+        for sym, dso in frames:
+            # perf script prints the dso "(/memfd:... (deleted))": the
+            # reader splits it at the inner " (".
+            if (dso.startswith(ARENA) or ARENA in sym) and k < len(names):
+                if names[k]:
+                    sym, dso = names[k], ""
+                k += 1
+            out.append((sym, dso))
+        return out

@@ -26,6 +26,7 @@ MAGIC = b"PERFILE2"
 PERF_RECORD_MMAP2 = 10
 PERF_RECORD_SAMPLE = 9
 PERF_RECORD_COMPRESSED = 81
+PERF_CONTEXT_MAX = 2**64 - 4095     # (u64)-4095: markers lie above it
 
 # perf_event_attr.sample_type bits, in the order their fields are laid out
 # in a sample (perf_event.h, "struct perf_event_sample" comment).
@@ -135,26 +136,30 @@ class PerfData:
             yield typ, off, size
             off += size
 
-    def mmap2_names(self):
-        """{(pid, filename)} of the MMAP2 records (the process's files)."""
+    def mmap2(self):
+        """(pid, addr, len, filename) of each MMAP2 record."""
         m = self.m
-        names = set()
         for typ, off, size in self.records():
             if typ != PERF_RECORD_MMAP2:
                 continue
-            pid, = _U32.unpack_from(m, off + 8)
+            pid, _, addr, n = struct.unpack_from("<IIQQ", m, off + 8)
             # pid tid addr len pgoff (maj min ino ino_gen | build id)
             # prot flags, then the name.
             name_off = off + 8 + 8 + 24 + 24 + 8
             end = m.find(b"\0", name_off, off + size)
             if end < 0:
                 end = off + size
-            names.add((pid, m[name_off:end].decode(errors="replace")))
-        return names
+            yield pid, addr, n, m[name_off:end].decode(errors="replace")
+
+    def mmap2_names(self):
+        """{(pid, filename)} of the MMAP2 records (the process's files)."""
+        return {(pid, name) for pid, _, _, name in self.mmap2()}
 
     def samples(self):
-        """(pid, time, ip, stack_offset, stack_size) of each sample: the user
-        stack copy is m[stack_offset:stack_offset + stack_size] (its valid
+        """(pid, tid, time, ip, chain_offset, chain_n, stack_offset,
+        stack_size) of each sample: its callchain is chain_n u64 at
+        chain_offset (with perf's PERF_CONTEXT_* markers); the user stack
+        copy is m[stack_offset:stack_offset + stack_size] (its valid
         part, dyn_size), starting at the sample's stack pointer."""
         st = self.attr.sample_type
         m = self.m
@@ -170,9 +175,9 @@ class PerfData:
             if st & S_IP:
                 ip, = unpack64(m, p)
                 p += 8
-            pid = 0
+            pid = tid = 0
             if st & S_TID:
-                pid, = _U32.unpack_from(m, p)
+                pid, tid = struct.unpack_from("<II", m, p)
                 p += 8
             t = 0
             if st & S_TIME:
@@ -188,8 +193,10 @@ class PerfData:
                 p += 8
             if st & S_PERIOD:
                 p += 8
+            co, nr = 0, 0
             if st & S_CALLCHAIN:
                 nr, = unpack64(m, p)
+                co = p + 8
                 p += 8 + 8 * nr
             if st & S_RAW:
                 raw, = _U32.unpack_from(m, p)
@@ -204,4 +211,9 @@ class PerfData:
                 if n:
                     dyn, = unpack64(m, p + n)
                     so, sn = p, min(dyn, n)
-            yield pid, t, ip, so, sn
+            yield pid, tid, t, ip, co, nr, so, sn
+
+    def chain(self, offset, n):
+        """A sample's callchain, without perf's context markers."""
+        return [ip for ip in struct.unpack_from("<%dQ" % n, self.m, offset)
+                if ip < PERF_CONTEXT_MAX]

@@ -355,7 +355,7 @@ class Perf:
         cr, cw = os.pipe()
         ar, aw = os.pipe()
         cmd = perf + ["record", "-k", "1", "-e", opts.event, "-F",
-                      str(opts.freq), "--call-graph", "dwarf",
+                      str(opts.freq), "--call-graph", opts.call_graph,
                       "-D", "-1", "--control", "fd:%d,%d" % (cr, aw),
                       "-p", str(pid), "-o",
                       os.path.join(out, "perf.data")]
@@ -461,7 +461,18 @@ class Job:
             self.term.take()
 
 
+def keeps_frame_pointers():
+    """Whether this interpreter was built with frame pointers (Debian
+    sid's 3.15, CPython 3.15's default; not 3.13 or 3.14 by default)."""
+    import sysconfig
+    flags = " ".join(sysconfig.get_config_var(v) or ""
+                     for v in ("CFLAGS", "PY_CFLAGS", "CONFIGURE_CFLAGS"))
+    return "-fno-omit-frame-pointer" in flags.split()
+
+
 def record(opts, target, perf_bin):
+    if opts.call_graph == "auto":
+        opts.call_graph = "fp" if keeps_frame_pointers() else "dwarf"
     out = out_dir(opts.output, opts.force)
     perf = _report.perf_cmd(perf_bin, out, opts.keep_debug)
     env = program_env(out, opts)
@@ -471,6 +482,7 @@ def record(opts, target, perf_bin):
             "event": opts.event, "freq": opts.freq,
             "keep_debug": opts.keep_debug, "top_only": opts.no_children,
             "inject": opts.inject, "perf_script": opts.perf_script,
+            "call_graph": opts.call_graph,
             "keep_perf_data": opts.keep_perf_data, "inline": opts.inline,
             "cwd": os.getcwd(), "started": time.time()}
     term = Terminal()

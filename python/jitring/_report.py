@@ -184,19 +184,22 @@ def inject(steps, perf, out, meta):
         os.unlink(os.path.join(out, "perf.data"))
 
 
-HEAD = re.compile(r"^(.*?)\s+(\d+)/(\d+)\s")
+HEAD = re.compile(r"^(.*?)\s+(\d+)/(\d+)\s+(?:(\d+)\.(\d{9}):)?")
 
 
-def script(steps, perf, out, keep=False, inline=False):
+def script(steps, perf, out, keep=False, inline=False, fp=False):
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
     comm, frames)], frames a list of (symbol, dso) from the leaf to the
     root.  Without @inline, native functions inlined into others are not
     listed (perf runs addr2line per address for them: 13.5 s instead of
-    1.3 s for 10,000 functions' recording)."""
+    1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
+    recording, not injected), perf.data is read and the trampolines'
+    frames are named by jitring._jitsyms.FPNames."""
     path = os.path.join(out, "perf.script.txt")
     err = os.path.join(out, "perf-script.log")
     with open(path, "w") as f, open(err, "w") as e:
-        rc = steps.run(perf + ["script", "-i", "perf.jit.data", "-F",
+        rc = steps.run(perf + ["script", "-i", "perf.data" if fp else
+                               "perf.jit.data", "--ns", "-F",
                                "comm,pid,tid,time,event,ip,sym,dso"] +
                        ([] if inline else ["--no-inline"]),
                        cwd=out, stdout=f, stderr=e,
@@ -204,6 +207,13 @@ def script(steps, perf, out, keep=False, inline=False):
     if rc != 0:
         raise RecordError("perf script failed (exit %d):\n  %s"
                           % (rc, tail_of(err)))
+    names = None
+    if fp:
+        from jitring import _jitsyms, _perfdata
+        try:
+            names = _jitsyms.FPNames(os.path.join(out, "perf.data"))
+        except (_perfdata.PerfDataError, _jitsyms.DumpError, OSError) as e:
+            raise RecordError("cannot read %s/perf.data: %s" % (out, e))
     samples = []
     head, stack = None, []
     with open(path, errors="replace") as f:
@@ -212,6 +222,8 @@ def script(steps, perf, out, keep=False, inline=False):
         for line in f:
             if not line.strip():
                 if head is not None:
+                    if names:
+                        stack = names.resolve(head[2], head[3], stack)
                     samples.append((head[0], head[1], stack))
                 head, stack = None, []
             elif line[0] in " \t":
@@ -225,9 +237,17 @@ def script(steps, perf, out, keep=False, inline=False):
                               dso.rstrip(")").strip()))
             else:
                 m = HEAD.match(line)
-                head = (int(m.group(2)), m.group(1).strip()) if m else \
-                    (0, line.split(None, 1)[0] if line.strip() else "?")
+                if m:
+                    t = int(m.group(4)) * 10**9 + int(m.group(5)) \
+                        if m.group(4) else 0
+                    head = (int(m.group(2)), m.group(1).strip(),
+                            int(m.group(3)), t)
+                else:
+                    head = (0, line.split(None, 1)[0] if line.strip()
+                            else "?", 0, 0)
         if head is not None:
+            if names:
+                stack = names.resolve(head[2], head[3], stack)
             samples.append((head[0], head[1], stack))
     return samples
 
@@ -448,10 +468,11 @@ def finish(out, meta, top=12, browser=False):
                 except OSError:
                     pass
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
-            if not done:
+            fp = meta.get("call_graph") == "fp"
+            if not done and not fp:
                 inject(steps, perf, out, meta)
             samples = script(steps, perf, out, meta.get("perf_script"),
-                             meta.get("inline"))
+                             meta.get("inline"), fp)
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
             folded, per, total, rows = summarize(samples, procs, top_pid)
@@ -485,7 +506,8 @@ def finish(out, meta, top=12, browser=False):
     print("perf report: perf%s report -i %s --children --sort sym"
           % ("" if meta.get("keep_debug") else " --buildid-dir " +
              os.path.join(out, ".debug"),
-             os.path.join(out, "perf.jit.data")))
+             os.path.join(out, "perf.data" if meta.get("call_graph") ==
+                          "fp" else "perf.jit.data")))
     if meta.get("perf_script"):
         print("stacks:      %s (folded), %s (perf script)"
               % (os.path.join(out, "stacks.folded"),
