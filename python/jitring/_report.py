@@ -537,6 +537,9 @@ def main(argv):
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--top", type=int, default=12, metavar="N")
     p.add_argument("--browser", action="store_true")
+    p.add_argument("--inject", choices=("reduced", "full"),
+                   help="perf inject the functions the samples reach "
+                   "(reduced) or all (full); default: as recorded")
     opts = p.parse_args(argv)
     if opts.top <= 0:
         p.error("--top needs a positive number")
@@ -549,4 +552,6 @@ def main(argv):
     except RecordError as e:
         sys.stderr.write("jitring report: %s\n" % e)
         return 2
+    if opts.inject:
+        meta["inject"] = opts.inject
     return finish(out, meta, top=opts.top, browser=opts.browser)
