@@ -140,22 +140,30 @@ def referenced(pd, dumps):
     sample's time (a return address into a trampoline; a stale word may
     add a function the profile does not show, never miss one the
     unwinder can reach, as it unwinds from that copy alone).  @dumps:
-    {pid: Dump}.
+    {pid: Dump}.  An address is looked up in every dump, not only the
+    sample's process's: a fork child runs its parent's copies, which perf
+    names from the parent's injected images (it clones the parent's maps
+    at the fork).
 
     The stack copies are not read word by word: the mapped file is
     searched (memmem) for the high five bytes of each 16 MiB block that
     holds JIT code, and only the hits are looked at."""
-    samples = []                    # (stack_offset, stack_end, pid, time)
+    samples = []                    # (stack_offset, stack_end, time)
     found = {pid: set() for pid in dumps}
+    every = list(dumps.items())
+
+    def mark(addr, t):
+        for pid, d in every:
+            i = d.find(addr, t)
+            if i >= 0:
+                found[pid].add(i)
+
+    if not every:
+        return found
     for pid, _, t, ip, _, _, so, sn in pd.samples():
-        d = dumps.get(pid)
-        if d is None:
-            continue
-        i = d.find(ip, t)
-        if i >= 0:
-            found[pid].add(i)
+        mark(ip, t)
         if sn:
-            samples.append((so, so + sn, pid, t))
+            samples.append((so, so + sn, t))
     if not samples:
         return found
     starts = [s[0] for s in samples]
@@ -172,12 +180,9 @@ def referenced(pd, dumps):
             w = h - 3
             k = bisect.bisect_right(starts, w) - 1
             if k >= 0:
-                so, se, pid, t = samples[k]
+                so, se, t = samples[k]
                 if w + 8 <= se and not (w - so) & 7:
-                    addr, = unpack(m, w)
-                    i = dumps[pid].find(addr, t)
-                    if i >= 0:
-                        found[pid].add(i)
+                    mark(unpack(m, w)[0], t)
             h = m.find(pat, h + 1, hi)
     return found
 
@@ -243,6 +248,13 @@ def reduce(out, perf_data):
 ARENA = "/memfd:jitring-trampolines"
 
 
+def _inside(r, a):
+    if not r:
+        return False
+    k = bisect.bisect_right(r[0], a) - 1
+    return k >= 0 and a < r[1][k]
+
+
 class FPNames:
     """The names of the trampoline frames of stacks perf recorded with
     frame pointers (--call-graph fp), which perf script prints as
@@ -266,18 +278,28 @@ class FPNames:
             for pid, lst in arenas.items():
                 lst.sort()
                 ranges[pid] = ([a for a, _ in lst], [e for _, e in lst])
+            # A fork child runs its parent's arenas (no MMAP2 of its
+            # own for them) and its parent's copies (in the parent's
+            # dump): the process's own first, then any.
+            allr = sorted(r for lst in arenas.values() for r in lst)
+            allr = ([a for a, _ in allr], [e for _, e in allr])
+            order = list(dumps.items())
             for pid, tid, t, ip, co, nr, _, _ in pd.samples():
-                r = ranges.get(pid)
-                if not r or not nr:
+                if not nr or not allr[0]:
                     continue
-                d = dumps.get(pid)
+                own = ranges.get(pid)
                 names = []
                 for a in pd.chain(co, nr):
-                    k = bisect.bisect_right(r[0], a) - 1
-                    if k < 0 or a >= r[1][k]:
+                    if not (_inside(own, a) or _inside(allr, a)):
                         continue
-                    i = d.find(a, t) if d else -1
-                    names.append(d.name(i) if i >= 0 else None)
+                    name = None
+                    for p, d in ([(pid, dumps[pid])] if pid in dumps
+                                 else []) + order:
+                        i = d.find(a, t)
+                        if i >= 0:
+                            name = d.name(i)
+                            break
+                    names.append(name)
                 if names:
                     self.chains[(tid, t)] = names
 
