@@ -21,7 +21,7 @@ Two uses:
 """
 
 import bisect
-import mmap
+import gc
 import os
 import re
 import struct
@@ -31,7 +31,7 @@ CODE_LOAD, CODE_MOVE, DEBUG_INFO, CODE_CLOSE, UNWINDING_INFO = 0, 1, 2, 3, 4
 HEADER = 40
 
 _PREFIX = struct.Struct("<IIQ")
-_LOAD = struct.Struct("<IIQQQQ")
+_ADDR_SIZE = struct.Struct("<QQ")    # a CODE_LOAD's code_addr, code_size
 _U64 = struct.Struct("<Q")
 
 
@@ -39,86 +39,111 @@ class DumpError(Exception):
     pass
 
 
+class no_gc:
+    """The cyclic GC off while a few hundred thousand objects are made:
+    the free-threaded 3.13's collector is not generational, so each
+    collection walks every object (a 200,000-load dump took 9.7 s to
+    read with it, 2.2 s without)."""
+
+    def __enter__(self):
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.was:
+            gc.enable()
+
+
 class Dump:
-    """A dump's CODE_LOADs: loads[i] = (addr, size, time, index, start,
-    end), start..end the file range of the load's whole group (its
-    UNWINDING_INFO and DEBUG_INFO with it)."""
+    """A dump's CODE_LOADs, in file order: addr[i], size[i], time[i],
+    and span[i] = (start, end), the file range of load i's whole group
+    (its UNWINDING_INFO and DEBUG_INFO with it).  Names are read only
+    when asked for (name(i)): at 200,000 loads the parse is one pass of
+    unpack_from over the file read into memory."""
 
     def __init__(self, path):
         self.path = path
-        with open(path, "rb") as f:
-            try:
-                m = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-            except ValueError:
-                raise DumpError("%s is empty" % path)
         try:
-            self._parse(m)
-        finally:
-            m.close()
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise DumpError("%s: %s" % (path, e.strerror))
+        with no_gc():
+            self._parse(data)
+        self.data = data
 
     def _parse(self, m):
         if len(m) < HEADER or _PREFIX.unpack_from(m, 0)[0] != MAGIC:
             raise DumpError("%s is not a jitdump" % self.path)
         self.header = bytes(m[:HEADER])
-        loads = []
-        names = []
+        addr, size, times, span = [], [], [], []
         off, end = HEADER, len(m)
         group = HEADER
-        unpack, unpack_load = _PREFIX.unpack_from, _LOAD.unpack_from
+        unpack, unpack2 = _PREFIX.unpack_from, _ADDR_SIZE.unpack_from
+        info = (DEBUG_INFO, UNWINDING_INFO)
         while off + 16 <= end:
-            rid, size, ts = unpack(m, off)
-            if size < 16 or off + size > end:
+            rid, n, ts = unpack(m, off)
+            if n < 16 or off + n > end:
                 break               # perf stops here too
             if rid == CODE_LOAD:
-                _, _, _, addr, csize, index = unpack_load(m, off + 16)
-                n0 = off + 16 + 40
-                n1 = m.find(b"\0", n0, off + size)
-                names.append(m[n0:n1 if n1 >= 0 else n0])
-                loads.append((addr, csize, ts, index, group, off + size))
-                group = off + size
+                a, sz = unpack2(m, off + 32)
+                addr.append(a)
+                size.append(sz)
+                times.append(ts)
+                span.append((group, off + n))
+                group = off + n
             elif rid == CODE_CLOSE:
                 break
-            elif rid not in (DEBUG_INFO, UNWINDING_INFO):
-                group = off + size  # CODE_MOVE, unknown: on their own
-            off += size
-        self.loads = loads
-        self.names = names
-        # By address: sorted distinct starts; for each, its loads by time.
-        by = {}
-        for i, (addr, size, ts, _, _, _) in enumerate(loads):
-            by.setdefault(addr, []).append((ts, i))
-        self.starts = sorted(by)
-        self.ends = []
-        self.times = []
-        self.ids = []
-        for a in self.starts:
-            lst = sorted(by[a])
-            self.times.append([t for t, _ in lst])
-            self.ids.append([i for _, i in lst])
-            self.ends.append(a + max(loads[i][1] for _, i in lst))
+            elif rid not in info:
+                group = off + n     # CODE_MOVE, unknown: on their own
+            off += n
+        self.addr, self.size, self.time, self.span = addr, size, times, span
+        # Sorted by (address, time): find() takes the last entry at or
+        # below an address, then steps back over that address's later
+        # loads to the one live at the time.
+        order = sorted(range(len(addr)), key=lambda i: (addr[i], times[i]))
+        self.order = order
+        self.saddr = [addr[i] for i in order]
 
-    def find(self, addr, t):
-        """The load whose code holds @addr at time @t (the latest load of
-        that address at or before @t), or -1."""
-        k = bisect.bisect_right(self.starts, addr) - 1
-        if k < 0 or addr >= self.ends[k]:
+    @property
+    def loads(self):
+        return self.addr
+
+    def find(self, a, t):
+        """The load whose code holds address @a at time @t (the latest
+        load of that address at or before @t), or -1."""
+        k = bisect.bisect_right(self.saddr, a) - 1
+        if k < 0:
             return -1
-        j = bisect.bisect_right(self.times[k], t) - 1
-        if j < 0:
-            return -1
-        i = self.ids[k][j]
-        a, size = self.loads[i][0], self.loads[i][1]
-        return i if a <= addr < a + size else -1
+        start = self.saddr[k]
+        order, times = self.order, self.time
+        while k >= 0 and self.saddr[k] == start:
+            i = order[k]
+            if times[i] <= t:
+                return i if a < start + self.size[i] else -1
+            k -= 1
+        return -1
 
     def name(self, i):
-        return self.names[i].decode(errors="replace")
+        s, e = self.span[i]
+        # The name follows the CODE_LOAD's 56 fixed bytes; the load is
+        # the group's last record: find it from the group's end.
+        off = s
+        while off < e:
+            n = _PREFIX.unpack_from(self.data, off)[1]
+            if off + n == e:
+                break
+            off += n
+        n0 = off + 56
+        n1 = self.data.find(b"\0", n0, e)
+        return self.data[n0:n1 if n1 >= 0 else n0].decode(errors="replace")
 
     def blocks(self, shift=24):
         """The distinct addr >> shift of all code (for a byte search)."""
         out = set()
-        for k, a in enumerate(self.starts):
-            for b in range(a >> shift, ((self.ends[k] - 1) >> shift) + 1):
-                out.add(b)
+        for a, sz in zip(self.addr, self.size):
+            out.add(a >> shift)
+            out.add((a + max(sz, 1) - 1) >> shift)
         return out
 
     def write_reduced(self, src, dst, keep):
@@ -128,9 +153,8 @@ class Dump:
         with open(src, "rb") as f, open(dst, "wb") as out:
             out.write(self.header)
             for i in sorted(keep):
-                _, _, _, _, start, end = self.loads[i]
-                f.seek(start)
-                out.write(f.read(end - start))
+                start, end = self.span[i]
+                out.write(self.data[start:end])
 
 
 def referenced(pd, dumps):
@@ -227,7 +251,7 @@ def reduce(out, perf_data):
     from jitring import _perfdata
     restore(out)
     stats = {}
-    with _perfdata.PerfData(perf_data) as pd:
+    with _perfdata.PerfData(perf_data) as pd, no_gc():
         dumps, paths = marked_dumps(pd)
         found = referenced(pd, dumps)
     for pid, path in paths.items():
@@ -268,7 +292,7 @@ class FPNames:
     def __init__(self, perf_data):
         from jitring import _perfdata
         self.chains = {}
-        with _perfdata.PerfData(perf_data) as pd:
+        with _perfdata.PerfData(perf_data) as pd, no_gc():
             dumps, _ = marked_dumps(pd)
             arenas = {}
             for pid, addr, n, name in pd.mmap2():

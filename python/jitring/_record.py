@@ -359,6 +359,11 @@ class Perf:
                       "-D", "-1", "--control", "fd:%d,%d" % (cr, aw),
                       "-p", str(pid), "-o",
                       os.path.join(out, "perf.data")]
+        if not opts.keep_debug:
+            # No build-id cache (a 5.4 MB copy of kallsyms a recording:
+            # most of an fp recording's folder); it is finished at once,
+            # from the files in place.
+            cmd.insert(cmd.index("-p"), "--no-buildid-cache")
         with open(self.log, "wb") as log:
             self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                       stdout=log, stderr=log,
