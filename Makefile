@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser deps-llvm bench-llvm test-llvm15 build demo test test-unit test-asan test-tsan \
+.PHONY: bench-record ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser deps-llvm bench-llvm test-llvm15 build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python wheel test-python-newer
 
@@ -233,6 +233,19 @@ bench-llvm: deps-bench deps-llvm build-release/build.ninja
 	@d=$$(mktemp -d /dev/shm/jitring-llvm-bench.XXXXXX) && \
 	build-release/llvm/bench/listener_driver --objects 1024 --dir $$d \
 		| tee bench/results/llvm-listener.txt; rc=$$?; rm -rf $$d; exit $$rc
+
+# What `python -m jitring record` costs at 20,000 / 100,000 fresh functions
+# and on an 8-thread job: the route before it (perf inject on
+# the whole dump) next to the dwarf route, in one run; the fp route too on
+# FP_PYTHON, an interpreter with frame pointers and jitring installed
+# (default: the sid 3.15 venv `make test` leaves).  bench/README.md.
+FP_PYTHON ?= $(wildcard $(CURDIR)/build/python/tests/wheel-sid3.15/venv/bin/python)
+bench-record: build-py
+	@py=$$(bash scripts/build-python.sh) || exit 1; \
+	PYTHONPATH=$(CURDIR)/build/subprojects/jitring-python \
+	$$py bench/python/bench_record.py --python $$py \
+		$(if $(FP_PYTHON),--python $(FP_PYTHON)) \
+		| tee bench/results/record.txt
 
 bench-full: deps-bench build-release/build.ninja
 	$(NINJA) -C build-release

@@ -102,6 +102,28 @@ def parser():
     p.add_argument("--keep-debug", action="store_true",
                    help="let perf use ~/.debug as its build-id cache "
                    "(default: DIR/.debug)")
+    p.add_argument("--call-graph", choices=("auto", "dwarf", "fp"),
+                   default="auto",
+                   help="how perf records stacks: dwarf (an 8 KiB stack "
+                   "copy per sample, then perf inject), fp (frame "
+                   "pointers: no copies, no inject; the interpreter must "
+                   "keep them), auto (default): fp where the interpreter "
+                   "was built with -fno-omit-frame-pointer")
+    p.add_argument("--perf-script", action="store_true",
+                   help="keep perf.script.txt, the samples' stacks as "
+                   "perf script prints them (Firefox Profiler, speedscope)")
+    p.add_argument("--inject", choices=("reduced", "full"),
+                   default="reduced",
+                   help="which functions perf inject makes images of: "
+                   "those the samples reach (default), or every one the "
+                   "dumps describe (slow at many functions; a yardstick)")
+    p.add_argument("--inline", action="store_true",
+                   help="list native functions inlined into others as "
+                   "frames of their own (perf runs addr2line for them: "
+                   "slow)")
+    p.add_argument("--keep-perf-data", action="store_true",
+                   help="keep perf.data next to perf.jit.data (by default "
+                   "perf.jit.data, its copy with the JIT code, replaces it)")
     p.add_argument("--engine", choices=("rings", "mutex"), default="rings",
                    help="jitring's engine (default rings; mutex is the "
                    "one-lock design kept as a yardstick)")
@@ -344,10 +366,15 @@ class Perf:
         # program's own mappings all come as events after exec.
         synth = ["--synth", "no"] if gated else []
         cmd = perf + ["record", "-k", "1", "-e", opts.event, "-F",
-                      str(opts.freq), "--call-graph", "dwarf",
+                      str(opts.freq), "--call-graph", opts.call_graph,
                       "-D", "-1", "--control", "fd:%d,%d" % (cr, aw),
                       "-p", str(pid)] + synth + [
                       "-o", os.path.join(out, "perf.data")]
+        if not opts.keep_debug:
+            # No build-id cache (a 5.4 MB copy of kallsyms a recording:
+            # most of an fp recording's folder); it is finished at once,
+            # from the files in place.
+            cmd.insert(cmd.index("-p"), "--no-buildid-cache")
         with open(self.log, "wb") as log:
             self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                       stdout=log, stderr=log,
@@ -453,16 +480,33 @@ class Job:
             self.term.take()
 
 
+def keeps_frame_pointers():
+    """Whether this interpreter was built with frame pointers (Debian
+    sid's 3.15, CPython 3.15's default; not 3.13 or 3.14 by default)."""
+    import sysconfig
+    flags = " ".join(sysconfig.get_config_var(v) or ""
+                     for v in ("CFLAGS", "PY_CFLAGS", "CONFIGURE_CFLAGS"))
+    return "-fno-omit-frame-pointer" in flags.split()
+
+
+def meta_of(opts, command):
+    """What the finishing reads of how the recording was made."""
+    return {"version": 1, "command": command, "python": sys.executable,
+            "event": opts.event, "freq": opts.freq,
+            "keep_debug": opts.keep_debug, "top_only": opts.no_children,
+            "inject": opts.inject, "perf_script": opts.perf_script,
+            "call_graph": opts.call_graph,
+            "keep_perf_data": opts.keep_perf_data, "inline": opts.inline,
+            "cwd": os.getcwd(), "started": time.time()}
+
+
 def record(opts, target, perf_bin):
     out = out_dir(opts.output, opts.force)
     perf = _report.perf_cmd(perf_bin, out, opts.keep_debug)
     env = program_env(out, opts)
     argv = [sys.executable, "-m", "jitring", "--dir", out, "--engine",
             opts.engine] + target
-    meta = {"version": 1, "command": target, "python": sys.executable,
-            "event": opts.event, "freq": opts.freq,
-            "keep_debug": opts.keep_debug, "top_only": opts.no_children,
-            "cwd": os.getcwd(), "started": time.time()}
+    meta = meta_of(opts, target)
     term = Terminal()
     pid, gate = fork_gated(argv, env)
     meta["pid"] = pid
@@ -541,11 +585,8 @@ def attach(opts, perf_bin):
 def attach_window(opts, perf_bin, info, how, out):
     from jitring import _attach
     perf = _report.perf_cmd(perf_bin, out, opts.keep_debug)
-    meta = {"version": 1, "command": info["argv"], "attached": True,
-            "route": how, "python": sys.executable, "event": opts.event,
-            "freq": opts.freq, "keep_debug": opts.keep_debug,
-            "top_only": False, "cwd": os.getcwd(), "started": time.time(),
-            "pid": opts.pid, "status": 0}
+    meta = meta_of(opts, info["argv"])
+    meta.update(attached=True, route=how, pid=opts.pid, status=0)
     limit = (opts.duration + _attach.LIMIT_SLACK if opts.duration else
              _attach.LIMIT_UNBOUNDED)
     procs = os.path.join(out, PROCS)
@@ -584,6 +625,8 @@ def attach_window(opts, perf_bin, info, how, out):
 
 def main(argv):
     opts, target = parse(argv)
+    if opts.call_graph == "auto":
+        opts.call_graph = "fp" if keeps_frame_pointers() else "dwarf"
     if opts.pid is not None:
         try:
             out, meta = attach(opts, _report.find_perf())

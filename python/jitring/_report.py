@@ -11,9 +11,13 @@ Steps, each a file in the recording's folder:
                    the processes that exec'd
 
   perf.jit.data    ``perf inject --jit``: perf.data with the JIT code of
-                   the dumps as ELF images (``perf report -i``)
-  perf.script.txt  ``perf script`` text of the samples with their stacks
-                   (Firefox Profiler and speedscope load it)
+                   the dumps as ELF images (``perf report -i``); it
+                   replaces perf.data.  perf inject is given only the
+                   functions the samples can reach (jitring._jitsyms), so
+                   its cost and its jitted-*.so follow the samples
+  perf.script.txt  with --perf-script only: ``perf script`` text of the
+                   samples with their stacks (Firefox Profiler and
+                   speedscope load it)
   stacks.folded    one line per stack, root first, ``a;b;c COUNT``
   flame.html       an interactive flame graph, self-contained
 
@@ -138,39 +142,91 @@ def tail_of(path, n=5):
     return "\n  ".join(lines[-n:])
 
 
-def inject(steps, perf, out):
+def injected(out):
+    """Whether perf.jit.data is complete and perf.data gone (inject
+    replaces it once it has succeeded)."""
+    return (not os.path.exists(os.path.join(out, "perf.data")) and
+            os.path.exists(os.path.join(out, "perf.jit.data")))
+
+
+def inject(steps, perf, out, meta):
+    """perf inject --jit, perf.data -> perf.jit.data; unless the recording
+    asks for the whole dumps (--inject full), perf inject reads dumps of
+    only the functions the samples can reach (the full ones are put back
+    after).  perf.data is removed once perf.jit.data is written."""
+    from jitring import _jitsyms, _perfdata
     log = os.path.join(out, "perf-inject.log")
+    paths = []
     with open(log, "w") as f:
-        rc = steps.run(perf + ["inject", "--jit", "-i", "perf.data", "-o",
-                               "perf.jit.data"], cwd=out, stdout=f,
-                       stderr=f, stdin=subprocess.DEVNULL)
+        try:
+            _jitsyms.restore(out)   # a finishing stopped half-way
+            if meta.get("inject", "reduced") != "full":
+                try:
+                    stats = _jitsyms.reduce(out,
+                                            os.path.join(out, "perf.data"))
+                    paths = list(stats)
+                    for p, (n, k) in sorted(stats.items()):
+                        f.write("jitring: %s: %d of %d functions reached "
+                                "by the samples\n"
+                                % (os.path.basename(p), k, n))
+                except (_perfdata.PerfDataError, _jitsyms.DumpError,
+                        OSError) as e:
+                    _jitsyms.restore(out, paths)
+                    paths = []
+                    f.write("jitring: the whole dumps (%s)\n" % e)
+                f.flush()
+            rc = steps.run(perf + ["inject", "--jit", "-i", "perf.data",
+                                   "-o", "perf.jit.data"], cwd=out,
+                           stdout=f, stderr=f, stdin=subprocess.DEVNULL)
+        finally:
+            _jitsyms.restore(out, paths)
     if rc != 0:
         raise RecordError("perf inject --jit failed (exit %d):\n  %s"
                           % (rc, tail_of(log)))
+    if not meta.get("keep_perf_data"):
+        os.unlink(os.path.join(out, "perf.data"))
 
 
-HEAD = re.compile(r"^(.*?)\s+(\d+)/(\d+)\s")
+HEAD = re.compile(r"^(.*?)\s+(\d+)/(\d+)\s+(?:(\d+)\.(\d{9}):)?")
 
 
-def script(steps, perf, out):
-    """perf script into perf.script.txt; returns [(pid, comm, frames)],
-    frames a list of (symbol, dso) from the leaf to the root."""
+def script(steps, perf, out, keep=False, inline=False, fp=False):
+    """perf script into perf.script.txt (kept if @keep); returns [(pid,
+    comm, frames)], frames a list of (symbol, dso) from the leaf to the
+    root.  Without @inline, native functions inlined into others are not
+    listed (perf runs addr2line per address for them: 13.5 s instead of
+    1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
+    recording, not injected), perf.data is read and the trampolines'
+    frames are named by jitring._jitsyms.FPNames."""
     path = os.path.join(out, "perf.script.txt")
     err = os.path.join(out, "perf-script.log")
     with open(path, "w") as f, open(err, "w") as e:
-        rc = steps.run(perf + ["script", "-i", "perf.jit.data", "-F",
-                               "comm,pid,tid,time,event,ip,sym,dso"],
+        rc = steps.run(perf + ["script", "-i", "perf.data" if fp else
+                               "perf.jit.data", "--ns", "-F",
+                               "comm,pid,tid,time,event,ip,sym,dso"] +
+                       ([] if inline else ["--no-inline"]),
                        cwd=out, stdout=f, stderr=e,
                        stdin=subprocess.DEVNULL)
     if rc != 0:
         raise RecordError("perf script failed (exit %d):\n  %s"
                           % (rc, tail_of(err)))
+    names = None
+    if fp:
+        from jitring import _jitsyms, _perfdata
+        try:
+            names = _jitsyms.FPNames(os.path.join(out, "perf.data"))
+        except (_perfdata.PerfDataError, _jitsyms.DumpError, OSError) as e:
+            raise RecordError("cannot read %s/perf.data: %s" % (out, e))
     samples = []
     head, stack = None, []
     with open(path, errors="replace") as f:
+        if not keep:
+            os.unlink(path)     # read from the open file; nothing kept
         for line in f:
             if not line.strip():
                 if head is not None:
+                    if names:
+                        stack = names.resolve(head[2], head[3], stack)
                     samples.append((head[0], head[1], _inlined(stack)))
                 head, stack = None, []
             elif line[0] in " \t":
@@ -184,9 +240,17 @@ def script(steps, perf, out):
                               dso.rstrip(")").strip()))
             else:
                 m = HEAD.match(line)
-                head = (int(m.group(2)), m.group(1).strip()) if m else \
-                    (0, line.split(None, 1)[0] if line.strip() else "?")
+                if m:
+                    t = int(m.group(4)) * 10**9 + int(m.group(5)) \
+                        if m.group(4) else 0
+                    head = (int(m.group(2)), m.group(1).strip(),
+                            int(m.group(3)), t)
+                else:
+                    head = (0, line.split(None, 1)[0] if line.strip()
+                            else "?", 0, 0)
         if head is not None:
+            if names:
+                stack = names.resolve(head[2], head[3], stack)
             samples.append((head[0], head[1], _inlined(stack)))
     return samples
 
@@ -430,35 +494,45 @@ def finish(out, meta, top=12, browser=False):
     recording kept)."""
     try:
         with Steps() as steps:
+            done = injected(out)
             for name in OUTPUTS:
+                if done and name == "perf.jit.data":
+                    continue
                 try:
                     os.unlink(os.path.join(out, name))
                 except OSError:
                     pass
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
-            if not meta.get("exec_fixed"):
+            fp = meta.get("call_graph") == "fp"
+            if not done and not meta.get("exec_fixed"):
                 # Before perf reads it: processes that exec'd unwind
                 # (jitring._execfix).  Once: finish() may run again.
                 from jitring import _execfix
                 if _execfix.fix(os.path.join(out, "perf.data")) >= 0:
                     meta["exec_fixed"] = True
                     write_meta(out, meta)
-            inject(steps, perf, out)
-            samples = script(steps, perf, out)
+            if not done and not fp:
+                inject(steps, perf, out, meta)
+            samples = script(steps, perf, out, meta.get("perf_script"),
+                             meta.get("inline"), fp)
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
             folded, per, total, rows = summarize(samples, procs, top_pid)
             write_outputs(out, meta, folded, total)
     except Interrupted as e:
+        done = injected(out)
         for name in OUTPUTS:
+            if done and name == "perf.jit.data":
+                continue        # the recording itself now
             try:
                 os.unlink(os.path.join(out, name))
             except OSError:
                 pass
         sys.stderr.write(
             "\njitring record: stopped before the profile was finished; "
-            "perf.data and the dumps are kept in %s.\nTo finish it: %s -m "
-            "jitring report %s\n" % (out, os.path.basename(sys.executable),
+            "%s and the dumps are kept in %s.\nTo finish it: %s -m "
+            "jitring report %s\n" % ("perf.jit.data" if done else "perf.data",
+                                     out, os.path.basename(sys.executable),
                                      out))
         return 128 + e.signum
     except RecordError as e:
@@ -474,10 +548,15 @@ def finish(out, meta, top=12, browser=False):
     print("perf report: perf%s report -i %s --children --sort sym"
           % ("" if meta.get("keep_debug") else " --buildid-dir " +
              os.path.join(out, ".debug"),
-             os.path.join(out, "perf.jit.data")))
-    print("stacks:      %s (folded), %s (perf script)"
-          % (os.path.join(out, "stacks.folded"),
-             os.path.join(out, "perf.script.txt")))
+             os.path.join(out, "perf.data" if meta.get("call_graph") ==
+                          "fp" else "perf.jit.data")))
+    if meta.get("perf_script"):
+        print("stacks:      %s (folded), %s (perf script)"
+              % (os.path.join(out, "stacks.folded"),
+                 os.path.join(out, "perf.script.txt")))
+    else:
+        print("stacks:      %s (folded)" % os.path.join(out,
+                                                        "stacks.folded"))
     status = meta.get("status")
     if status:
         print("(the program exited with status %d)" % status)
@@ -500,15 +579,21 @@ def main(argv):
     p.add_argument("dir", metavar="DIR")
     p.add_argument("--top", type=int, default=12, metavar="N")
     p.add_argument("--browser", action="store_true")
+    p.add_argument("--inject", choices=("reduced", "full"),
+                   help="perf inject the functions the samples reach "
+                   "(reduced) or all (full); default: as recorded")
     opts = p.parse_args(argv)
     if opts.top <= 0:
         p.error("--top needs a positive number")
     out = os.path.abspath(opts.dir)
     try:
         meta = read_meta(out)
-        if not os.path.exists(os.path.join(out, "perf.data")):
+        if not (os.path.exists(os.path.join(out, "perf.data")) or
+                injected(out)):
             raise RecordError("%s has no perf.data" % out)
     except RecordError as e:
         sys.stderr.write("jitring report: %s\n" % e)
         return 2
+    if opts.inject:
+        meta["inject"] = opts.inject
     return finish(out, meta, top=opts.top, browser=opts.browser)

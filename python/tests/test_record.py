@@ -32,7 +32,19 @@ wheel.
     user's unless --force (and leaves its files), reuses an earlier
     recording's; default names never collide; an unusable folder, a
     missing perf and a refused perf record are one message and exit 2;
- 8. check: 0 for a recording's dump, non-zero for a damaged copy.
+ 8. check: 0 for a recording's dump, non-zero for a damaged copy;
+ 9. scale: an 8-thread program's recording finished both ways
+    from one perf.data, perf inject given the reached functions only
+    (the default) and the whole dumps (report --inject full): the same
+    stacks, far fewer jitted images, the full dumps back after;
+10. reuse: a function's trampoline copy reused by a later function (the
+    dump shows both at one address): each is named in the profile with
+    its own share (in fp mode too, where the interpreter picks it);
+    perf.jit.data (or in fp mode perf.data) alone, no perf.script.txt;
+11. fp: where the interpreter keeps frame pointers (Debian sid's 3.15,
+    through wheel_test.sh), record picks --call-graph fp: no inject, no
+    stack copies, the trampolines named, the same top functions and
+    shares within 5 points as --call-graph dwarf; skipped elsewhere.
 Skips (77) where perf cannot record here.
 """
 
@@ -125,6 +137,88 @@ SHORT = textwrap.dedent("""
     if len(sys.argv) > 1:
         open(sys.argv[1], "w").close()
     spin_short(3000000)
+""")
+
+
+THREADS = textwrap.dedent("""
+    import sys, threading, time
+
+    def leaf(n):
+        s = 0
+        for i in range(n):
+            s ^= i * 3
+        return s
+
+    def work_a():
+        return leaf(20000)
+
+    def work_b():
+        return leaf(10000)
+
+    def worker(end):
+        while time.monotonic() < end:
+            work_a()
+            work_b()
+
+    end = time.monotonic() + float(sys.argv[1])
+    ts = [threading.Thread(target=worker, args=(end,)) for _ in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+""")
+
+# Two functions, one after the other, the second made once the first's
+# code is freed: jitring gives a new function the copy of a freed one.
+# The functions are taken from compiled code without running a module (a
+# module's code would get a copy of its own).  Which freed copy a new
+# function gets is the module's choice (3.13t: the last freed; 3.15 may
+# hand out an older one first), so the program makes second_fn until one
+# has first_fn's address (read back from its own dump) and makes that one
+# hot; the others stay alive, so their copies are not handed out again.
+REUSE = textwrap.dedent("""
+    import gc, os, struct, sys, types
+    import jitring
+
+    def make(name):
+        src = ("def %s(n):\\n    s = 0\\n    for i in range(n):\\n"
+               "        s ^= i * 7\\n    return s\\n" % name)
+        mod = compile(src, "<reuse>", "exec")
+        code = [c for c in mod.co_consts if isinstance(c, types.CodeType)]
+        return types.FunctionType(code[0], {})
+
+    def addrs(name):
+        jitring.flush()
+        path = os.path.join(os.environ["JITRING_DIR"],
+                            "jit-%d.dump" % os.getpid())
+        with open(path, "rb") as f:
+            data = f.read()
+        off, got, want = 40, [], ("py::%s:" % name).encode()
+        while off + 16 <= len(data):
+            rid, size = struct.unpack_from("<II", data, off)
+            if size < 16 or off + size > len(data):
+                break
+            if rid == 0 and data.startswith(want, off + 56):
+                got.append(struct.unpack_from("<Q", data, off + 32)[0])
+            off += size
+        return got
+
+    n = int(sys.argv[1])
+    f = make("first_fn")
+    f(n)
+    first = addrs("first_fn")[-1]   # addrs has its copy before f is freed
+    del f
+    gc.collect()
+    keep = []
+    for _ in range(5000):
+        g = make("second_fn")
+        g(1)
+        if addrs("second_fn")[-1] == first:
+            break
+        keep.append(g)
+    else:
+        sys.exit("no new function got first_fn's copy")
+    g(n)
 """)
 
 
@@ -583,6 +677,152 @@ def test_check(t, r, dump):
     t.check(p.returncode != 0, "check: a damaged dump fails")
 
 
+def shares(out):
+    """{python function: share of all samples (%), by total} of a
+    recording's stacks.folded."""
+    tot, n = {}, 0
+    with open(os.path.join(out, "stacks.folded")) as f:
+        for line in f:
+            stack, _, c = line.rstrip("\n").rpartition(" ")
+            c = int(c)
+            n += c
+            for fn in set(x for x in stack.split(";")
+                          if x.startswith("py::")):
+                fn = fn[4:].split(":", 1)[0]
+                tot[fn] = tot.get(fn, 0) + c
+    return {k: 100.0 * v / n for k, v in tot.items()} if n else {}
+
+
+def py_stacks(out):
+    """{stack of python names: samples} of stacks.folded."""
+    st = {}
+    with open(os.path.join(out, "stacks.folded")) as f:
+        for line in f:
+            stack, _, c = line.rstrip("\n").rpartition(" ")
+            k = tuple(x for x in stack.split(";")[1:] if x.startswith("py::"))
+            st[k] = st.get(k, 0) + int(c)
+    return st
+
+
+def jitted(out):
+    return [n for n in os.listdir(out) if n.startswith("jitted-")]
+
+
+def load_addrs(out, name):
+    """[(code_addr, ts)] of the CODE_LOADs of function @name in @out's
+    dumps."""
+    got = []
+    for d in jrtest.dumps(out):
+        for r in jrtest.records(d):
+            if r["type"] == "CODE_LOAD" and \
+                    r["name"].startswith("py::%s:" % name):
+                got.append((r["addr"], r["ts"]))
+    return got
+
+
+def test_scale(t, r):
+    """One perf.data finished both ways in one folder (the marker mmap
+    names the dump by its absolute path)."""
+    import shutil
+    prog = r.script("threads8.py", THREADS)
+    out = r.out("scale")
+    p = r.run(["record", "-o", out, "--call-graph", "dwarf",
+               "--keep-perf-data", "--top", "40", "--", prog, "3"])
+    if not t.check(p.returncode == 0, "scale: record", p.stderr[-1500:]):
+        return
+    red, nr = py_stacks(out), len(jitted(out))
+    sr = shares(out)
+    t.check(not [n for n in os.listdir(out) if n.endswith(".full")] and
+            jrtest.dumps(out) and
+            all(jrtest.check_dump(d)[0] for d in jrtest.dumps(out)) and
+            all(len(jrtest.load_names(d)) > 100
+                for d in jrtest.dumps(out)),
+            "scale: the full dumps are back after inject")
+    for n in os.listdir(out):
+        if n.startswith("jitted-") or n in ("perf.jit.data", ".debug"):
+            f = os.path.join(out, n)
+            shutil.rmtree(f) if os.path.isdir(f) else os.unlink(f)
+    p = r.run(["report", out, "--inject", "full", "--top", "40"])
+    if not t.check(p.returncode == 0, "scale: report --inject full of the "
+                   "same perf.data", p.stderr[-1500:]):
+        return
+    full, nf = py_stacks(out), len(jitted(out))
+    sf = shares(out)
+    same = sum(min(red.get(k, 0), full.get(k, 0))
+               for k in set(red) | set(full))
+    t.check(red and red == full, "scale: the same Python stacks both ways "
+            "(%d of %d samples' stacks alike)" % (same, sum(full.values())),
+            sorted(set(red.items()) ^ set(full.items()))[:6])
+    for fn in ("worker", "work_a", "work_b", "leaf"):
+        t.check(sf.get(fn, 0) > 10 and
+                abs(sf.get(fn, 0) - sr.get(fn, 0)) < 0.5,
+                "scale: %s's share %.1f%% / %.1f%%, through the "
+                "trampolines of 8 threads" % (fn, sr.get(fn, 0),
+                                              sf.get(fn, 0)))
+    t.check(0 < nr < nf / 2, "scale: jitted images %d instead of %d"
+            % (nr, nf))
+
+
+def test_reuse(t, r):
+    prog = r.script("reuse.py", REUSE)
+    out = r.out("reuse")
+    p = r.run(["record", "-o", out, "--top", "40", "--", prog, "2500000"])
+    if not t.check(p.returncode == 0, "reuse: record", p.stderr[-1500:]):
+        return
+    first, second = load_addrs(out, "first_fn"), load_addrs(out,
+                                                             "second_fn")
+    t.check(len(first) == 1 and
+            [ts for a, ts in second if a == first[0][0]] and
+            all(ts > first[0][1] for a, ts in second if a == first[0][0]),
+            "reuse: a second_fn got first_fn's trampoline copy (%s, %s)"
+            % (first, second[-3:]))
+    names = os.listdir(out)
+    t.check(("perf.data" in names) != ("perf.jit.data" in names) and
+            "perf.script.txt" not in names,
+            "reuse: one perf data file, no perf.script.txt", names)
+    sh = shares(out)
+    a, b = sh.get("first_fn", 0), sh.get("second_fn", 0)
+    t.check(a > 10 and b > 10 and abs(a - b) < 0.4 * max(a, b),
+            "reuse: each named with its own share, the same work alike "
+            "(%.1f%%, %.1f%%)"
+            % (sh.get("first_fn", 0), sh.get("second_fn", 0)),
+            p.stdout[-1500:])
+
+
+def test_fp(t, r):
+    p = subprocess.run([r.py, "-c", "import jitring._record as m; "
+                        "print(m.keeps_frame_pointers())"],
+                       capture_output=True, text=True, env=r.env)
+    if p.stdout.strip() != "True":
+        t.skip_part("fp", "%s is built without frame pointers (Debian "
+                    "sid's 3.15 has them: py_wheel_sid3.15)" % r.py)
+        return
+    prog = r.script("threads8fp.py", THREADS)
+    fp, dw = r.out("fp-auto"), r.out("fp-dwarf")
+    p = r.run(["record", "-o", fp, "--", prog, "3"])
+    if not t.check(p.returncode == 0, "fp: record", p.stderr[-1500:]):
+        return
+    with open(os.path.join(fp, "jitring-record.json")) as f:
+        meta = __import__("json").load(f)
+    t.check(meta.get("call_graph") == "fp", "fp: chosen by itself",
+            meta.get("call_graph"))
+    t.check(not jitted(fp) and
+            not os.path.exists(os.path.join(fp, "perf.jit.data")),
+            "fp: no inject, no jitted images", os.listdir(fp))
+    p = r.run(["record", "-o", dw, "--call-graph", "dwarf", "--", prog,
+               "3"])
+    t.check(p.returncode == 0, "fp: record --call-graph dwarf",
+            p.stderr[-1500:])
+    sf, sd = shares(fp), shares(dw)
+    for fn in ("worker", "work_a", "work_b", "leaf"):
+        t.check(sf.get(fn, 0) > 10 and abs(sf[fn] - sd.get(fn, 0)) < 5,
+                "fp: %s %.1f%% as in dwarf mode (%.1f%%)"
+                % (fn, sf.get(fn, 0), sd.get(fn, 0)))
+    t.check(os.path.getsize(os.path.join(fp, "perf.data")) * 5 <
+            os.path.getsize(os.path.join(dw, "perf.jit.data")),
+            "fp: perf.data a fifth of dwarf mode's or less")
+
+
 def main(t):
     why = perf_usable()
     if why:
@@ -602,7 +842,8 @@ def main(t):
     only = sys.argv[1:]
     tests = [("tree", test_tree), ("signals", test_signals),
              ("interrupted", test_interrupted_finish),
-             ("output", test_output), ("event", test_event)]
+             ("output", test_output), ("event", test_event),
+             ("scale", test_scale), ("reuse", test_reuse), ("fp", test_fp)]
     got = {}
     for name, fn in tests:
         if not only or name in only:

@@ -1,0 +1,345 @@
+# SPDX-License-Identifier: MIT
+"""The JIT code a jitdump describes, by address and time.
+
+A dump (``jit-<pid>.dump``) describes every copy of a trampoline jitring
+made: ``[UNWINDING_INFO][DEBUG_INFO] CODE_LOAD`` per function, one
+contiguous group each (perf attaches the info records to the next
+CODE_LOAD in file order).  A copy's address is reused by a later function
+once the code object it served is freed, so an address names a function
+only together with a time: the latest CODE_LOAD of that address at or
+before the time, as perf's own injected mmaps resolve it.
+
+Two uses:
+
+  - reduce(): the dump perf inject is given, holding the groups of the
+    functions a profile can name and no other (record's cost then follows
+    the samples, not every function the program ever made);
+  - Symbols.name(): address + time -> the ``py::`` name, for stacks perf
+    unwound with frame pointers and could not name (perf 6.1 reads
+    perf-<pid>.map for anonymous memory only; the trampoline arenas are a
+    memfd's).
+"""
+
+import bisect
+import gc
+import os
+import re
+import struct
+
+MAGIC = 0x4A695444
+CODE_LOAD, CODE_MOVE, DEBUG_INFO, CODE_CLOSE, UNWINDING_INFO = 0, 1, 2, 3, 4
+HEADER = 40
+
+_PREFIX = struct.Struct("<IIQ")
+_ADDR_SIZE = struct.Struct("<QQ")    # a CODE_LOAD's code_addr, code_size
+_U64 = struct.Struct("<Q")
+
+
+class DumpError(Exception):
+    pass
+
+
+class no_gc:
+    """The cyclic GC off while a few hundred thousand objects are made:
+    the free-threaded 3.13's collector is not generational, so each
+    collection walks every object (a 200,000-load dump took 9.7 s to
+    read with it, 2.2 s without)."""
+
+    def __enter__(self):
+        self.was = gc.isenabled()
+        gc.disable()
+
+    def __exit__(self, *exc):
+        if self.was:
+            gc.enable()
+
+
+class Dump:
+    """A dump's CODE_LOADs, in file order: addr[i], size[i], time[i],
+    and span[i] = (start, end), the file range of load i's whole group
+    (its UNWINDING_INFO and DEBUG_INFO with it).  Names are read only
+    when asked for (name(i)): at 200,000 loads the parse is one pass of
+    unpack_from over the file read into memory."""
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            with open(path, "rb") as f:
+                data = f.read()
+        except OSError as e:
+            raise DumpError("%s: %s" % (path, e.strerror))
+        with no_gc():
+            self._parse(data)
+        self.data = data
+
+    def _parse(self, m):
+        if len(m) < HEADER or _PREFIX.unpack_from(m, 0)[0] != MAGIC:
+            raise DumpError("%s is not a jitdump" % self.path)
+        self.header = bytes(m[:HEADER])
+        addr, size, times, span = [], [], [], []
+        off, end = HEADER, len(m)
+        group = HEADER
+        unpack, unpack2 = _PREFIX.unpack_from, _ADDR_SIZE.unpack_from
+        info = (DEBUG_INFO, UNWINDING_INFO)
+        while off + 16 <= end:
+            rid, n, ts = unpack(m, off)
+            if n < 16 or off + n > end:
+                break               # perf stops here too
+            if rid == CODE_LOAD:
+                a, sz = unpack2(m, off + 32)
+                addr.append(a)
+                size.append(sz)
+                times.append(ts)
+                span.append((group, off + n))
+                group = off + n
+            elif rid == CODE_CLOSE:
+                break
+            elif rid not in info:
+                group = off + n     # CODE_MOVE, unknown: on their own
+            off += n
+        self.addr, self.size, self.time, self.span = addr, size, times, span
+        # Sorted by (address, time): find() takes the last entry at or
+        # below an address, then steps back over that address's later
+        # loads to the one live at the time.
+        order = sorted(range(len(addr)), key=lambda i: (addr[i], times[i]))
+        self.order = order
+        self.saddr = [addr[i] for i in order]
+
+    @property
+    def loads(self):
+        return self.addr
+
+    def find(self, a, t):
+        """The load whose code holds address @a at time @t (the latest
+        load of that address at or before @t), or -1."""
+        k = bisect.bisect_right(self.saddr, a) - 1
+        if k < 0:
+            return -1
+        start = self.saddr[k]
+        order, times = self.order, self.time
+        while k >= 0 and self.saddr[k] == start:
+            i = order[k]
+            if times[i] <= t:
+                return i if a < start + self.size[i] else -1
+            k -= 1
+        return -1
+
+    def name(self, i):
+        s, e = self.span[i]
+        # The name follows the CODE_LOAD's 56 fixed bytes; the load is
+        # the group's last record: find it from the group's end.
+        off = s
+        while off < e:
+            n = _PREFIX.unpack_from(self.data, off)[1]
+            if off + n == e:
+                break
+            off += n
+        n0 = off + 56
+        n1 = self.data.find(b"\0", n0, e)
+        return self.data[n0:n1 if n1 >= 0 else n0].decode(errors="replace")
+
+    def blocks(self, shift=24):
+        """The distinct addr >> shift of all code (for a byte search)."""
+        out = set()
+        for a, sz in zip(self.addr, self.size):
+            out.add(a >> shift)
+            out.add((a + max(sz, 1) - 1) >> shift)
+        return out
+
+    def write_reduced(self, src, dst, keep):
+        """Write to @dst the header and the groups of the loads in @keep
+        (indexes into loads), in file order, read from @src (this dump's
+        file)."""
+        with open(src, "rb") as f, open(dst, "wb") as out:
+            out.write(self.header)
+            for i in sorted(keep):
+                start, end = self.span[i]
+                out.write(self.data[start:end])
+
+
+def referenced(pd, dumps):
+    """{pid: set of load indexes} of the JIT code the samples of @pd (a
+    _perfdata.PerfData) can reach: each sample's IP, and every 8-byte
+    word of its user-stack copy that lies in a load's code at the
+    sample's time (a return address into a trampoline; a stale word may
+    add a function the profile does not show, never miss one the
+    unwinder can reach, as it unwinds from that copy alone).  @dumps:
+    {pid: Dump}.  An address is looked up in every dump, not only the
+    sample's process's: a fork child runs its parent's copies, which perf
+    names from the parent's injected images (it clones the parent's maps
+    at the fork).
+
+    The stack copies are not read word by word: the mapped file is
+    searched (memmem) for the high five bytes of each 16 MiB block that
+    holds JIT code, and only the hits are looked at."""
+    samples = []                    # (stack_offset, stack_end, time)
+    found = {pid: set() for pid in dumps}
+    every = list(dumps.items())
+
+    def mark(addr, t):
+        for pid, d in every:
+            i = d.find(addr, t)
+            if i >= 0:
+                found[pid].add(i)
+
+    if not every:
+        return found
+    for pid, _, t, ip, _, _, so, sn in pd.samples():
+        mark(ip, t)
+        if sn:
+            samples.append((so, so + sn, t))
+    if not samples:
+        return found
+    starts = [s[0] for s in samples]
+    blocks = set()
+    for d in dumps.values():
+        blocks |= d.blocks(24)
+    m = pd.m
+    lo, hi = pd.data
+    unpack = _U64.unpack_from
+    for b in blocks:
+        pat = struct.pack("<Q", b << 24)[3:]
+        h = m.find(pat, lo, hi)
+        while h >= 0:
+            w = h - 3
+            k = bisect.bisect_right(starts, w) - 1
+            if k >= 0:
+                so, se, t = samples[k]
+                if w + 8 <= se and not (w - so) & 7:
+                    mark(unpack(m, w)[0], t)
+            h = m.find(pat, h + 1, hi)
+    return found
+
+
+# ---- the dumps perf inject is given -----------------------------------
+
+FULL = ".full"
+DUMP_NAME = re.compile(r"^jit-(\d+)\.dump$")
+
+
+def restore(out, paths=()):
+    """Put back every full dump reduce() moved aside: those of @paths and
+    any in @out (one left by an interrupted finishing)."""
+    fulls = [p + FULL for p in paths]
+    fulls += [os.path.join(out, n) for n in os.listdir(out)
+              if n.endswith(FULL) and DUMP_NAME.match(n[:-len(FULL)])]
+    for f in fulls:
+        if os.path.exists(f):
+            os.replace(f, f[:-len(FULL)])
+
+
+def marked_dumps(pd):
+    """({pid: Dump}, {pid: path}) of the dumps perf.data's marker mmaps
+    name (where perf inject opens them)."""
+    dumps, paths = {}, {}
+    for pid, name in pd.mmap2_names():
+        m = DUMP_NAME.match(os.path.basename(name))
+        if not m or int(m.group(1)) != pid or not os.path.isfile(name):
+            continue
+        paths[pid] = name
+        dumps[pid] = Dump(name)
+    return dumps, paths
+
+
+def reduce(out, perf_data):
+    """Give perf inject only the JIT code the samples can reach: each dump
+    perf.data's marker mmaps name (where perf inject will open it) is
+    moved aside to <dump>.full and a dump of the reached functions' groups
+    written in its place; restore(out) undoes it.  Returns {path: (loads,
+    kept)}; raises PerfDataError or DumpError where perf.data or a dump
+    cannot be read (the caller then injects the full dumps)."""
+    from jitring import _perfdata
+    restore(out)
+    stats = {}
+    with _perfdata.PerfData(perf_data) as pd, no_gc():
+        dumps, paths = marked_dumps(pd)
+        found = referenced(pd, dumps)
+    for pid, path in paths.items():
+        d, keep = dumps[pid], found.get(pid, set())
+        full = path + FULL
+        os.replace(path, full)
+        try:
+            d.write_reduced(full, path, keep)
+        except BaseException:
+            os.replace(full, path)
+            raise
+        stats[path] = (len(d.loads), len(keep))
+    return stats
+
+
+# ---- frame-pointer stacks ---------------------------------------------
+
+ARENA = "/memfd:jitring-trampolines"
+
+
+def _inside(r, a):
+    if not r:
+        return False
+    k = bisect.bisect_right(r[0], a) - 1
+    return k >= 0 and a < r[1][k]
+
+
+class FPNames:
+    """The names of the trampoline frames of stacks perf recorded with
+    frame pointers (--call-graph fp), which perf script prints as
+    ``[unknown]`` in ``/memfd:jitring-trampolines (deleted)``: perf 6.1
+    reads perf-<pid>.map for anonymous memory only.  perf script prints
+    them map-relative (every arena is the memfd at offset 0), so the
+    absolute addresses come from perf.data's own callchains: of each
+    sample (tid, time), the entries inside an arena, in order, one per
+    such frame perf script prints."""
+
+    def __init__(self, perf_data):
+        from jitring import _perfdata
+        self.chains = {}
+        with _perfdata.PerfData(perf_data) as pd, no_gc():
+            dumps, _ = marked_dumps(pd)
+            arenas = {}
+            for pid, addr, n, name in pd.mmap2():
+                if name.startswith(ARENA):
+                    arenas.setdefault(pid, []).append((addr, addr + n))
+            ranges = {}
+            for pid, lst in arenas.items():
+                lst.sort()
+                ranges[pid] = ([a for a, _ in lst], [e for _, e in lst])
+            # A fork child runs its parent's arenas (no MMAP2 of its
+            # own for them) and its parent's copies (in the parent's
+            # dump): the process's own first, then any.
+            allr = sorted(r for lst in arenas.values() for r in lst)
+            allr = ([a for a, _ in allr], [e for _, e in allr])
+            order = list(dumps.items())
+            for pid, tid, t, ip, co, nr, _, _ in pd.samples():
+                if not nr or not allr[0]:
+                    continue
+                own = ranges.get(pid)
+                names = []
+                for a in pd.chain(co, nr):
+                    if not (_inside(own, a) or _inside(allr, a)):
+                        continue
+                    name = None
+                    for p, d in ([(pid, dumps[pid])] if pid in dumps
+                                 else []) + order:
+                        i = d.find(a, t)
+                        if i >= 0:
+                            name = d.name(i)
+                            break
+                    names.append(name)
+                if names:
+                    self.chains[(tid, t)] = names
+
+    def resolve(self, tid, t, frames):
+        """@frames (leaf first, (symbol, dso) as perf script printed them)
+        with the arena frames named."""
+        names = self.chains.get((tid, t))
+        if not names:
+            return frames
+        out, k = [], 0
+        for sym, dso in frames:
+            # perf script prints the dso "(/memfd:... (deleted))": the
+            # reader splits it at the inner " (".
+            if (dso.startswith(ARENA) or ARENA in sym) and k < len(names):
+                if names[k]:
+                    sym, dso = names[k], ""
+                k += 1
+            out.append((sym, dso))
+        return out

@@ -1,0 +1,219 @@
+# SPDX-License-Identifier: MIT
+"""A reader of perf.data, as much of it as record needs.
+
+perf record writes perf.data as a header, the events' attributes and a
+data section of records (include/uapi/linux/perf_event.h, perf's
+Documentation/perf.data-file-format.txt).  record reads the data section
+once, with the file mapped, for two things:
+
+  - the samples: their time and the user-mode stack each one copied
+    (``--call-graph dwarf``), to find which JIT code a profile can name
+    (jitring._jitsyms), so that ``perf inject`` is given only that code;
+  - the names of the files the process mapped (MMAP2), so that the dump
+    perf inject would read is found as perf finds it.
+
+Only single-file perf.data (no --threads directories, no compressed
+records) is read; anything else is refused with PerfDataError and the
+caller takes the long way (perf inject on the whole dump).
+"""
+
+import mmap
+import os
+import struct
+
+MAGIC = b"PERFILE2"
+
+PERF_RECORD_MMAP2 = 10
+PERF_RECORD_SAMPLE = 9
+PERF_RECORD_COMPRESSED = 81
+PERF_CONTEXT_MAX = 2**64 - 4095     # (u64)-4095: markers lie above it
+
+# perf_event_attr.sample_type bits, in the order their fields are laid out
+# in a sample (perf_event.h, "struct perf_event_sample" comment).
+S_IDENTIFIER = 1 << 16
+S_IP = 1 << 0
+S_TID = 1 << 1
+S_TIME = 1 << 2
+S_ADDR = 1 << 3
+S_READ = 1 << 4
+S_CALLCHAIN = 1 << 5
+S_ID = 1 << 6
+S_CPU = 1 << 7
+S_PERIOD = 1 << 8
+S_STREAM_ID = 1 << 9
+S_RAW = 1 << 10
+S_BRANCH_STACK = 1 << 11
+S_REGS_USER = 1 << 12
+S_STACK_USER = 1 << 13
+# Fields a sample may have before the user stack that this reader cannot
+# step over (their size depends on more of the attribute than it reads).
+S_UNSUPPORTED = S_READ | S_BRANCH_STACK
+
+_HDR = struct.Struct("<IHH")
+_U64 = struct.Struct("<Q")
+_U32 = struct.Struct("<I")
+
+
+class PerfDataError(Exception):
+    pass
+
+
+class Attr:
+    __slots__ = ("sample_type", "regs_user", "nregs", "sample_id_all")
+
+    def __init__(self, raw):
+        (self.sample_type,) = _U64.unpack_from(raw, 24)
+        flags, = _U64.unpack_from(raw, 40)
+        self.sample_id_all = bool(flags & (1 << 18))
+        self.regs_user = _U64.unpack_from(raw, 80)[0] if len(raw) >= 88 \
+            else 0
+        self.nregs = bin(self.regs_user).count("1")
+
+
+class PerfData:
+    """perf.data, mapped; close() when done (or use with)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.f = open(path, "rb")
+        try:
+            self.m = mmap.mmap(self.f.fileno(), 0, access=mmap.ACCESS_READ)
+        except ValueError:
+            self.f.close()
+            raise PerfDataError("%s is empty" % path)
+        m = self.m
+        if len(m) < 104 or m[:8] != MAGIC:
+            self.close()
+            raise PerfDataError("%s is not a perf.data file (PERFILE2)"
+                                % path)
+        _, attr_size, a_off, a_size, d_off, d_size = struct.unpack_from(
+            "<6Q", m, 8)
+        self.data = (d_off, d_off + d_size)
+        if d_off + d_size > len(m) or attr_size < 16:
+            self.close()
+            raise PerfDataError("%s is cut short" % path)
+        self.attrs = []
+        for o in range(a_off, a_off + a_size, attr_size):
+            self.attrs.append(Attr(m[o:o + attr_size - 16]))
+        if not self.attrs:
+            self.close()
+            raise PerfDataError("%s has no event" % path)
+        types = {a.sample_type for a in self.attrs}
+        if len(types) != 1:
+            raise PerfDataError("%s has events of different sample "
+                                "layouts" % path)
+        self.attr = self.attrs[0]
+        if self.attr.sample_type & S_UNSUPPORTED:
+            raise PerfDataError("%s: sample layout %#x not read here"
+                                % (path, self.attr.sample_type))
+
+    def close(self):
+        try:
+            self.m.close()
+        except Exception:
+            pass
+        self.f.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def records(self):
+        """(type, offset, size) of each record of the data section."""
+        m = self.m
+        off, end = self.data
+        unpack = _HDR.unpack_from
+        while off + 8 <= end:
+            typ, misc, size = unpack(m, off)
+            if size < 8:
+                raise PerfDataError("%s: a record of size %d at %#x"
+                                    % (self.path, size, off))
+            if typ == PERF_RECORD_COMPRESSED:
+                raise PerfDataError("%s holds compressed records (-z)"
+                                    % self.path)
+            yield typ, off, size
+            off += size
+
+    def mmap2(self):
+        """(pid, addr, len, filename) of each MMAP2 record."""
+        m = self.m
+        for typ, off, size in self.records():
+            if typ != PERF_RECORD_MMAP2:
+                continue
+            pid, _, addr, n = struct.unpack_from("<IIQQ", m, off + 8)
+            # pid tid addr len pgoff (maj min ino ino_gen | build id)
+            # prot flags, then the name.
+            name_off = off + 8 + 8 + 24 + 24 + 8
+            end = m.find(b"\0", name_off, off + size)
+            if end < 0:
+                end = off + size
+            yield pid, addr, n, m[name_off:end].decode(errors="replace")
+
+    def mmap2_names(self):
+        """{(pid, filename)} of the MMAP2 records (the process's files)."""
+        return {(pid, name) for pid, _, _, name in self.mmap2()}
+
+    def samples(self):
+        """(pid, tid, time, ip, chain_offset, chain_n, stack_offset,
+        stack_size) of each sample: its callchain is chain_n u64 at
+        chain_offset (with perf's PERF_CONTEXT_* markers); the user stack
+        copy is m[stack_offset:stack_offset + stack_size] (its valid
+        part, dyn_size), starting at the sample's stack pointer."""
+        st = self.attr.sample_type
+        m = self.m
+        regs_bytes = 8 * self.attr.nregs
+        unpack64 = _U64.unpack_from
+        for typ, off, size in self.records():
+            if typ != PERF_RECORD_SAMPLE:
+                continue
+            p = off + 8
+            if st & S_IDENTIFIER:
+                p += 8
+            ip = 0
+            if st & S_IP:
+                ip, = unpack64(m, p)
+                p += 8
+            pid = tid = 0
+            if st & S_TID:
+                pid, tid = struct.unpack_from("<II", m, p)
+                p += 8
+            t = 0
+            if st & S_TIME:
+                t, = unpack64(m, p)
+                p += 8
+            if st & S_ADDR:
+                p += 8
+            if st & S_ID:
+                p += 8
+            if st & S_STREAM_ID:
+                p += 8
+            if st & S_CPU:
+                p += 8
+            if st & S_PERIOD:
+                p += 8
+            co, nr = 0, 0
+            if st & S_CALLCHAIN:
+                nr, = unpack64(m, p)
+                co = p + 8
+                p += 8 + 8 * nr
+            if st & S_RAW:
+                raw, = _U32.unpack_from(m, p)
+                p += 4 + raw
+            if st & S_REGS_USER:
+                abi, = unpack64(m, p)
+                p += 8 + (regs_bytes if abi else 0)
+            so, sn = 0, 0
+            if st & S_STACK_USER:
+                n, = unpack64(m, p)
+                p += 8
+                if n:
+                    dyn, = unpack64(m, p + n)
+                    so, sn = p, min(dyn, n)
+            yield pid, tid, t, ip, co, nr, so, sn
+
+    def chain(self, offset, n):
+        """A sample's callchain, without perf's context markers."""
+        return [ip for ip in struct.unpack_from("<%dQ" % n, self.m, offset)
+                if ip < PERF_CONTEXT_MAX]
