@@ -242,6 +242,13 @@ int jitring_rings_move(struct jitring *jr, uint64_t code_index,
 		       uint64_t code_size);
 int jitring_rings_flush(struct jitring *jr);
 int jitring_rings_stop(struct jitring *jr);
+/*
+ * exit(3) with the writer CLOSING and no user left: what close does
+ * before it frees, waiting for the flusher until @until (CLOCK_REALTIME).
+ * Return: 0, or -ETIMEDOUT with the flusher still running (maybe inside a
+ * write).
+ */
+int jitring_rings_exit(struct jitring *jr, const struct timespec *until);
 int jitring_rings_thread_detach(struct jitring *jr);
 void jitring_rings_kick(struct jitring *jr);
 void jitring_rings_fork_prepare(struct jitring *jr);

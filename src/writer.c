@@ -864,12 +864,96 @@ static void atfork_child(void)
 }
 
 /*
- * exit() flushes stdio buffers, so the mutex engine's entries reach the file
- * even without jitring_close(); flush the rings engine's too.  Not close:
- * other threads may still be running.
+ * exit(3) (or a return from main) while other threads may still write:
+ * every writer still open is closed as jitring_close() would, but bounded
+ * and freeing nothing.  Flushing alone is not enough: the process's end
+ * would stop the flusher, its write thread or a mutex writer in the middle
+ * of a write, and the dump would end in a torn group.  The writer becomes
+ * CLOSING, so a write that begins from here on returns -ESHUTDOWN; once
+ * the engine has stopped, every write that returned a code_index is in the
+ * file, and nothing writes to it any more.  Nothing is freed: the other
+ * threads run until the process ends, and find the writer closing; a later
+ * jitring_close() gets -EBADF.
+ *
+ * All writers together wait at most JR_EXIT_WAIT_NS: for the handle's lock
+ * (a close or fork under way), for calls inside the library to leave, and
+ * for the engine (the flusher's last round, or the mutex engine's lock).
+ * A writer whose wait ran out is left as it is and logged: the process
+ * ends with a write maybe under way, and its dump may end in a torn group,
+ * as after a crash (jitring-dump --check --allow-truncated reads it).
+ * The one wait not bounded: a rings writer paused with no flusher thread
+ * (pthread_create failed) is drained on this thread, as close would.
  */
-static void atexit_flush(void)
+#define JR_EXIT_WAIT_NS (2000ull * 1000000u)
+
+/* CLOCK_REALTIME at the CLOCK_MONOTONIC time @deadline (ns), for the
+ * pthread calls that take only the former. */
+static struct timespec realtime_at(uint64_t deadline)
 {
+	uint64_t now = jitring_clock_ns();
+	uint64_t left = deadline > now ? deadline - now : 0;
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	left += (uint64_t)ts.tv_nsec;
+	ts.tv_sec += (time_t)(left / 1000000000u);
+	ts.tv_nsec = (long)(left % 1000000000u);
+	return ts;
+}
+
+static void exit_close(struct jitring *jr, uint64_t deadline)
+{
+	struct timespec until = realtime_at(deadline);
+	const char *what = "a close or fork under way";
+	uint32_t s;
+	int ret;
+
+	if (pthread_mutex_timedlock(&jr->lock, &until))
+		goto err_wait;
+	s = atomic_load_explicit(&jr->state, memory_order_relaxed);
+	do {
+		if (s >= JR_CLOSING) {
+			pthread_mutex_unlock(&jr->lock);
+			return;
+		}
+		/* As in jitring_close(). */
+	} while (!atomic_compare_exchange_weak_explicit(
+		&jr->state, &s, JR_CLOSING, memory_order_seq_cst,
+		memory_order_relaxed));
+	/* As in jitring_close(): seq_cst, the Dekker with jitring_enter(). */
+	what = "calls still inside the library";
+	for (unsigned spins = 0;
+	     atomic_load_explicit(&jr->users, memory_order_seq_cst); spins++) {
+		if (jitring_clock_ns() >= deadline)
+			goto err_unlock;
+		if (jr->engine == JITRING_ENGINE_RINGS)
+			jitring_rings_kick(jr);
+		if (spins < 64)
+			jr_cpu_relax();
+		else
+			usleep(100);
+	}
+	what = "the engine's last write";
+	if (jr->engine == JITRING_ENGINE_MUTEX)
+		ret = jitring_mutex_exit(jr, &until);
+	else
+		ret = jitring_rings_exit(jr, &until);
+	if (ret == -ETIMEDOUT || ret == -EDEADLK)
+		goto err_unlock;
+	pthread_mutex_unlock(&jr->lock);
+	return;
+
+err_unlock:
+	pthread_mutex_unlock(&jr->lock);
+err_wait:
+	jitring_log(jr, JITRING_LOG_WARNING,
+		    "exit: gave up waiting for %s; %s may end in a torn entry",
+		    what, jr->file.path);
+}
+
+static void atexit_close(void)
+{
+	uint64_t deadline = jitring_clock_ns() + JR_EXIT_WAIT_NS;
 	struct jitring *jr;
 
 	pthread_mutex_lock(&jr_global_lock);
@@ -877,16 +961,15 @@ static void atexit_flush(void)
 	pthread_mutex_unlock(&jr_global_lock);
 	/* Handles are never freed and the list only grows at the head. */
 	for (; jr; jr = jr->next)
-		if (jr->engine == JITRING_ENGINE_RINGS &&
-		    atomic_load_explicit(&jr->state, memory_order_acquire) ==
-			    JR_OPEN)
-			jitring_flush(jr);
+		if (atomic_load_explicit(&jr->state, memory_order_acquire) <
+		    JR_CLOSING)
+			exit_close(jr, deadline);
 }
 
 static void atfork_register(void)
 {
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
-	atexit(atexit_flush);
+	atexit(atexit_close);
 }
 
 /* ------------------------------------------------------------------ */
