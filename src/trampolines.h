@@ -41,7 +41,7 @@
  * 1,740,800 copies of the built-in template, what a storm of 4096 new
  * threads taking 400 copies each (1,638,400) draws before the flusher,
  * queued behind the storm, gets a CPU -- the storm the 4096 spare rings
- * are kept for (bench/README.md, eighth step). */
+ * are kept for (bench/README.md, Thread storms). */
 #define JR_TRAMP_WANT_IMAGE 10u
 #define JR_TRAMP_WANT_MAX 16u
 /* Capacity of a set's ready array (above the maximum: losers of the race
