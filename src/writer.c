@@ -864,6 +864,33 @@ static void atfork_child(void)
 }
 
 /*
+ * After the CAS to CLOSING: wait until no call is inside the engine, or
+ * until @deadline (CLOCK_MONOTONIC ns; UINT64_MAX: for as long as it
+ * takes).  Return: 0, or -ETIMEDOUT with calls still inside.
+ */
+static int users_wait(struct jitring *jr, uint64_t deadline)
+{
+	/*
+	 * seq_cst: the load half of the Dekker pair with jitring_enter()
+	 * (seq_cst fetch_add of users, then seq_cst load of state) against
+	 * the CAS to CLOSING; also acquires jitring_exit()'s release
+	 * decrements.
+	 */
+	for (unsigned spins = 0;
+	     atomic_load_explicit(&jr->users, memory_order_seq_cst); spins++) {
+		if (deadline != UINT64_MAX && jitring_clock_ns() >= deadline)
+			return -ETIMEDOUT;
+		if (jr->engine == JITRING_ENGINE_RINGS)
+			jitring_rings_kick(jr);
+		if (spins < 64)
+			jr_cpu_relax();
+		else
+			usleep(100);
+	}
+	return 0;
+}
+
+/*
  * exit(3) (or a return from main) while other threads may still write:
  * every writer still open is closed as jitring_close() would, but bounded
  * and freeing nothing.  Flushing alone is not enough: the process's end
@@ -920,19 +947,9 @@ static void exit_close(struct jitring *jr, uint64_t deadline)
 	} while (!atomic_compare_exchange_weak_explicit(
 		&jr->state, &s, JR_CLOSING, memory_order_seq_cst,
 		memory_order_relaxed));
-	/* As in jitring_close(): seq_cst, the Dekker with jitring_enter(). */
 	what = "calls still inside the library";
-	for (unsigned spins = 0;
-	     atomic_load_explicit(&jr->users, memory_order_seq_cst); spins++) {
-		if (jitring_clock_ns() >= deadline)
-			goto err_unlock;
-		if (jr->engine == JITRING_ENGINE_RINGS)
-			jitring_rings_kick(jr);
-		if (spins < 64)
-			jr_cpu_relax();
-		else
-			usleep(100);
-	}
+	if (users_wait(jr, deadline))
+		goto err_unlock;
 	what = "the engine's last write";
 	if (jr->engine == JITRING_ENGINE_MUTEX)
 		ret = jitring_mutex_exit(jr, &until);
@@ -1118,20 +1135,7 @@ int jitring_close(struct jitring *jr)
 		memory_order_relaxed));
 	JITRING_TESTPOINT(close_closing, jr);
 
-	/*
-	 * seq_cst: the load half of the Dekker pair with jitring_enter()
-	 * (seq_cst fetch_add of users, then seq_cst load of state) against
-	 * our CAS above; also acquires jitring_exit()'s release decrements.
-	 */
-	for (unsigned spins = 0;
-	     atomic_load_explicit(&jr->users, memory_order_seq_cst); spins++) {
-		if (jr->engine == JITRING_ENGINE_RINGS)
-			jitring_rings_kick(jr);
-		if (spins < 64)
-			jr_cpu_relax();
-		else
-			usleep(100);
-	}
+	users_wait(jr, UINT64_MAX);
 
 	if (jr->engine == JITRING_ENGINE_MUTEX)
 		ret = jitring_mutex_stop(jr);
