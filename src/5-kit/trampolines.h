@@ -2,8 +2,8 @@
 /*
  * Trampoline sets (the runtime kit): layout constants shared by
  * trampolines.c and its unit test.  The entry points are public
- * (jitring_trampolines_*() in jitring.h); jitring_trampolines_maintain(), called
- * by the rings engine's flusher, is declared in internal.h.
+ * (jitring_trampolines_*() in jitring.h); the rings engine's flusher keeps
+ * the stock through the hook set_push() registers (struct jr_kit_ops).
  */
 #ifndef JITRING_SRC_TRAMPOLINES_H
 #define JITRING_SRC_TRAMPOLINES_H
