@@ -638,7 +638,7 @@ JITRING_API int jitring_pause(struct jitring *jr);
  * on get -ESHUTDOWN, and the dump ends whole, with every entry whose
  * write returned before exit began (and CLOSE, if asked).  Nothing is
  * freed, and a later jitring_close() gets -EBADF.  The handler waits at
- * most 2 s in all (for calls inside the library, a close or fork under
+ * most 5 s in all (for calls inside the library, a close or fork under
  * way, the last write); past that it logs a warning and lets the process
  * end, and a dump still being written may then end in a torn entry.
  * _exit(2) or a crash loses what was not yet written, at most about

@@ -302,7 +302,7 @@ int jitring_rings_restart(struct jitring *jr)
  * (close and exit waited for them), so nobody takes run_lock meanwhile.
  * @until: NULL to wait for the flusher as long as it takes (close), or the
  * CLOCK_REALTIME time after which to give up waiting (exit).
- * Return: 0, or -ETIMEDOUT with the flusher still running.
+ * Return: 0, or -ETIMEDOUT with the flusher still running (detached).
  */
 static int finish(struct jitring *jr, struct jr_rings *e,
 		  const struct timespec *until)
@@ -329,8 +329,11 @@ static int finish(struct jitring *jr, struct jr_rings *e,
 		atomic_store_explicit(&e->stop, 1, memory_order_seq_cst);
 		jitring_rings_kick(jr);
 		if (until ? pthread_timedjoin_np(e->thread, NULL, until) :
-			    pthread_join(e->thread, NULL))
+			    pthread_join(e->thread, NULL)) {
+			/* Nobody will join it: let it go when it ends. */
+			pthread_detach(e->thread);
 			return -ETIMEDOUT;
+		}
 		atomic_store_explicit(&e->running, false, memory_order_relaxed);
 	} else {
 		/*

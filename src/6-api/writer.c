@@ -238,7 +238,7 @@ static int users_wait(struct jitring *jr, uint64_t deadline)
  * The one wait not bounded: a rings writer paused with no flusher thread
  * (pthread_create failed) is drained on this thread, as close would.
  */
-#define JR_EXIT_WAIT_NS (2000ull * 1000000u)
+#define JR_EXIT_WAIT_NS (5000ull * 1000000u)
 
 /* CLOCK_REALTIME at the CLOCK_MONOTONIC time @deadline (ns), for the
  * pthread calls that take only the former. */
