@@ -40,7 +40,7 @@
  * drain; it is joined by then); p50/p99/p999/max_ns of one write, from
  * every K-th call (--lat-every, default 8; 0: none) timed with
  * lfence;rdtsc .. rdtscp (the same for every engine); check: the dump
- * read back with the project's reader (src/reader.h): "fast" (default)
+ * read back with the project's reader (src/reader/reader.h): "fast" (default)
  * counts CODE_LOAD records and, for rings and mutex, checks timestamps
  * never decrease; "full" is jitring_check(JITRING_CHECK_SORTED) for rings
  * and mutex (and unsorted for the floor).  The dump is deleted after.

@@ -632,9 +632,17 @@ JITRING_API int jitring_pause(struct jitring *jr);
  * namespace) takes it for stale; a later jitring_open() on the same
  * directory continues it (see jitring_open()).
  * Rings of threads still alive are released when those threads exit or call
- * jitring_thread_detach().  A process that exits through exit(3) without
- * closing still has its open writers flushed (an atexit handler); _exit(2)
- * or a crash loses what was not yet written, at most about max_delay_ms.
+ * jitring_thread_detach().  A process that exits through exit(3) (or a
+ * return from main) without closing has its open writers closed by an
+ * atexit handler, while other threads may still write: writes from then
+ * on get -ESHUTDOWN, and the dump ends whole, with every entry whose
+ * write returned before exit began (and CLOSE, if asked).  Nothing is
+ * freed, and a later jitring_close() gets -EBADF.  The handler waits at
+ * most 5 s in all (for calls inside the library, a close or fork under
+ * way, the last write); past that it logs a warning and lets the process
+ * end, and a dump still being written may then end in a torn entry.
+ * _exit(2) or a crash loses what was not yet written, at most about
+ * max_delay_ms.
  *
  * Context: any thread but the writer's own log hook; blocks; not
  * async-signal-safe.

@@ -3,7 +3,7 @@
  * Shared harness of the stress programs; see stress_common.h.
  *
  * The verifier deliberately relies on the project's independent reader
- * (src/reader.h), never on the encoder, and recomputes every field from
+ * (src/reader/reader.h), never on the encoder, and recomputes every field from
  * what the producers themselves recorded: the code_index each write
  * returned, the thread's tid, and the (seed, thread, seq) shape.
  */

@@ -14,7 +14,8 @@
  *    line information, code bytes, code address) is a pure function of
  *    (seed, thread, seq), so the verifier can recompute what each record
  *    must hold;
- *  - verifies the dump with the project's independent reader (src/reader.h):
+ *  - verifies the dump with the project's independent reader
+ *    (src/reader/reader.h):
  *    jitring_check(JITRING_CHECK_SORTED), then record by record: every write
  *    that returned a code_index is present exactly once, with its name, its
  *    thread's tid, its code address, size and bytes; each thread's sequence

@@ -37,12 +37,31 @@
  * one or a bare header; nothing else.  A child that exits by itself (it
  * found a write refused) fails the run.
  *
+ * --mode exit: the child ends by exit(3) instead, while its producers
+ * write (as fast as they can, no flushing threads): its main thread waits
+ * until every producer has had a number of writes return (drawn from the
+ * seed, at most half of --entries, so all are still writing), stores each
+ * producer's count of returned writes (acquire) in must[i] and calls
+ * exit(0), which is what returning from main does, without closing the
+ * writer: the library's atexit handler is all that stands between the
+ * rings and the file.  The parent waits for the child and checks:
+ *  - it ended with status 0 (ASan's leak check runs in it), and its
+ *    producers saw only code_index values and -ESHUTDOWN;
+ *  - jitring_check(JITRING_CHECK_SORTED), without ALLOW_TRUNCATED: the
+ *    dump is whole;
+ *  - every CODE_LOAD is one the child wrote, once, in per-thread order
+ *    (a producer may have been stopped between its write's return and
+ *    its log), and every write that returned before exit() is there.
+ * Nothing in it waits by sleeping: the main thread waits on counters.
+ *
  * Usage: stress_crash [--threads N] [--entries K] [--count K] [--alive F]
- *	[--seconds S] [--seed X] [--engine rings|mutex] [--dir D]
+ *	[--seconds S] [--seed X] [--engine rings|mutex] [--mode exit]
+ *	[--dir D]
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -62,6 +81,7 @@
 struct shared {
 	_Atomic int opened;
 	_Atomic int bad;         /* a write or flush the child did not expect */
+	_Atomic int exiting;     /* --mode exit: exit() is about to begin */
 	_Atomic uint64_t flushes_ok;
 	_Atomic int64_t flush_err;
 	uint64_t must[MAX_THREADS];
@@ -74,6 +94,7 @@ static struct shared *sh;
 static size_t sh_size;
 static struct jitring *jr;
 static struct st_spec spec;
+static bool exit_mode;
 
 /* ------------------------------------------------------------------ */
 /* The child.                                                           */
@@ -86,13 +107,16 @@ static void *producer(void *arg)
 	while (log->n < log->cap) {
 		int64_t ret = st_write(jr, &spec, log);
 
+		/* The atexit handler closed the writer. */
+		if (ret == -ESHUTDOWN && atomic_load(&sh->exiting))
+			break;
 		if (ret <= 0) {
 			atomic_store(&sh->bad, 1);
 			break;
 		}
 		/* Now and then a pause, so the rings are not always full. */
 		r = st_mix(r);
-		if (r % 8 == 0)
+		if (!exit_mode && r % 8 == 0)
 			t_sleep_ns((r >> 8) % 200000u);
 	}
 	for (;;)
@@ -131,6 +155,21 @@ static void *flusher(void *arg)
 	return NULL;
 }
 
+/* --mode exit: once every producer has had @target writes return. */
+static void exit_when(uint64_t target)
+{
+	for (unsigned i = 0; i < opts.threads; i++)
+		while (atomic_load_explicit(&sh->logs[i].done,
+					    memory_order_acquire) < target &&
+		       !atomic_load(&sh->bad))
+			sched_yield();
+	for (unsigned i = 0; i < opts.threads; i++)
+		sh->must[i] = atomic_load_explicit(&sh->logs[i].done,
+						   memory_order_acquire);
+	atomic_store(&sh->exiting, 1);
+	exit(0);
+}
+
 static int child_main(uint64_t seed)
 {
 	struct jitring_config cfg;
@@ -151,6 +190,8 @@ static int child_main(uint64_t seed)
 	for (unsigned i = 0; i < opts.threads; i++)
 		if (st_thread_create(&t, producer, &sh->logs[i]))
 			return 4;
+	if (exit_mode)
+		exit_when(1 + (r >> 16) % (opts.entries / 2));
 	for (unsigned i = 0; i < opts.alive; i++)
 		if (st_thread_create(&t, flusher, (void *)(uintptr_t)i))
 			return 4;
@@ -164,7 +205,7 @@ static int child_main(uint64_t seed)
 
 struct totals {
 	uint64_t rounds, early, present, verified, must, lost, truncated;
-	uint64_t cut_groups, flushes, bytes;
+	uint64_t cut_groups, flushes, bytes, failed;
 };
 
 /* A child killed before jitring_open() returned: no dump, or a bare one. */
@@ -232,14 +273,17 @@ static unsigned round_run(unsigned k, struct totals *tot)
 	}
 	if (pid == 0)
 		_exit(child_main(seed));
-	t_sleep_ns(delay);
-	kill(pid, SIGKILL);
+	if (!exit_mode) {
+		t_sleep_ns(delay);
+		kill(pid, SIGKILL);
+	}
 	if (waitpid(pid, &status, 0) != pid) {
 		perror("waitpid");
 		return 1;
 	}
 	st_dump_path(opts.dir, pid, path, sizeof(path));
-	if (!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
+	if (exit_mode ? !WIFEXITED(status) || WEXITSTATUS(status) != 0 :
+			!WIFSIGNALED(status) || WTERMSIG(status) != SIGKILL) {
 		fprintf(stderr, "round %u: the child ended by itself (status "
 			"%#x)\n", k, status);
 		fails++;
@@ -263,14 +307,23 @@ static unsigned round_run(unsigned k, struct totals *tot)
 			.nlogs = opts.threads,
 			.engine = opts.engine,
 			.quiet = true,
-			.check_flags = JITRING_CHECK_SORTED |
-				       JITRING_CHECK_ALLOW_TRUNCATED,
+			/* An exit leaves a whole file. */
+			.check_flags = exit_mode ?
+					       JITRING_CHECK_SORTED :
+					       JITRING_CHECK_SORTED |
+						       JITRING_CHECK_ALLOW_TRUNCATED,
 			.must = sh->must,
 			.inflight_ok = true,
 			.out = &out,
 		};
 
 		fails += (unsigned)st_verify(&v);
+		/* After an exit, also the writes that returned meanwhile. */
+		if (exit_mode && out.missing) {
+			fprintf(stderr, "round %u: %" PRIu64 " writes that "
+				"returned are missing\n", k, out.missing);
+			fails++;
+		}
 		tot->present += out.present;
 		tot->verified += out.verified;
 		tot->must += out.must_checked;
@@ -280,11 +333,17 @@ static unsigned round_run(unsigned k, struct totals *tot)
 		tot->flushes += atomic_load(&sh->flushes_ok);
 		tot->bytes += out.file_size;
 	}
-	if (fails)
-		fprintf(stderr, "round %u (seed %" PRIu64 ", child %d, killed "
-			"after %.3f ms): %u failures; dump kept: %s\n", k,
-			seed, (int)pid, (double)delay / 1e6, fails, path);
-	else
+	if (fails) {
+		char how[64] = "exited";
+
+		if (!exit_mode)
+			snprintf(how, sizeof(how), "killed after %.3f ms",
+				 (double)delay / 1e6);
+		fprintf(stderr, "round %u (seed %" PRIu64 ", child %d, %s): "
+			"%u failures; dump kept: %s\n", k, seed, (int)pid,
+			how, fails, path);
+		tot->failed++;
+	} else
 		unlink(path);
 	return fails;
 }
@@ -298,6 +357,9 @@ int main(int argc, char **argv)
 	opts = (struct st_opts){ .threads = 8, .entries = 4000, .count = 20,
 				 .alive = 1 };
 	st_setup(argc, argv, &opts, "stress_crash");
+	exit_mode = !strcmp(opts.mode, "exit");
+	T_REQUIRE(exit_mode || !opts.mode[0]);
+	T_REQUIRE(!exit_mode || opts.entries > 1);
 	T_REQUIRE(opts.threads > 0 && opts.threads <= MAX_THREADS);
 	T_REQUIRE(opts.entries > 0);
 	sh_size = sizeof(*sh) +
@@ -324,7 +386,17 @@ int main(int argc, char **argv)
 			next_progress += 1000000000u;
 		}
 	}
-	printf("%" PRIu64 " kills (%" PRIu64 " before jitring_open() "
+	if (exit_mode)
+		printf("%" PRIu64 " exits with %u threads writing, %" PRIu64
+		       " failed: %" PRIu64 " entries found and verified, "
+		       "%" PRIu64 " writes returned before exit() (all "
+		       "present), %" PRIu64 " dumps with a truncated last "
+		       "record, %.1f MiB checked\n",
+		       tot.rounds, opts.threads, tot.failed, tot.verified,
+		       tot.must, tot.truncated,
+		       (double)tot.bytes / 1048576.0);
+	else
+		printf("%" PRIu64 " kills (%" PRIu64 " before jitring_open() "
 	       "returned): %" PRIu64 " entries found and verified, %" PRIu64
 	       " writes covered by a completed flush (all present), %" PRIu64
 	       " returned but unflushed at the kill (lost, allowed), %" PRIu64
@@ -337,7 +409,7 @@ int main(int argc, char **argv)
 	/* The runs must have tested something. */
 	T_CHECK(tot.rounds > tot.early);
 	T_CHECK(tot.must > 0);
-	st_result("crash", opts.engine, opts.threads, tot.present,
+	st_result(exit_mode ? "exit" : "crash", opts.engine, opts.threads, tot.present,
 		  tot.verified, tot.lost, tot.rounds, t_failed == 0);
 	munmap(sh, sh_size);
 	st_cleanup(&opts, t_failed == 0);

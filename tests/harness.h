@@ -8,7 +8,7 @@
  * Below the checks, what several tests had each written for themselves:
  * engines and writers, scratch directories, whole files, waiting on a
  * condition, fields at any alignment, an .eh_frame for test entries, and
- * dumps read back with the independent reader (src/reader.h).
+ * dumps read back with the independent reader (src/reader/reader.h).
  * Header-only (static inline), so every binary keeps its own counters.
  */
 #ifndef JITRING_TESTS_HARNESS_H
@@ -546,7 +546,7 @@ static inline int t_eh_frame(uint64_t code_size, unsigned char *buf,
 }
 
 /* ------------------------------------------------------------------ */
-/* Dumps, read back with the independent reader (src/reader.h).         */
+/* Dumps, read back with the independent reader (src/reader/reader.h). */
 
 /**
  * struct t_load - A CODE_LOAD as the reader saw it.

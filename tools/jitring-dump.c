@@ -6,7 +6,7 @@
  *
  * Exit status: 0 valid (or dumped completely), 1 the file breaks a rule,
  * 2 usage error or unreadable file.  Uses the independent reader in
- * src/reader.c, never the encoder's structs.
+ * src/reader/reader.c, never the encoder's structs.
  *
  * The file is read as a stream through a bounded window (struct
  * jitring_rd_stream), never mapped: a live dump that the library truncates

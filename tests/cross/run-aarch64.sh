@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# Build tests/unit/test_trampoline_unwind.c for aarch64 (with src/eh_frame.c, the
-# only part of the library it needs) and run it under qemu-user: the
+# Build tests/unit/test_trampoline_unwind.c for aarch64 (with
+# src/1-format/eh_frame.c, the only part of the library it needs) and run
+# it under qemu-user: the
 # aarch64 trampoline template is executed, and unwound by libgcc through
 # the CFI jitring_eh_frame_build() makes for it.  Exit 77 (skip) when the
 # cross compiler or qemu is missing: Debian packages gcc-aarch64-linux-gnu
@@ -18,7 +19,12 @@ for tool in "$cc" qemu-aarch64; do
 		exit 77
 	fi
 done
+inc=(-I"$src/include" -I"$src/tests")
+for d in "$src"/src/*/; do
+	inc+=(-I"$d")
+done
 "$cc" -std=gnu11 -O2 -Wall -Wextra -Werror -fno-omit-frame-pointer \
-	-D_GNU_SOURCE -static -I"$src/include" -I"$src/src" -I"$src/tests" \
-	-o "$out" "$src/tests/unit/test_trampoline_unwind.c" "$src/src/eh_frame.c"
+	-D_GNU_SOURCE -static "${inc[@]}" \
+	-o "$out" "$src/tests/unit/test_trampoline_unwind.c" \
+	"$src/src/1-format/eh_frame.c"
 exec qemu-aarch64 "$out"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer harness for the encoder (src/record.h).
+ * libFuzzer harness for the encoder (src/1-format/record.h).
  *
  * The input is decoded into a struct jitring_entry (see decode() for the
  * byte layout): name (possibly NULL, empty, with embedded NULs, at the

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer harness for the independent reader (src/reader.h).
+ * libFuzzer harness for the independent reader (src/reader/reader.h).
  *
  * The input is a jitdump image, copied into a buffer of exactly its size
  * (so ASan sees any read past the end).  It goes through:

@@ -3,9 +3,9 @@
  * The public API end to end, for both engines (every test runs once with
  * JITRING_ENGINE_RINGS and once with JITRING_ENGINE_MUTEX), each in its own
  * mkdtemp() directory under /tmp that is removed afterwards.  Dump files are
- * read back with the independent reader (src/reader.c): jitring_check() with
- * JITRING_CHECK_SORTED, plus record-by-record iteration compared with what
- * the test wrote.
+ * read back with the independent reader (src/reader/reader.c):
+ * jitring_check() with JITRING_CHECK_SORTED, plus record-by-record
+ * iteration compared with what the test wrote.
  *
  *  1. open: argument and config errors, $JITRING_DIR, missing directory,
  *     a file as directory, a planted symlink, a second open, an open after

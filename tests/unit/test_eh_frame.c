@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of src/eh_frame.c: the CFI presets, jitring_eh_frame_build() and
- * jitring_eh_frame_check().
+ * Unit tests of src/1-format/eh_frame.c: the CFI presets,
+ * jitring_eh_frame_build() and jitring_eh_frame_check().
  *
  * The encoder is checked against an independent DWARF consumer: each
  * .eh_frame is wrapped in a small ELF file (.text at A, .eh_frame at

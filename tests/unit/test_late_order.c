@@ -5,12 +5,13 @@
  * with "ts-order" 42 us back, in the middle of the file).
  *
  * docs/design.md section 3 argues that a re-stamped entry is "later than T
- * of every round that left the ring out".  But commit_late() (src/rings.c)
- * reads the clock, re-stamps the group and only then stores pub (clearing
- * BUSY|LATE).  A flusher round that starts after that clock read and scans
- * the ring before that store still sees BUSY|LATE, leaves the ring out of
- * W, and writes other rings' entries stamped after the re-stamp.  The
- * re-stamped entry is written in the next round: out of order.
+ * of every round that left the ring out".  But commit_late()
+ * (src/3-rings/ring.c) reads the clock, re-stamps the group and only then
+ * stores pub (clearing BUSY|LATE).  A flusher round that starts after that
+ * clock read and scans the ring before that store still sees BUSY|LATE,
+ * leaves the ring out of W, and writes other rings' entries stamped after
+ * the re-stamp.  The re-stamped entry is written in the next round: out
+ * of order.
  *
  * The window is made deterministic: the "write_stamped" testpoint parks a
  * producer P between its timestamp and its commit until the flusher has

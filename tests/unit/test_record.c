@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of src/record.c, the jitdump encoder.
+ * Unit tests of src/1-format/record.c, the jitdump encoder.
  *
  * Every encoded group is placed after a 40-byte header written by hand here
- * and checked with the independent reader (src/reader.c: jitring_check()
+ * and checked with the independent reader (src/reader/reader.c: jitring_check()
  * and jitring_reader_next()), never with the encoder itself.  Expected
  * values come from the entry the test built and from the perf jitdump rules
  * (/work/shared/reference/perf-jitdump.md), computed here from first

@@ -5,7 +5,7 @@
  * jitring_write() or jitring_move() on the same thread returns -EDEADLK
  * and writes nothing; calls from handlers that interrupted other code work
  * but may wait on a full ring").  Every case runs in its own directory;
- * dumps are read back with the independent reader (src/reader.h).
+ * dumps are read back with the independent reader (src/reader/reader.h).
  *
  *  1. nested, rings, deterministic through the "write_stamped" testpoint
  *     (testpoint builds only): the hook raise()s SIGUSR1 on the chosen
@@ -46,7 +46,7 @@
  *     notices (glibc records the owner's tid), escapes with siglongjmp and
  *     the check fails.  (Was a bug in both windows: in_write was set
  *     after pthread_mutex_lock() and cleared before pthread_mutex_unlock()
- *     in src/engine_mutex.c; docs/reliability.md, bug 4.)
+ *     in src/3-mutex/engine_mutex.c; docs/reliability.md, bug 4.)
  *  6. a handler interrupting jitring_close() (both engines, not under
  *     TSan) right after each lock close takes in turn: its jitring_write()
  *     lands before the close or gets -ESHUTDOWN, and never blocks on a

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The runtime kit (src/trampolines.c), for both engines, each writer in its
- * own mkdtemp() directory that is removed afterwards.  Dumps are read back
- * with the independent reader (src/reader.c) and jitring_check() with
- * JITRING_CHECK_SORTED.
+ * The runtime kit (src/5-kit/trampolines.c), for both engines, each writer
+ * in its own mkdtemp() directory that is removed afterwards.  Dumps are
+ * read back with the independent reader (src/reader/reader.c) and
+ * jitring_check() with JITRING_CHECK_SORTED.
  *
  *  1. jitring_trampoline_builtin(): the host preset's bytes, salt room, CFI;
  *  2. bad input to new/get/free: each -EINVAL, *out and *addr untouched;

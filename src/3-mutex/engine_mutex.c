@@ -446,12 +446,11 @@ int jitring_mutex_flush(struct jitring *jr)
 	return ret;
 }
 
-int jitring_mutex_stop(struct jitring *jr)
+/* Close's work under the lock; late callers find CLOSING and refuse. */
+static int stop_locked(struct jitring *jr, struct mutex_eng *m)
 {
-	struct mutex_eng *m = jr->eng;
-	int ret = 0;
+	int ret;
 
-	pthread_mutex_lock(&m->lock);
 	if (m->f && (jr->flags & JITRING_F_WRITE_CLOSE) &&
 	    !atomic_load_explicit(&jr->io_error, memory_order_relaxed)) {
 		struct jitdump_prefix p = {
@@ -481,8 +480,40 @@ int jitring_mutex_stop(struct jitring *jr)
 		munmap(m->blocks, m->blocks_cap * sizeof(*m->blocks));
 	m->blocks = NULL;
 	m->nblocks = m->blocks_cap = 0;
-	pthread_mutex_unlock(&m->lock);
 	/* The engine state stays: a late caller must find the lock. */
+	return ret;
+}
+
+int jitring_mutex_stop(struct jitring *jr)
+{
+	struct mutex_eng *m = jr->eng;
+	int ret;
+
+	pthread_mutex_lock(&m->lock);
+	ret = stop_locked(jr, m);
+	pthread_mutex_unlock(&m->lock);
+	return ret;
+}
+
+int jitring_mutex_exit(struct jitring *jr, const struct timespec *until)
+{
+	struct mutex_eng *m = jr->eng;
+	int ret;
+
+	/* exit() from a handler that interrupted this thread's own write:
+	 * the lock is held below us. */
+	if (in_write)
+		return -EDEADLK;
+	/* A writer holds it across its group, and its flush if the buffer
+	 * filled: a write stuck in the kernel is not waited for past
+	 * @until. */
+	ret = pthread_mutex_timedlock(&m->lock, until);
+	if (ret)
+		return -ret;
+	/* The FILE is closed here, so exit()'s flush of every stream
+	 * (without their locks) never writes half a group. */
+	ret = stop_locked(jr, m);
+	pthread_mutex_unlock(&m->lock);
 	return ret;
 }
 

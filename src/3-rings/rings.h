@@ -232,8 +232,9 @@ struct jr_rings {
 };
 
 /*
- * The engine's entry points, for writer.c: the write path (ring.c), thread
- * detach (thread.c), and its life (rings.c).
+ * The engine's entry points, for the front door (writer.c, and the
+ * dispatch in engine.h): the write path (ring.c), thread detach
+ * (thread.c), and its life (rings.c).
  */
 int jitring_rings_start(struct jitring *jr);
 int64_t jitring_rings_write(struct jitring *jr, const struct jitring_group *g);
@@ -242,6 +243,13 @@ int jitring_rings_move(struct jitring *jr, uint64_t code_index,
 		       uint64_t code_size);
 int jitring_rings_flush(struct jitring *jr);
 int jitring_rings_stop(struct jitring *jr);
+/*
+ * exit(3) with the writer CLOSING and no user left: what close does
+ * before it frees, waiting for the flusher until @until (CLOCK_REALTIME).
+ * Return: 0, or -ETIMEDOUT with the flusher still running (maybe inside a
+ * write).
+ */
+int jitring_rings_exit(struct jitring *jr, const struct timespec *until);
 int jitring_rings_thread_detach(struct jitring *jr);
 void jitring_rings_kick(struct jitring *jr);
 void jitring_rings_fork_prepare(struct jitring *jr);
@@ -267,6 +275,27 @@ void jitring_rings_resume(struct jitring *jr);
  * pause or flush, which holds the engine.
  */
 int jitring_rings_stalled(struct jitring *jr);
+
+/*
+ * What the flusher does for the trampoline kit (5-kit), which sits above
+ * this engine: the kit registers it before it puts a set on a writer's
+ * list, and the flusher calls it every round (maintain) and before it
+ * sleeps (wanted).  Until then there is no set, and nothing to do.
+ */
+struct jr_kit_ops {
+	/* Refill every set's arenas ahead of demand and give back what
+	 * demand no longer asks for.  Return: when to run again to follow
+	 * the demand down, UINT64_MAX if every stock is at its floor. */
+	uint64_t (*maintain)(struct jitring *jr, uint64_t now);
+	/* Does a set have fewer ready arenas than its mark? */
+	bool (*wanted)(struct jitring *jr);
+};
+/*
+ * Register @ops for every writer (the same ops each time).  seq_cst: with
+ * the flusher's seq_cst load before it sleeps, the Dekker pair that makes
+ * a set pushed after this seen, or its maker see the flusher asleep.
+ */
+void jitring_rings_kit_register(const struct jr_kit_ops *ops);
 
 /*
  * Where the next group at or after @rd starts (before @end), past the gap

@@ -8,6 +8,7 @@
 #define JITRING_SRC_ENGINE_MUTEX_H
 
 #include <stdint.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -20,6 +21,13 @@ int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
 		       uint64_t code_size);
 int jitring_mutex_flush(struct jitring *jr);
 int jitring_mutex_stop(struct jitring *jr);
+/*
+ * exit(3) with the writer CLOSING: close's flush and FILE close, waiting
+ * for the lock until @until (CLOCK_REALTIME).  Return: 0, the file's
+ * error, -ETIMEDOUT (a writer held the lock past @until) or -EDEADLK
+ * (this thread's own write holds it).
+ */
+int jitring_mutex_exit(struct jitring *jr, const struct timespec *until);
 void jitring_mutex_fork_prepare(struct jitring *jr);
 void jitring_mutex_fork_parent(struct jitring *jr);
 void jitring_mutex_fork_child(struct jitring *jr);

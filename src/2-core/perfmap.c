@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "internal.h"
 #include "jitring/jitdump.h"
 #include "perfmap.h"
@@ -139,6 +140,6 @@ void jitring_perfmap_write(struct jitring *jr, const char *buf, size_t len)
 
 void jitring_perfmap_close(struct jitring *jr)
 {
-	/* The descriptor stays in map_hold (see writer.c). */
+	/* The descriptor stays in map_hold (see files.c). */
 	jr->map_fd = -1;
 }

@@ -2,8 +2,8 @@
 /*
  * Rings engine, consumer side: one background thread per writer drains all
  * rings into the file in timestamp order, and keeps the pool of ready rings
- * (pool.c) and the trampoline arenas (trampolines.c) filled ahead of
- * demand.
+ * (pool.c) and, through the hook the kit registers (struct jr_kit_ops),
+ * the trampoline arenas (trampolines.c) filled ahead of demand.
  *
  * A round:
  *   1. T = CLOCK_MONOTONIC, then a seq_cst fence                      (F)
@@ -90,6 +90,7 @@
 #include <unistd.h>
 
 #include "clock.h"
+#include "files.h"
 #include "flusher.h"
 #include "futex.h"
 #include "perfmap.h"
@@ -112,6 +113,33 @@
 #define JR_RETRY_NS (1000000u)
 /* A round that wrote this many groups is followed at once by another. */
 #define JR_BUSY_ROUND_GROUPS 32u
+
+/* The trampoline kit's work, once it registered (rings.h). */
+static _Atomic(const struct jr_kit_ops *) kit_ops;
+
+void jitring_rings_kit_register(const struct jr_kit_ops *ops)
+{
+	/* Pairs with the seq_cst load in kit_wanted(). */
+	atomic_store_explicit(&kit_ops, ops, memory_order_seq_cst);
+}
+
+static uint64_t kit_maintain(struct jitring *jr, uint64_t now)
+{
+	/* Pairs with the store in jitring_rings_kit_register(). */
+	const struct jr_kit_ops *k =
+		atomic_load_explicit(&kit_ops, memory_order_acquire);
+
+	return k ? k->maintain(jr, now) : UINT64_MAX;
+}
+
+static bool kit_wanted(struct jitring *jr)
+{
+	/* seq_cst: after our store of the sleep mode (news()). */
+	const struct jr_kit_ops *k =
+		atomic_load_explicit(&kit_ops, memory_order_seq_cst);
+
+	return k && k->wanted(jr);
+}
 
 struct jr_grp {
 	uint8_t *jumbo;
@@ -1299,7 +1327,7 @@ static void round_run(struct jr_rings *e, struct round_out *out)
 		/* After growth: spares are address space only, not in the
 		 * budget until taken. */
 		jitring_spare_maintain(e);
-		stock_at = jitring_trampolines_maintain(e->jr, rd.T);
+		stock_at = kit_maintain(e->jr, rd.T);
 	}
 	jitring_idmap_ahead(e);
 	trim_at = rd.stopping ? UINT64_MAX : trim_idle(e, rd.T, JR_TRIM_NS);
@@ -1356,7 +1384,7 @@ static bool news(struct jr_rings *e, uint32_t mode)
 	     atomic_load_explicit(&e->stop, memory_order_seq_cst)) ||
 	    atomic_load_explicit(&e->pool_want, memory_order_seq_cst) ||
 	    atomic_load_explicit(&e->attach, memory_order_seq_cst) ||
-	    jitring_trampolines_wanted(e->jr) || req > e->req_seen ||
+	    kit_wanted(e->jr) || req > e->req_seen ||
 	    /* A pause the last round did not see (it decides on it). */
 	    (!e->pause_seen &&
 	     atomic_load_explicit(&e->pause_req, memory_order_seq_cst)) ||

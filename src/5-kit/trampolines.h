@@ -2,8 +2,8 @@
 /*
  * Trampoline sets (the runtime kit): layout constants shared by
  * trampolines.c and its unit test.  The entry points are public
- * (jitring_trampolines_*() in jitring.h); jitring_trampolines_maintain(), called
- * by the rings engine's flusher, is declared in internal.h.
+ * (jitring_trampolines_*() in jitring.h); the rings engine's flusher keeps
+ * the stock through the hook set_push() registers (struct jr_kit_ops).
  */
 #ifndef JITRING_SRC_TRAMPOLINES_H
 #define JITRING_SRC_TRAMPOLINES_H
@@ -41,7 +41,7 @@
  * 1,740,800 copies of the built-in template, what a storm of 4096 new
  * threads taking 400 copies each (1,638,400) draws before the flusher,
  * queued behind the storm, gets a CPU -- the storm the 4096 spare rings
- * are kept for (bench/README.md, eighth step). */
+ * are kept for (bench/README.md, Thread storms). */
 #define JR_TRAMP_WANT_IMAGE 10u
 #define JR_TRAMP_WANT_MAX 16u
 /* Capacity of a set's ready array (above the maximum: losers of the race

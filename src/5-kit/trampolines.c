@@ -53,7 +53,7 @@
  *            retries on whichever arena won.  Without the flag, a crowd of
  *            threads that ran out together would each take an arena and
  *            park all but one back, draining the array under the flusher.
- *   ready:   the flusher (jitring_trampolines_maintain(), once per round) and
+ *   ready:   the flusher (sets_maintain(), once per round) and
  *            losers put arenas in with a CAS of an empty cell (release);
  *            takers exchange a cell with NULL (acquire).  An arena taken
  *            by two threads is impossible: the exchange hands each value
@@ -100,7 +100,7 @@
  * missed: a take lowers nready seq_cst and then reads the sleep word
  * seq_cst; jitring_trampolines_new() pushes its set, fences seq_cst and
  * reads the sleep word; the flusher stores its sleep mode seq_cst and then
- * checks every set's nready against its mark (jitring_trampolines_wanted(),
+ * checks every set's nready against its mark (sets_wanted(),
  * seq_cst loads).  The mutex engine has no background thread:
  * jitring_trampolines_new() makes the first arena and each later one is
  * made by the get() that exhausted the previous one
@@ -128,6 +128,7 @@
 
 #include "clock.h"
 #include "demand.h"
+#include "engine.h"
 #include "futex.h"
 #include "internal.h"
 #include "record.h"
@@ -448,7 +449,7 @@ static struct tr_arena *ready_take(struct jitring_trampolines *t)
 			 * seq_cst: with the seq_cst load of jr->sleep in
 			 * wake_flusher() this is a Dekker pair with the
 			 * flusher, which stores its sleep mode and then reads
-			 * nready (jitring_trampolines_wanted()): no missed refill.
+			 * nready (sets_wanted()): no missed refill.
 			 */
 			atomic_fetch_sub_explicit(&t->nready, 1,
 						  memory_order_seq_cst);
@@ -711,7 +712,7 @@ static JR_NOINLINE int arena_advance(struct jitring_trampolines *t,
 	return 0;
 }
 
-bool jitring_trampolines_wanted(struct jitring *jr)
+static bool sets_wanted(struct jitring *jr)
 {
 	/* Pairs with the acq_rel CAS that pushes a set; seq_cst: with the
 	 * fence after that push, a Dekker pair with the flusher's store of
@@ -789,7 +790,7 @@ static bool stock_size(struct jitring_trampolines *t, uint64_t now)
 	return want > t->want_floor;
 }
 
-uint64_t jitring_trampolines_maintain(struct jitring *jr, uint64_t now)
+static uint64_t sets_maintain(struct jitring *jr, uint64_t now)
 {
 	struct jitring_trampolines *t;
 	struct tr_arena *a;
@@ -934,16 +935,19 @@ static uint32_t stock_floor(uint64_t stock, size_t len)
  */
 static int set_push(struct jitring *jr, struct jitring_trampolines *t)
 {
+	static const struct jr_kit_ops ops = { sets_maintain, sets_wanted };
 	struct jitring_trampolines *head;
 	uint32_t s = jitring_enter(jr);
 
 	if (s >= JR_CLOSING)
 		return jitring_refuse_state(jr, s);
+	/* Before the push: a flusher that sees the set calls these. */
+	jitring_rings_kit_register(&ops);
 	head = atomic_load_explicit(&jr->trampoline_sets, memory_order_acquire);
 	do {
 		t->next = head;
 		/* Release: pairs with the acquire load of the head in
-		 * jitring_trampolines_maintain() (the set is complete); acquire:
+		 * sets_maintain() (the set is complete); acquire:
 		 * so is every set pushed before us. */
 	} while (!atomic_compare_exchange_weak_explicit(
 		&jr->trampoline_sets, &head, t, memory_order_acq_rel,
@@ -953,7 +957,7 @@ static int set_push(struct jitring *jr, struct jitring_trampolines *t)
 	 * it, or a flusher asleep without a timer leaves the set short until
 	 * the first switch (a storm's first copies then wait).  The fence is
 	 * the Dekker pair of the flusher's store of its sleep mode before
-	 * its check in jitring_trampolines_wanted(): it sees the set, or we
+	 * its check in sets_wanted(): it sees the set, or we
 	 * see it asleep.
 	 */
 	atomic_thread_fence(memory_order_seq_cst);

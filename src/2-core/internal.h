@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The writer handle shared by both engines.
+ * The writer handle shared by both engines, and the services every layer
+ * above calls on it (internal.c).
  *
  * struct jitring is a tombstone: it is never freed, so a thread racing
  * jitring_close() (or calling after it) reads a valid state word and gets
@@ -85,9 +86,9 @@ struct jr_ident {
 };
 
 /*
- * The dump file, owned by writer.c; engines write through fd from start on.
+ * The dump file, owned by files.c; engines write through fd from start on.
  * The fd, and the lock on it, are kept after close until exit (or until a
- * later writer continues the dump): see "Whose file is it" in writer.c.
+ * later writer continues the dump): see "Whose file is it" in files.c.
  */
 struct jr_file {
 	int fd;
@@ -149,8 +150,6 @@ struct jitring {
 	struct jitring *next; /* every handle ever made (tombstones) */
 };
 
-struct iovec;
-
 /**
  * jitring_enter() - Start a cold-path call that uses engine state.
  *
@@ -179,12 +178,13 @@ static inline void jitring_exit(struct jitring *jr)
 	atomic_fetch_sub_explicit(&jr->users, 1, memory_order_release);
 }
 
-/* trampolines.c: refill every set's arenas ahead of demand and give back
- * what demand no longer asks for (flusher).  Return: when to run again to
- * follow the demand down, UINT64_MAX if every stock is at its floor. */
-uint64_t jitring_trampolines_maintain(struct jitring *jr, uint64_t now);
-/* Does a set have fewer ready arenas than its mark?  (flusher, news()) */
-bool jitring_trampolines_wanted(struct jitring *jr);
+/* Closed for good: its engine no longer touches its files. */
+static inline bool jitring_handle_closed(const struct jitring *h)
+{
+	/* Pairs with the release store of JR_CLOSED in jitring_close(). */
+	return atomic_load_explicit(&h->state, memory_order_acquire) ==
+	       JR_CLOSED;
+}
 
 /**
  * jitring_struct_in() - Copy a caller-sized struct in (config, template).
@@ -201,13 +201,6 @@ bool jitring_trampolines_wanted(struct jitring *jr);
 int jitring_struct_in(void *dst, size_t dsize, const void *src, uint32_t ssize,
 		      size_t v1);
 
-struct jitring_group;
-/*
- * jitring_write() of a group planned elsewhere (the trampoline kit plans
- * once per set and renames per copy).
- */
-int64_t jitring_write_group(struct jitring *jr, struct jitring_group *g);
-
 /* Log through the caller's hook, if any. */
 void jitring_log(const struct jitring *jr, int level, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
@@ -220,46 +213,6 @@ int jitring_refuse_args(struct jitring *jr, int err);
 
 /* Record the file's first error and move an open writer to JR_FAILED. */
 void jitring_set_io_error(struct jitring *jr, int err);
-
-/* Kinds of file a writer holds (see jitring_file_claim()). */
-enum jr_kind {
-	JR_KIND_DUMP,
-	JR_KIND_MAP,
-};
-
-/**
- * jitring_file_claim() - Get the file @name in @dir for writer @jr.
- * @jr: the writer being opened (not yet on the handle list).
- * @kind: JR_KIND_DUMP or JR_KIND_MAP: which of @jr's idents is filled.
- * @dir: the directory (followed if it is a symlink).
- * @name: the file's name in it: never followed, never a FIFO or device.
- * @pid: the pid in @name.
- * @child: called from the fork child handler, which holds the global lock.
- * @from: receives the closed writer of this process whose file this is
- *	(to continue: its descriptor now belongs to @jr), or NULL for a new
- *	empty file.
- *
- * A new file is created O_EXCL and locked.  A file already there is
- * continued if a closed writer of this process holds it (by device and
- * inode), refused if an open one does, replaced if it is stale (a regular
- * file we own, with one link, whose lock nobody holds), and refused in
- * every other case.  Never blocks on a peer (no FIFO is opened, locks are
- * tried, not waited for) and never holds the global lock across a system
- * call.
- * Return: the descriptor (O_RDWR, O_CLOEXEC, locked); -EEXIST; or -errno.
- */
-int jitring_file_claim(struct jitring *jr, enum jr_kind kind, const char *dir,
-		       const char *name, uint32_t pid, bool child,
-		       struct jitring **from);
-
-/**
- * jitring_file_unclaim() - Undo jitring_file_claim() after a later failure.
- * @fd: what it returned.
- * @from: what it gave in *@from: the descriptor goes back to that writer;
- *	if NULL, the new file is unlinked (if it still has @name) and closed.
- */
-void jitring_file_unclaim(enum jr_kind kind, const char *dir, const char *name,
-			  int fd, struct jitring *from, bool child);
 
 /* The system's page size (ring sizes, trims, mappings). */
 static inline size_t jitring_page_size(void)
@@ -287,15 +240,5 @@ static inline void jitring_prefault(uint8_t *p, size_t len)
 uint64_t jitring_ids_take(void);
 /* The first value no block has been taken from yet (a hint). */
 uint64_t jitring_ids_peek(void);
-
-/**
- * jitring_file_pwritev_all() - pwritev(2) all of @iov at @off.
- *
- * Retries EINTR and short writes.  Goes through the test I/O hook when
- * built with testpoints.
- * Return: 0 or a negative errno; *@done holds the bytes written either way.
- */
-int jitring_file_pwritev_all(int fd, const struct iovec *iov, int iovcnt,
-			     uint64_t off, uint64_t *done);
 
 #endif /* JITRING_SRC_INTERNAL_H */

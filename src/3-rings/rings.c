@@ -296,10 +296,17 @@ int jitring_rings_restart(struct jitring *jr)
 	return s;
 }
 
-int jitring_rings_stop(struct jitring *jr)
+/*
+ * The flusher's last round: everything committed is written (and CLOSE, if
+ * asked), then the flusher and its write thread are gone.  No user is left
+ * (close and exit waited for them), so nobody takes run_lock meanwhile.
+ * @until: NULL to wait for the flusher as long as it takes (close), or the
+ * CLOCK_REALTIME time after which to give up waiting (exit).
+ * Return: 0, or -ETIMEDOUT with the flusher still running (detached).
+ */
+static int finish(struct jitring *jr, struct jr_rings *e,
+		  const struct timespec *until)
 {
-	struct jr_rings *e = jr->eng;
-
 	/*
 	 * Paused: rings may hold entries committed as the flusher left (it
 	 * leaves when a round left nothing, but a commit can land after it;
@@ -321,7 +328,12 @@ int jitring_rings_stop(struct jitring *jr)
 		/* Pairs with the seq_cst load of stop in round_begin(). */
 		atomic_store_explicit(&e->stop, 1, memory_order_seq_cst);
 		jitring_rings_kick(jr);
-		pthread_join(e->thread, NULL);
+		if (until ? pthread_timedjoin_np(e->thread, NULL, until) :
+			    pthread_join(e->thread, NULL)) {
+			/* Nobody will join it: let it go when it ends. */
+			pthread_detach(e->thread);
+			return -ETIMEDOUT;
+		}
 		atomic_store_explicit(&e->running, false, memory_order_relaxed);
 	} else {
 		/*
@@ -330,6 +342,14 @@ int jitring_rings_stop(struct jitring *jr)
 		 */
 		jitring_flusher_write_close(e);
 	}
+	return 0;
+}
+
+int jitring_rings_stop(struct jitring *jr)
+{
+	struct jr_rings *e = jr->eng;
+
+	finish(jr, e, NULL);
 	pthread_mutex_destroy(&e->run_lock);
 	jitring_pool_release(e, false);
 	jitring_flusher_fini(e);
@@ -339,6 +359,15 @@ int jitring_rings_stop(struct jitring *jr)
 	free(e);
 	jr->eng = NULL;
 	return 0;
+}
+
+int jitring_rings_exit(struct jitring *jr, const struct timespec *until)
+{
+	/*
+	 * Nothing is freed: the threads still running until the process
+	 * ends own their rings, and find the writer closing.
+	 */
+	return finish(jr, jr->eng, until);
 }
 
 /* ------------------------------------------------------------------ */
