@@ -41,7 +41,8 @@ deps-browser:
 		echo "jitring: no chromium; py_flame will skip"
 
 build/build.ninja: | deps deps-llvm
-	$(MESON) setup build -Dtestpoints=true -Dbench=disabled
+	$(MESON) setup build --native-file scripts/llvm14.ini -Dtestpoints=true \
+		-Dbench=disabled
 
 build: build/build.ninja
 	$(NINJA) -C build
