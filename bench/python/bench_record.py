@@ -38,28 +38,9 @@ for i in range(n):
     ns["f%d" % i](i)
 """
 
-THREADS = """import sys, threading, time
-secs = float(sys.argv[1])
-def leaf(n):
-    s = 0
-    for i in range(n):
-        s ^= i * 3
-    return s
-def work_a():
-    return leaf(20000)
-def work_b():
-    return leaf(10000)
-def worker(end):
-    while time.monotonic() < end:
-        work_a()
-        work_b()
-end = time.monotonic() + secs
-ts = [threading.Thread(target=worker, args=(end,)) for _ in range(8)]
-for t in ts:
-    t.start()
-for t in ts:
-    t.join()
-"""
+# The 8-thread CPU-bound job: the tests' perf_prog.py.
+PERF_PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
+                         "..", "python", "tests", "perf_prog.py")
 
 ROUTES = {
     "full": ["--call-graph", "dwarf", "--inject", "full", "--keep-perf-data",
@@ -112,9 +93,11 @@ def main():
     scratch = tempfile.mkdtemp(prefix="bench-record-")
     env = dict(os.environ, HOME=scratch)
     env.pop("JITRING_PROFILE", None)
-    progs = {"fresh-20k": (FRESH, "2000" if a.quick else "20000"),
-             "threads-8": (THREADS, "2" if a.quick else "10"),
-             "fresh-100k": (FRESH, "10000" if a.quick else "100000")}
+    with open(PERF_PROG) as f:
+        threads = f.read()
+    progs = {"fresh-20k": (FRESH, ["2000" if a.quick else "20000"]),
+             "threads-8": (threads, ["8", "2" if a.quick else "10"]),
+             "fresh-100k": (FRESH, ["10000" if a.quick else "100000"])}
     print("perf: %s; %d CPUs" % (subprocess.run(
         ["perf", "--version"], capture_output=True,
         text=True).stdout.strip(), os.cpu_count()))
@@ -142,12 +125,12 @@ def run_python(a, py, progs, scratch, env):
         "program", "route", "alone s", "record s", "post s", "folder MB",
         "beyond MB", "files"))
     for name in a.programs.split(","):
-        text, arg = progs[name]
+        text, args = progs[name]
         script = os.path.join(scratch, name + ".py")
         with open(script, "w") as f:
             f.write(text)
         t0 = time.monotonic()
-        subprocess.run([py, script, arg], check=True, env=env)
+        subprocess.run([py, script] + args, check=True, env=env)
         alone = time.monotonic() - t0
         for route in a.routes.split(","):
             if route == "fp" and not fp_ok:
@@ -157,7 +140,7 @@ def run_python(a, py, progs, scratch, env):
             out = os.path.join(scratch, "%s-%s" % (name, route))
             t0 = time.monotonic()
             p = subprocess.run([py, "-m", "jitring", "record", "-o", out] +
-                               ROUTES[route] + ["--", script, arg],
+                               ROUTES[route] + ["--", script] + args,
                                env=env, cwd=scratch, capture_output=True,
                                text=True)
             wall = time.monotonic() - t0

@@ -140,33 +140,9 @@ SHORT = textwrap.dedent("""
 """)
 
 
-THREADS = textwrap.dedent("""
-    import sys, threading, time
-
-    def leaf(n):
-        s = 0
-        for i in range(n):
-            s ^= i * 3
-        return s
-
-    def work_a():
-        return leaf(20000)
-
-    def work_b():
-        return leaf(10000)
-
-    def worker(end):
-        while time.monotonic() < end:
-            work_a()
-            work_b()
-
-    end = time.monotonic() + float(sys.argv[1])
-    ts = [threading.Thread(target=worker, args=(end,)) for _ in range(8)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-""")
+# The 8-thread CPU-bound job: perf_prog.py (worker calls hot_a or hot_b).
+PERF_PROG = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                         "perf_prog.py")
 
 # Two functions, one after the other, the second made once the first's
 # code is freed: jitring gives a new function the copy of a freed one.
@@ -724,10 +700,10 @@ def test_scale(t, r):
     """One perf.data finished both ways in one folder (the marker mmap
     names the dump by its absolute path)."""
     import shutil
-    prog = r.script("threads8.py", THREADS)
     out = r.out("scale")
     p = r.run(["record", "-o", out, "--call-graph", "dwarf",
-               "--keep-perf-data", "--top", "40", "--", prog, "3"])
+               "--keep-perf-data", "--top", "40", "--", PERF_PROG, "8",
+               "3"])
     if not t.check(p.returncode == 0, "scale: record", p.stderr[-1500:]):
         return
     red, nr = py_stacks(out), len(jitted(out))
@@ -753,7 +729,7 @@ def test_scale(t, r):
     t.check(red and red == full, "scale: the same Python stacks both ways "
             "(%d of %d samples' stacks alike)" % (same, sum(full.values())),
             sorted(set(red.items()) ^ set(full.items()))[:6])
-    for fn in ("worker", "work_a", "work_b", "leaf"):
+    for fn in ("worker", "hot_a", "hot_b"):
         t.check(sf.get(fn, 0) > 10 and
                 abs(sf.get(fn, 0) - sr.get(fn, 0)) < 0.5,
                 "scale: %s's share %.1f%% / %.1f%%, through the "
@@ -797,9 +773,8 @@ def test_fp(t, r):
         t.skip_part("fp", "%s is built without frame pointers (Debian "
                     "sid's 3.15 has them: py_wheel_sid3.15)" % r.py)
         return
-    prog = r.script("threads8fp.py", THREADS)
     fp, dw = r.out("fp-auto"), r.out("fp-dwarf")
-    p = r.run(["record", "-o", fp, "--", prog, "3"])
+    p = r.run(["record", "-o", fp, "--", PERF_PROG, "8", "3"])
     if not t.check(p.returncode == 0, "fp: record", p.stderr[-1500:]):
         return
     with open(os.path.join(fp, "jitring-record.json")) as f:
@@ -809,12 +784,12 @@ def test_fp(t, r):
     t.check(not jitted(fp) and
             not os.path.exists(os.path.join(fp, "perf.jit.data")),
             "fp: no inject, no jitted images", os.listdir(fp))
-    p = r.run(["record", "-o", dw, "--call-graph", "dwarf", "--", prog,
-               "3"])
+    p = r.run(["record", "-o", dw, "--call-graph", "dwarf", "--",
+               PERF_PROG, "8", "3"])
     t.check(p.returncode == 0, "fp: record --call-graph dwarf",
             p.stderr[-1500:])
     sf, sd = shares(fp), shares(dw)
-    for fn in ("worker", "work_a", "work_b", "leaf"):
+    for fn in ("worker", "hot_a", "hot_b"):
         t.check(sf.get(fn, 0) > 10 and abs(sf[fn] - sd.get(fn, 0)) < 5,
                 "fp: %s %.1f%% as in dwarf mode (%.1f%%)"
                 % (fn, sf.get(fn, 0), sd.get(fn, 0)))
