@@ -2,10 +2,14 @@
 /*
  * SIGKILL at random points under load.  The parent runs --count K rounds
  * (or rounds until --seconds S have passed).  Each round it forks a writer
- * child and SIGKILLs it after a delay drawn from the seed (one round in
- * twenty within 0.3 ms and two more within 2 ms, so some kills land during
- * jitring_open() and the first registrations; the rest anywhere up to
- * 60 ms, or 300 ms on long runs).  Producers pace themselves (a pause of
+ * child and SIGKILLs it after a delay drawn from the seed: one round in
+ * twenty within 0.3 ms of the fork and two more within 2 ms, so some kills
+ * land during jitring_open() and the first registrations; the rest 2 to
+ * 60 ms (300 ms on long runs) after the child's jitring_open() returned,
+ * so that a slow open (3 ms here, 30 ms under TSan) does not turn them
+ * into early kills too, and every fourth round (k % 4 == 1) as long
+ * after its first completed jitring_flush(), so that every run checks
+ * writes a flush covered.  Producers pace themselves (a pause of
  * up to 0.2 ms every eighth write or so), so most kills find them
  * writing.
  *
@@ -249,7 +253,8 @@ static unsigned round_run(unsigned k, struct totals *tot)
 	char path[4300];
 	unsigned fails = 0;
 	int status = 0;
-	pid_t pid;
+	pid_t pid, reaped = 0;
+	bool late;
 
 	memset(sh, 0, sh_size);
 	for (unsigned i = 0; i < opts.threads; i++) {
@@ -260,9 +265,10 @@ static unsigned round_run(unsigned k, struct totals *tot)
 	}
 	spec = (struct st_spec){ seed, ST_F_UNW | ST_F_DBG, "" };
 	r = st_mix(seed ^ 0xde1a);
+	late = r % 20 >= 3 || k % 4 == 1;
 	delay = r % 20 == 0 ? (r >> 8) % 300000u :
-		r % 20 < 3 ? (r >> 8) % 2000000u :
-			     2000000u + (r >> 8) % (max_ns - 2000000u);
+		!late	    ? (r >> 8) % 2000000u :
+			      2000000u + (r >> 8) % (max_ns - 2000000u);
 
 	fflush(stdout);
 	fflush(stderr);
@@ -273,11 +279,21 @@ static unsigned round_run(unsigned k, struct totals *tot)
 	}
 	if (pid == 0)
 		_exit(child_main(seed));
-	if (!exit_mode) {
+	/*
+	 * Until the child's open returned, or a flush of it completed (or it
+	 * ended), polled each 0.1 ms; pairs with the stores after
+	 * jitring_open() and jitring_flush() in the child.
+	 */
+	while (!exit_mode && late &&
+	       !(k % 4 == 1 ? atomic_load(&sh->flushes_ok) > 0 :
+			      atomic_load(&sh->opened)) &&
+	       (reaped = waitpid(pid, &status, WNOHANG)) == 0)
+		t_sleep_ns(100000);
+	if (!exit_mode && !reaped) {
 		t_sleep_ns(delay);
 		kill(pid, SIGKILL);
 	}
-	if (waitpid(pid, &status, 0) != pid) {
+	if (!reaped && waitpid(pid, &status, 0) != pid) {
 		perror("waitpid");
 		return 1;
 	}
@@ -337,8 +353,11 @@ static unsigned round_run(unsigned k, struct totals *tot)
 		char how[64] = "exited";
 
 		if (!exit_mode)
-			snprintf(how, sizeof(how), "killed after %.3f ms",
-				 (double)delay / 1e6);
+			snprintf(how, sizeof(how), "killed %.3f ms after %s",
+				 (double)delay / 1e6,
+				 !late	    ? "the fork" :
+				 k % 4 == 1 ? "its first flush" :
+					      "its open returned");
 		fprintf(stderr, "round %u (seed %" PRIu64 ", child %d, %s): "
 			"%u failures; dump kept: %s\n", k, seed, (int)pid,
 			how, fails, path);
