@@ -112,12 +112,19 @@ TREE = textwrap.dedent("""
 # (6 of 10 plain runs hung here), which is CPython's, not record's.
 LONG = textwrap.dedent("""
     import sys, threading, time
+    # "ready" once spin_long has spun a while: on a loaded machine its
+    # samples then still outnumber start-up's in the tables.
+    spun = threading.Event()
     def spin_long():
-        s = 0
+        s = n = 0
         while True:
             for i in range(100000):
                 s += i
+            n += 1
+            if n == 30:
+                spun.set()
     threading.Thread(target=spin_long, daemon=True).start()
+    spun.wait()
     print("ready", flush=True)
     try:
         while True:
