@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """Summarise meson testlog.json files: print one last line
-'N passed, N failed, N skipped' and exit 1 if anything failed.
+'N passed, N failed, N skipped' and exit 1 if anything failed.  Each
+failed test is named, with its failed checks (or its last lines).
 
 --expect-suite S (repeatable): a suite that must have run; none of its
 tests in the logs counts as one failure (e.g. the Python module's suite,
@@ -11,6 +12,19 @@ import sys
 
 PASS = {"OK", "EXPECTEDFAIL"}
 SKIP = {"SKIP"}
+
+
+def why(t, most=6):
+    """A failed test's own words, short: its failed checks (the lines a
+    harness marks so), else the last lines it printed; a CI log shows
+    only its ends, and this summary is at the end."""
+    out = (t.get("stdout") or "") + "\n" + (t.get("stderr") or "")
+    lines = [l.rstrip() for l in out.splitlines() if l.strip()]
+    marked = [l for l in lines
+              if l.startswith("FAIL:") or "check failed" in l or
+              "ThreadSanitizer" in l or "AddressSanitizer" in l or
+              "runtime error" in l]
+    return [l[:240] for l in (marked or lines)[-most:]]
 
 
 def main(args):
@@ -42,6 +56,8 @@ def main(args):
             else:
                 failed += 1
                 print(f"FAILED: {t.get('name')} ({r}) in {path}")
+                for line in why(t):
+                    print("    " + line)
     for s in sorted(expect - seen):
         failed += 1
         print(f"FAILED: no test of suite '{s}' ran (did it configure?)")
