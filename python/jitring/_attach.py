@@ -190,9 +190,8 @@ def probe(pid):
     except FileNotFoundError:
         raise AttachError("no process %d" % pid)
     except PermissionError:
-        raise AttachError(
-            "process %d is not yours: attaching needs the same user or "
-            "CAP_SYS_PTRACE (run record as that user, or as root)" % pid)
+        raise AttachError("ptrace is not permitted on process %d: %s"
+                          % (pid, _ptrace_hint()))
     except OSError as e:
         raise AttachError("cannot read process %d: %s" % (pid, e.strerror))
     ver = None
@@ -255,17 +254,19 @@ def route(info):
 
 
 def _ptrace_hint():
+    """What ptrace access (to read the target's /proc files and, from
+    3.14, for sys.remote_exec) needs here, on one line."""
+    hint = ("attaching needs the target's user and a dumpable target (not "
+            "setuid, no prctl(PR_SET_DUMPABLE, 0)), or CAP_SYS_PTRACE")
     try:
         scope = _read("/proc/sys/kernel/yama/ptrace_scope").strip()
     except OSError:
         scope = None
-    if scope is None:
-        return "attaching needs ptrace permission (CAP_SYS_PTRACE)"
-    return ("kernel.yama.ptrace_scope is %s (0: a user may attach to their "
-            "own processes; 1: only to descendants, or with "
-            "CAP_SYS_PTRACE; 2: only with CAP_SYS_PTRACE; 3: never): run "
-            "record as root, or as root: sysctl kernel.yama.ptrace_scope=0"
-            % scope)
+    if scope not in (None, "0"):
+        hint += ("; kernel.yama.ptrace_scope is %s (1: only descendants "
+                 "without CAP_SYS_PTRACE, 2: only with it, 3: never; as "
+                 "root: sysctl kernel.yama.ptrace_scope=0)" % scope)
+    return hint
 
 
 class Window:

@@ -15,8 +15,10 @@ are started with JITRING_PROFILE=standby.
     names handle_fn, no perf process left, the service still answering;
  3. refusals, each one line and exit 2 with the service untouched: a pid
     that is gone, a process that is not Python, a service whose jitring
-    cannot be imported, and by version: before 3.14 one not started
-    in standby; from 3.14 one with remote debugging disabled;
+    cannot be imported, one with another eval-frame hook (-X perf), one
+    ptrace may not reach (not dumpable, record without CAP_SYS_PTRACE),
+    and by version: before 3.14 one not started in standby; from 3.14
+    one with remote debugging disabled;
  4. record --pid killed with SIGKILL in its window: the service stops
     profiling by itself (its watcher thread wakes on record's pidfd) and
     its dump is valid;
@@ -26,6 +28,7 @@ Skips (77) where perf cannot record (2 only).
 """
 
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -36,7 +39,11 @@ import urllib.request
 import jrtest
 
 SERVICE = textwrap.dedent("""
-    import http.server, socketserver, sys, threading
+    import http.server, os, socketserver, sys, threading
+    if os.environ.get("SERVICE_NOT_DUMPABLE"):
+        # As a setuid program is: ptrace needs CAP_SYS_PTRACE.
+        import ctypes
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE
 
     def handle_fn(n):
         s = 0
@@ -254,8 +261,8 @@ def test_record_killed(t, py, svc):
             "dump valid", (on, left, dumps))
 
 
-def refused(t, py, pid, what, want):
-    p = subprocess.run([py, "-m", "jitring", "record", "-o",
+def refused(t, py, pid, what, want, prefix=()):
+    p = subprocess.run(list(prefix) + [py, "-m", "jitring", "record", "-o",
                         os.path.join(t.scratch, "refused"), "--pid",
                         str(pid), "--duration", "1"],
                        capture_output=True, text=True, timeout=120)
@@ -264,6 +271,41 @@ def refused(t, py, pid, what, want):
             not os.path.exists(os.path.join(t.scratch, "refused")),
             "refused, %s: one line, exit 2, nothing recorded" % what,
             "%d %s" % (p.returncode, p.stderr[-400:]))
+
+
+def ptrace_open(nocap, pid):
+    """Why the ptrace refusal cannot be staged here, or None: setpriv is
+    missing, or this kernel lets a process without CAP_SYS_PTRACE read a
+    process that is not dumpable."""
+    if not shutil.which("setpriv"):
+        return "no setpriv(1) to drop CAP_SYS_PTRACE"
+    p = subprocess.run(nocap + ["head", "-c1", "/proc/%d/environ" % pid],
+                       capture_output=True)
+    if p.returncode == 0:
+        return ("this kernel lets a process without CAP_SYS_PTRACE read "
+                "one that is not dumpable")
+    return None
+
+
+def test_ptrace_words(t):
+    """The refusal's words where ptrace is refused (staged: the reads of
+    /proc fail as a refused ptrace makes them)."""
+    from jitring import _attach
+
+    def refuse(path, binary=False):
+        raise PermissionError(1, "Operation not permitted", path)
+    real, _attach._read = _attach._read, refuse
+    try:
+        _attach.probe(1)
+        msg = ""
+    except _attach.AttachError as e:
+        msg = str(e)
+    finally:
+        _attach._read = real
+    t.check(msg.startswith("ptrace is not permitted on process 1: ") and
+            "CAP_SYS_PTRACE" in msg and "dumpable" in msg and
+            "\n" not in msg, "ptrace refused: it says what ptrace needs",
+            msg)
 
 
 def test_refusals(t, py, newer):
@@ -287,11 +329,27 @@ def test_refusals(t, py, newer):
     else:
         cases.append(("not started in standby", [], service_env(False),
                       "JITRING_PROFILE=standby"))
+    # Another PEP 523 hook: -X perf's trampolines.
+    cases.append(("another eval-frame hook there", ["-X", "perf"],
+                  service_env(not newer), "another eval-frame function"))
+    # ptrace refused: a service that is not dumpable, and record run
+    # without CAP_SYS_PTRACE (where the kernel enforces that).
+    cases.append(("ptrace not permitted", [],
+                  dict(service_env(not newer), SERVICE_NOT_DUMPABLE="1"),
+                  "ptrace is not permitted"))
+    nocap = ["setpriv", "--bounding-set=-sys_ptrace",
+             "--inh-caps=-sys_ptrace"]
     for what, args, env, want in cases:
         svc = Service(t, py, env, args)
         try:
             before = svc.threads()
-            refused(t, py, svc.pid, what, want)
+            if what.startswith("ptrace"):
+                why = ptrace_open(nocap, svc.pid)
+                if why:
+                    t.skip_part(what, why)
+                    continue
+            refused(t, py, svc.pid, what, want,
+                    nocap if what.startswith("ptrace") else ())
             t.check(svc.threads() == before and svc.p.poll() is None,
                     what + ": the service untouched")
         finally:
@@ -343,6 +401,7 @@ def main(t):
     finally:
         svc.stop()
     test_refusals(t, py, newer)
+    test_ptrace_words(t)
     test_as_is(t, py)
 
 
