@@ -5,8 +5,10 @@
 # later runs reuse it.  Prints the interpreter's path on stdout (everything
 # else goes to stderr).
 #
-# Usage: scripts/build-python.sh [--gil] [--check] [--no-deps]
+# Usage: scripts/build-python.sh [--gil|--fp] [--check] [--no-deps]
 #   --gil      the GIL build of the same tarball (a separate cache entry)
+#   --fp       free-threaded, compiled with frame pointers (as Debian
+#              sid's 3.15 is), for record's frame-pointer mode
 #   --check    print the cached interpreter's path, or exit 1 if none
 #   --no-deps  do not run scripts/deps.sh python first
 #
@@ -18,7 +20,8 @@
 # Debian patch is applied.
 #
 # Cache: ${JITRING_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jitring}/
-#   cpython-3.13.5-nogil/  cpython-3.13.5-gil/  src/<tarball>
+#   cpython-3.13.5-nogil/  cpython-3.13.5-gil/  cpython-3.13.5-nogil-fp/
+#   src/<tarball>
 # Each build happens in a temporary directory beside its final place and
 # is renamed into place at the end, so an interrupted run leaves nothing
 # half-built that a later run would trust.  A lock serialises concurrent
@@ -37,10 +40,11 @@ deps=1
 for a in "$@"; do
 	case "$a" in
 	--gil) variant=gil ;;
+	--fp) variant=nogil-fp ;;
 	--check) check=1 ;;
 	--no-deps) deps=0 ;;
-	-h|--help) sed -n '3,25p' "$0"; exit 0 ;;
-	*) echo "usage: $0 [--gil] [--check] [--no-deps]" >&2; exit 2 ;;
+	-h|--help) sed -n '3,28p' "$0"; exit 0 ;;
+	*) echo "usage: $0 [--gil|--fp] [--check] [--no-deps]" >&2; exit 2 ;;
 	esac
 done
 
@@ -49,7 +53,7 @@ die() { log "$*"; exit 1; }
 
 cache=${JITRING_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/jitring}
 final=$cache/cpython-$VER-$variant
-if [ "$variant" = nogil ]; then exe=python3.13t; else exe=python3.13; fi
+if [ "$variant" = gil ]; then exe=python3.13; else exe=python3.13t; fi
 
 # A finished build has its stamp; anything else under $cache is scratch.
 cached() {
@@ -126,9 +130,12 @@ tar -C "$tmp" -xf "$cache/src/$TARBALL"
 src=$tmp/Python-$VER
 [ -d "$src" ] || die "unexpected tarball layout"
 conf=(--prefix="$final" --without-ensurepip --disable-test-modules)
-[ "$variant" = nogil ] && conf+=(--disable-gil)
+[ "$variant" != gil ] && conf+=(--disable-gil)
 # No PGO, no LTO: a release -O3 build with -g (perf unwinds with it).
-(cd "$src" && ./configure -q "${conf[@]}") >&2 ||
+fp=()
+[ "$variant" = nogil-fp ] &&
+	fp=(CFLAGS="-fno-omit-frame-pointer -mno-omit-leaf-frame-pointer")
+(cd "$src" && ./configure -q "${conf[@]}" "${fp[@]}") >&2 ||
 	die "configure failed (see $src/config.log)"
 make -C "$src" -s -j"${JOBS:-2}" >&2 || die "make failed"
 make -C "$src" -s install DESTDIR="$tmp/root" >"$tmp/install.log" 2>&1 ||

@@ -44,7 +44,10 @@ wheel.
 11. fp: where the interpreter keeps frame pointers (Debian sid's 3.15,
     through wheel_test.sh), record picks --call-graph fp: no inject, no
     stack copies, the trampolines named, the same top functions and
-    shares within 5 points as --call-graph dwarf; skipped elsewhere.
+    shares within 3 points as --call-graph dwarf on the same work (a
+    second pair of runs where a loaded machine's first differs more);
+    skipped elsewhere (scripts/build-python.sh --fp builds a 3.13t with
+    frame pointers).
 Skips (77) where perf cannot record here.
 """
 
@@ -780,10 +783,31 @@ def test_fp(t, r):
         t.skip_part("fp", "%s is built without frame pointers (Debian "
                     "sid's 3.15 has them: py_wheel_sid3.15)" % r.py)
         return
-    fp, dw = r.out("fp-auto"), r.out("fp-dwarf")
-    p = r.run(["record", "-o", fp, "--", PERF_PROG, "8", "3"])
-    if not t.check(p.returncode == 0, "fp: record", p.stderr[-1500:]):
-        return
+    # The same work in both runs (1,500 calls a thread, about 3 s of CPU),
+    # so that their shares differ only by how each mode attributes it,
+    # and by the machine: on a loaded VM a vCPU's stolen time counts as
+    # the sampled thread's, a few points now and then.  So a second pair
+    # of runs where the first differs by more than 3 points.
+    job = [PERF_PROG, "8", "120", "1500"]
+    fns = ("worker", "hot_a", "hot_b")
+    for attempt in (1, 2):
+        fp, dw = r.out("fp-auto-%d" % attempt), r.out("fp-dwarf-%d" % attempt)
+        p = r.run(["record", "-o", fp, "--"] + job)
+        if not t.check(p.returncode == 0, "fp: record", p.stderr[-1500:]):
+            return
+        p = r.run(["record", "-o", dw, "--call-graph", "dwarf", "--"] + job)
+        if not t.check(p.returncode == 0, "fp: record --call-graph dwarf",
+                       p.stderr[-1500:]):
+            return
+        sf, sd = shares(fp), shares(dw)
+        off = [fn for fn in fns
+               if not (sf.get(fn, 0) > 10 and
+                       abs(sf[fn] - sd.get(fn, 0)) <= 3)]
+        if not off:
+            break
+        print("fp: pair %d: %s" % (attempt, ", ".join(
+            "%s %.1f%% / %.1f%%" % (fn, sf.get(fn, 0), sd.get(fn, 0))
+            for fn in off)))
     with open(os.path.join(fp, "jitring-record.json")) as f:
         meta = __import__("json").load(f)
     t.check(meta.get("call_graph") == "fp", "fp: chosen by itself",
@@ -791,13 +815,8 @@ def test_fp(t, r):
     t.check(not jitted(fp) and
             not os.path.exists(os.path.join(fp, "perf.jit.data")),
             "fp: no inject, no jitted images", os.listdir(fp))
-    p = r.run(["record", "-o", dw, "--call-graph", "dwarf", "--",
-               PERF_PROG, "8", "3"])
-    t.check(p.returncode == 0, "fp: record --call-graph dwarf",
-            p.stderr[-1500:])
-    sf, sd = shares(fp), shares(dw)
-    for fn in ("worker", "hot_a", "hot_b"):
-        t.check(sf.get(fn, 0) > 10 and abs(sf[fn] - sd.get(fn, 0)) < 5,
+    for fn in fns:
+        t.check(sf.get(fn, 0) > 10 and abs(sf[fn] - sd.get(fn, 0)) <= 3,
                 "fp: %s %.1f%% as in dwarf mode (%.1f%%)"
                 % (fn, sf.get(fn, 0), sd.get(fn, 0)))
     t.check(os.path.getsize(os.path.join(fp, "perf.data")) * 5 <
