@@ -250,6 +250,11 @@ suite py_sessions test_sessions.py
 if [ "$mode" = nogil ]; then
 	suite py_record test_record.py
 fi
+# record's frame-pointer mode where the interpreter keeps frame pointers
+# (sid's 3.15), a reused trampoline copy named in it too.
+if [ "$mode" = sid3.15 ]; then
+	suite py_record_fp test_record.py fp reuse
+fi
 # record --pid through sys.remote_exec (3.14 and later).
 case "$mode" in
 sid*) suite py_attach test_attach.py ;;
