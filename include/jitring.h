@@ -124,8 +124,18 @@ enum jitring_engine {
  *  The map is claimed like the dump (see jitring_open()): one open writer
  *  of the process has it; a later one continues it. */
 #define JITRING_F_PERF_MAP (1u << 2)
+/** At jitring_close(), let go of the dump's descriptor and lock instead
+ *  of keeping them until exit (the perf map's are kept: a later writer
+ *  takes them over, whatever its directory): for a dump that no later
+ *  writer continues, such as one per profiling window, each in a folder of
+ *  its own, where a long-lived process would otherwise keep a descriptor
+ *  per window.  The file stays; once let go it is stale to a later
+ *  jitring_open() in its directory (by this process or one with our pid in
+ *  another pid namespace), which replaces it instead of continuing it. */
+#define JITRING_F_RELEASE (1u << 3)
 #define JITRING_F_ALL                                                          \
-	(JITRING_F_WRITE_CLOSE | JITRING_F_DROP | JITRING_F_PERF_MAP)
+	(JITRING_F_WRITE_CLOSE | JITRING_F_DROP | JITRING_F_PERF_MAP |         \
+	 JITRING_F_RELEASE)
 
 /* Levels passed to the log hook. */
 #define JITRING_LOG_ERR 3
@@ -470,7 +480,8 @@ JITRING_API void jitring_config_init(struct jitring_config *cfg);
  *    our pid in another pid namespace sharing the directory).
  * Each writer's dump stays open and locked until the process exits, also
  * after jitring_close() (perf inject needs a closed writer's dump too),
- * unless a later writer continues it; a fork child closes its copies.  So
+ * unless a later writer continues it or the writer has JITRING_F_RELEASE;
+ * a fork child closes its copies.  So
  * the process holds one descriptor per dump file it made and that still
  * has its name.  On a file system without locks the file is still made,
  * but a stale dump there is never replaced.
@@ -630,7 +641,8 @@ JITRING_API int jitring_pause(struct jitring *jr);
  * page.  The dump is never unlinked: perf inject needs it.  Its descriptor
  * and lock are kept until exit, so no process with our pid (in another pid
  * namespace) takes it for stale; a later jitring_open() on the same
- * directory continues it (see jitring_open()).
+ * directory continues it (see jitring_open()).  With JITRING_F_RELEASE
+ * they are closed here instead.
  * Rings of threads still alive are released when those threads exit or call
  * jitring_thread_detach().  A process that exits through exit(3) (or a
  * return from main) without closing has its open writers closed by an

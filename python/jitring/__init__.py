@@ -48,7 +48,7 @@ def _exit_flushing(status):
 
 
 def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
-          ready_copies=0):
+          ready_copies=0, release=False):
     """Start profiling: open ``jit-<pid>.dump`` in *dir*.
 
     *dir*: a directory (str, bytes or path-like); None means
@@ -64,6 +64,9 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
     one per new code object) to keep ready; 0 keeps the library's
     defaults (64 rings, 4096 spare ones, 1,740,800 copies).  ValueError
     unless an int in [0, 2**32).
+    *release*: at stop(), let go of the dump's descriptor and lock (kept
+    until exit otherwise): for a dump in a folder of its own that no later
+    start() continues, as ``record --pid`` makes one per window.
 
     Raises RuntimeError if already active or if another eval-frame function
     (a debugger, ``-X perf``) is installed, OSError if the dump cannot be
@@ -77,7 +80,8 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
                 or not 0 <= v < 1 << 32:
             raise ValueError("%s must be an int in [0, 2**32), not %r"
                              % (name, v))
-    _jitring.start(dir, engine, perf_map, ready_rings, ready_copies)
+    _jitring.start(dir, engine, perf_map, ready_rings, ready_copies,
+                   bool(release))
     if _os._exit is _real_exit:
         _os._exit = _exit_flushing
     _note_process("start")

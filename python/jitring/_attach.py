@@ -100,7 +100,8 @@ def target_start(out, ack, record_pid, limit, procs=None):
         _answer(ack, ok=True, was_active=True)
         return
     try:
-        jitring.start(dir=out)
+        # A folder per window: its dump is not kept open after it.
+        jitring.start(dir=out, release=True)
     except Exception as e:
         _answer(ack, ok=False, why="start", error=str(e))
         return

@@ -1258,10 +1258,11 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 {
 	static const char *const kwlist[] = { "dir",	     "engine",
 					      "perf_map",    "ready_rings",
-					      "ready_copies", NULL };
+					      "ready_copies", "release",
+					      NULL };
 	PyObject *dir_obj = Py_None, *dir_bytes = NULL;
 	const char *engine = "rings";
-	int perf_map = 0, ret, opened;
+	int perf_map = 0, release = 0, ret, opened;
 	Py_ssize_t ready_rings = 0, ready_copies = 0;
 	struct jitring_config cfg;
 	struct jitring_trampoline_template tt;
@@ -1272,9 +1273,10 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	_PyFrameEvalFunction old;
 
 	(void)mod;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Ospnn:start",
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Ospnnp:start",
 					 (char **)kwlist, &dir_obj, &engine,
-					 &perf_map, &ready_rings, &ready_copies))
+					 &perf_map, &ready_rings, &ready_copies,
+					 &release))
 		return NULL;
 	if (ready_rings < 0 || ready_rings > UINT32_MAX || ready_copies < 0 ||
 	    ready_copies > UINT32_MAX) {
@@ -1304,6 +1306,8 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	}
 	if (perf_map)
 		cfg.flags |= JITRING_F_PERF_MAP;
+	if (release)
+		cfg.flags |= JITRING_F_RELEASE;
 	/* A program that starts many threads at once may say so (0: the
 	 * library's defaults; see jitring_config). */
 	cfg.ready_rings = (uint32_t)ready_rings;
@@ -1608,7 +1612,8 @@ static PyObject *jr_stack_address(PyObject *mod, PyObject *unused)
 static PyMethodDef jr_methods[] = {
 	{ "start", (PyCFunction)(void (*)(void))jr_start,
 	  METH_VARARGS | METH_KEYWORDS,
-	  "start(dir=None, engine='rings', perf_map=False)\n--\n\n"
+	  "start(dir=None, engine='rings', perf_map=False, ready_rings=0, "
+	  "ready_copies=0, release=False)\n--\n\n"
 	  "Open jit-<pid>.dump in dir and profile every Python function." },
 	{ "stop", jr_stop, METH_NOARGS,
 	  "stop()\n--\n\nStop profiling and close the dump; True if it was "

@@ -387,6 +387,23 @@ void jitring_files_drop_removed(void)
 			close(c[i].fd);
 }
 
+/*
+ * Let go of @jr's dump (JITRING_F_RELEASE, at close).  Not of its perf
+ * map: that name is one per process, so the next writer takes its
+ * descriptor over and nothing piles up.
+ */
+void jitring_files_let_go(struct jitring *jr)
+{
+	int fd;
+
+	pthread_mutex_lock(&jr_global_lock);
+	fd = *held_fd(jr, JR_KIND_DUMP);
+	*held_fd(jr, JR_KIND_DUMP) = -1;
+	pthread_mutex_unlock(&jr_global_lock);
+	if (fd >= 0)
+		close(fd);
+}
+
 int jitring_file_claim(struct jitring *jr, enum jr_kind kind, const char *dir,
 		       const char *name, uint32_t pid, bool child,
 		       struct jitring **from)

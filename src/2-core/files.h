@@ -71,6 +71,10 @@ void jitring_file_unclaim(enum jr_kind kind, const char *dir, const char *name,
  * can continue them).  Once per jitring_open(); takes the lock. */
 void jitring_files_drop_removed(void);
 
+/* Close the descriptor (and so the lock) @jr, closing, holds of its dump
+ * (JITRING_F_RELEASE); takes the lock. */
+void jitring_files_let_go(struct jitring *jr);
+
 /* What an open in progress may have to undo. */
 struct jr_opening {
 	struct jitring *from;     /* the closed writer whose dump we continue */

@@ -469,6 +469,8 @@ int jitring_close(struct jitring *jr)
 		ret = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 	jitring_file_release(&jr->file);
 	jitring_perfmap_close(jr);
+	if (jr->flags & JITRING_F_RELEASE)
+		jitring_files_let_go(jr);
 	/* Pairs with the acquire in jitring_refuse_state(). */
 	atomic_store_explicit(&jr->state, JR_CLOSED, memory_order_release);
 	pthread_mutex_unlock(&jr->lock);

@@ -472,7 +472,7 @@ static void test_open_errors(uint32_t engine)
 	OPEN_EINVAL(b_.struct_size = 0);
 	OPEN_EINVAL(b_.engine = 3);
 	OPEN_EINVAL(b_.engine = 0xffffffffu);
-	OPEN_EINVAL(b_.flags = 1u << 3);
+	OPEN_EINVAL(b_.flags = JITRING_F_ALL + 1); /* the first unknown bit */
 	OPEN_EINVAL(b_.flags = JITRING_F_WRITE_CLOSE | (1u << 31));
 	OPEN_EINVAL(b_.reserved = 1);
 	for (size_t i = 0; i < ARRAY_SIZE(bad_rings); i++)

@@ -18,7 +18,9 @@
  *  5. descriptors stay bounded: 30 open/close cycles keep one descriptor
  *     for the dump, also when the dump is removed between cycles (a
  *     removed dump is then started afresh), and 30 writers in directories
- *     removed after each close keep at most the last ones;
+ *     removed after each close keep at most the last ones; 30 writers
+ *     with JITRING_F_RELEASE in directories that stay keep none, each
+ *     dump whole, and a later open in the first replaces its dump;
  *  6. an open writer whose dump was removed still owns the name: a second
  *     open in its directory gets -EEXIST;
  *  7. threads that live across the cycles leave nothing behind per cycle:
@@ -280,6 +282,41 @@ static void bounded(uint32_t engine)
 		t_rmtree(d);
 	}
 	T_CHECK(nfds() <= fds1 + 2);
+
+	/*
+	 * JITRING_F_RELEASE: writers in new directories that stay (a window
+	 * each) keep no descriptor, and each dump is whole; a later open in
+	 * the first directory takes that dump for stale and starts afresh.
+	 */
+	{
+		char d[30][128], p[4096];
+		int after1 = 0;
+
+		for (int i = 0; i < 30; i++) {
+			sf_mkdtemp(d[i], NULL);
+			T_REQUIRE(t_open(engine, d[i],
+					 JITRING_F_RELEASE |
+						 JITRING_F_WRITE_CLOSE,
+					 &jr) == 0);
+			sf_write(jr, "window_", 1, NULL);
+			T_CHECK_EQ(jitring_close(jr), 0);
+			/* (The first open dropped what the loop above left.) */
+			if (i == 0)
+				after1 = nfds();
+		}
+		T_CHECK_EQ(nfds(), after1);
+		for (int i = 0; i < 30; i++) {
+			snprintf(p, sizeof(p), "%s/jit-%d.dump", d[i],
+				 (int)getpid());
+			T_CHECK_EQ(t_dump_loads(p, "window_", NULL), 1);
+		}
+		snprintf(p, sizeof(p), "%s/jit-%d.dump", d[0], (int)getpid());
+		T_REQUIRE(t_open(engine, d[0], 0, &jr) == 0);
+		T_CHECK_EQ(fsize(p), 40);
+		T_CHECK_EQ(jitring_close(jr), 0);
+		for (int i = 0; i < 30; i++)
+			t_rmtree(d[i]);
+	}
 
 	/* 6. */
 	T_REQUIRE(t_open(engine, dir, 0, &jr) == 0);
