@@ -240,14 +240,17 @@ bench-llvm: deps-bench deps-llvm build-release/build.ninja
 # What `python -m jitring record` costs at 20,000 / 100,000 fresh functions
 # and on an 8-thread job: the route before it (perf inject on
 # the whole dump) next to the dwarf route, in one run; the fp route too on
-# FP_PYTHON, an interpreter with frame pointers and jitring installed
-# (default: the sid 3.15 venv `make test` leaves).  bench/README.md.
-FP_PYTHON ?= $(wildcard $(CURDIR)/build/python/tests/wheel-sid3.15/venv/bin/python)
+# FP_PYTHON, interpreters with frame pointers (default: the 3.13t of
+# scripts/build-python.sh --fp, which the build tree's module serves, and
+# the sid 3.15 venv `make test` leaves, where they exist).  bench/README.md.
+PY_CACHE := $(or $(JITRING_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/jitring)
+FP_PYTHON ?= $(wildcard $(PY_CACHE)/cpython-3.13.5-nogil-fp/bin/python3.13t \
+	$(CURDIR)/build/subprojects/jitring-python/tests/wheel-sid3.15/venv/bin/python)
 bench-record: build-py
 	@py=$$(bash scripts/build-python.sh) || exit 1; \
 	PYTHONPATH=$(CURDIR)/build/subprojects/jitring-python \
 	$$py bench/python/bench_record.py --python $$py \
-		$(if $(FP_PYTHON),--python $(FP_PYTHON)) \
+		$(foreach p,$(FP_PYTHON),--python $(p)) \
 		| tee bench/results/record.txt
 
 bench-full: deps-bench build-release/build.ninja
