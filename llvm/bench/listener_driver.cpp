@@ -66,30 +66,28 @@ uint64_t now_ns()
 
 // The interposed system calls: libLLVM's raw_fd_ostream and libjitring
 // call these through the PLT.
-extern "C" ssize_t write(int fd, const void *buf, size_t n)
+// One of them: counted apart outside notifyObjectLoaded(), timed inside.
+static ssize_t interposed(long nr, long a, long b, long c)
 {
 	if (!in_notify) {
 		other_writes.fetch_add(1, std::memory_order_relaxed);
-		return syscall(SYS_write, fd, buf, n);
+		return syscall(nr, a, b, c);
 	}
 	uint64_t t0 = now_ns();
-	ssize_t r = syscall(SYS_write, fd, buf, n);
+	ssize_t r = syscall(nr, a, b, c);
 	jit_write_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
 	jit_writes.fetch_add(1, std::memory_order_relaxed);
 	return r;
 }
 
+extern "C" ssize_t write(int fd, const void *buf, size_t n)
+{
+	return interposed(SYS_write, fd, long(buf), long(n));
+}
+
 extern "C" ssize_t writev(int fd, const struct iovec *iov, int cnt)
 {
-	if (!in_notify) {
-		other_writes.fetch_add(1, std::memory_order_relaxed);
-		return syscall(SYS_writev, fd, iov, cnt);
-	}
-	uint64_t t0 = now_ns();
-	ssize_t r = syscall(SYS_writev, fd, iov, cnt);
-	jit_write_ns.fetch_add(now_ns() - t0, std::memory_order_relaxed);
-	jit_writes.fetch_add(1, std::memory_order_relaxed);
-	return r;
+	return interposed(SYS_writev, fd, long(iov), cnt);
 }
 
 namespace {
