@@ -27,7 +27,8 @@ was added, and offsets that point past the data section move with them.
 import os
 import struct
 
-HEADER = struct.Struct("<8sQQQQQQQQ32s")     # perf_file_header
+from jitring._perfdata import HEADER, PerfData, PerfDataError
+
 SECTION = struct.Struct("<QQ")
 EVENT = struct.Struct("<IHH")               # perf_event_header
 RECORD_COMM = 3
@@ -51,70 +52,62 @@ def _wipe(comm):
     return EVENT.pack(RECORD_MMAP2, MISC_USER, EVENT.size + len(body)) + body
 
 
-def fix(path, chunk=1 << 20):
+def fix(path):
     """Rewrite @path (perf.data); returns how many wipes were added, 0
     (file untouched) when it has no exec to fix, -1 when it is not a
     perf.data this reads (left as it is)."""
-    with open(path, "rb") as f:
-        head = f.read(HEADER.size)
-        if len(head) < HEADER.size:
-            return -1
+    try:
+        pd = PerfData(path)
+    except PerfDataError:
+        return -1
+    with pd:
+        m = pd.m
         (magic, size, attr_size, a_off, a_size, d_off, d_size, t_off,
-         t_size, feats) = HEADER.unpack(head)
-        if magic != b"PERFILE2" or size != HEADER.size or not d_size:
+         t_size, feats) = pd.header
+        end = d_off + d_size
+        if size != HEADER.size or not d_size:
             return -1
-        # First pass: are there exec'd processes at all?
-        f.seek(d_off)
-        pos, end, execs = d_off, d_off + d_size, 0
-        while pos + EVENT.size <= end:
-            h = f.read(EVENT.size)
-            typ, misc, sz = EVENT.unpack(h)
-            if sz < EVENT.size or pos + sz > end:
-                return -1
-            if typ == RECORD_COMM and misc & MISC_COMM_EXEC:
-                execs += 1
-            f.seek(sz - EVENT.size, os.SEEK_CUR)
-            pos += sz
+        try:
+            execs = [(off, sz) for typ, misc, off, sz in pd.records()
+                     if typ == RECORD_COMM and misc & MISC_COMM_EXEC]
+        except PerfDataError:
+            return -1
         if not execs:
             return 0
+        if execs[-1][0] + execs[-1][1] > end:
+            return -1
+        nfeat = bin(int.from_bytes(feats, "little")).count("1")
+        wipes = [_wipe(m[off:off + sz]) for off, sz in execs]
+        added = sum(map(len, wipes))
+
+        def moved(off):
+            return off + added if off >= end else off
         tmp = path + ".execfix"
-        with open(tmp, "wb") as out:
-            f.seek(0)
-            out.write(f.read(d_off))            # header, attrs, ids: as is
-            f.seek(d_off)
-            pos, added = d_off, 0
-            while pos < end:
-                h = f.read(EVENT.size)
-                typ, misc, sz = EVENT.unpack(h)
-                rec = h + f.read(sz - EVENT.size)
-                out.write(rec)
-                if typ == RECORD_COMM and misc & MISC_COMM_EXEC:
-                    w = _wipe(rec)
+        mv = memoryview(m)
+        try:
+            with open(tmp, "wb") as out:
+                # Header, attributes, ids: as they are; the data section
+                # with a wipe after each exec.
+                pos = 0
+                for (off, sz), w in zip(execs, wipes):
+                    out.write(mv[pos:off + sz])
                     out.write(w)
-                    added += len(w)
-                pos += sz
-            # The feature sections: a table of (offset, size) for each
-            # bit set in adds_features, then their contents.
-            nfeat = bin(int.from_bytes(feats, "little")).count("1")
-            table = []
-            f.seek(end)
-            for _ in range(nfeat):
-                table.append(SECTION.unpack(f.read(SECTION.size)))
-            for off, sz in table:
-                out.write(SECTION.pack(off + added if off >= end else off,
-                                       sz))
-            while True:
-                b = f.read(chunk)
-                if not b:
-                    break
-                out.write(b)
-            # The header again, its data size and moved offsets.
-            def moved(off):
-                return off + added if off >= end else off
-            out.seek(0)
-            out.write(HEADER.pack(magic, size, attr_size, moved(a_off),
-                                  a_size, d_off, d_size + added,
-                                  moved(t_off) if t_size else t_off,
-                                  t_size, feats))
+                    pos = off + sz
+                out.write(mv[pos:end])
+                # The feature sections: a table of (offset, size) for each
+                # bit set in adds_features, then their contents.
+                for i in range(nfeat):
+                    off, sz = SECTION.unpack_from(m, end + i * SECTION.size)
+                    out.write(SECTION.pack(moved(off), sz))
+                out.write(mv[end + nfeat * SECTION.size:])
+                # The header again, its data size and moved offsets.
+                out.seek(0)
+                out.write(HEADER.pack(magic, size, attr_size,
+                                      moved(a_off), a_size, d_off,
+                                      d_size + added,
+                                      moved(t_off) if t_size else t_off,
+                                      t_size, feats))
+        finally:
+            mv.release()
     os.replace(tmp, path)
-    return execs
+    return len(execs)

@@ -4,13 +4,14 @@
 perf record writes perf.data as a header, the events' attributes and a
 data section of records (include/uapi/linux/perf_event.h, perf's
 Documentation/perf.data-file-format.txt).  record reads the data section
-once, with the file mapped, for two things:
+once, with the file mapped, for three things:
 
   - the samples: their time and the user-mode stack each one copied
     (``--call-graph dwarf``), to find which JIT code a profile can name
     (jitring._jitsyms), so that ``perf inject`` is given only that code;
   - the names of the files the process mapped (MMAP2), so that the dump
-    perf inject would read is found as perf finds it.
+    perf inject would read is found as perf finds it;
+  - its records and layout, for jitring._execfix's rewrite.
 
 Only single-file perf.data (no --threads directories, no compressed
 records) is read; anything else is refused with PerfDataError and the
@@ -49,6 +50,7 @@ S_STACK_USER = 1 << 13
 # step over (their size depends on more of the attribute than it reads).
 S_UNSUPPORTED = S_READ | S_BRANCH_STACK
 
+HEADER = struct.Struct("<8sQQQQQQQQ32s")   # perf_file_header
 _HDR = struct.Struct("<IHH")
 _U64 = struct.Struct("<Q")
 _U32 = struct.Struct("<I")
@@ -82,12 +84,14 @@ class PerfData:
             self.f.close()
             raise PerfDataError("%s is empty" % path)
         m = self.m
-        if len(m) < 104 or m[:8] != MAGIC:
+        if len(m) < HEADER.size or m[:8] != MAGIC:
             self.close()
             raise PerfDataError("%s is not a perf.data file (PERFILE2)"
                                 % path)
-        _, attr_size, a_off, a_size, d_off, d_size = struct.unpack_from(
-            "<6Q", m, 8)
+        # (magic, size, attr_size, attrs offset and size, data offset and
+        # size, event types offset and size, feature bits)
+        self.header = HEADER.unpack_from(m, 0)
+        _, _, attr_size, a_off, a_size, d_off, d_size = self.header[:7]
         self.data = (d_off, d_off + d_size)
         if d_off + d_size > len(m) or attr_size < 16:
             self.close()
@@ -98,14 +102,7 @@ class PerfData:
         if not self.attrs:
             self.close()
             raise PerfDataError("%s has no event" % path)
-        types = {a.sample_type for a in self.attrs}
-        if len(types) != 1:
-            raise PerfDataError("%s has events of different sample "
-                                "layouts" % path)
         self.attr = self.attrs[0]
-        if self.attr.sample_type & S_UNSUPPORTED:
-            raise PerfDataError("%s: sample layout %#x not read here"
-                                % (path, self.attr.sample_type))
 
     def close(self):
         try:
@@ -121,7 +118,8 @@ class PerfData:
         self.close()
 
     def records(self):
-        """(type, offset, size) of each record of the data section."""
+        """(type, misc, offset, size) of each record of the data
+        section."""
         m = self.m
         off, end = self.data
         unpack = _HDR.unpack_from
@@ -133,13 +131,13 @@ class PerfData:
             if typ == PERF_RECORD_COMPRESSED:
                 raise PerfDataError("%s holds compressed records (-z)"
                                     % self.path)
-            yield typ, off, size
+            yield typ, misc, off, size
             off += size
 
     def mmap2(self):
         """(pid, addr, len, filename) of each MMAP2 record."""
         m = self.m
-        for typ, off, size in self.records():
+        for typ, _, off, size in self.records():
             if typ != PERF_RECORD_MMAP2:
                 continue
             pid, _, addr, n = struct.unpack_from("<IIQQ", m, off + 8)
@@ -161,11 +159,17 @@ class PerfData:
         chain_offset (with perf's PERF_CONTEXT_* markers); the user stack
         copy is m[stack_offset:stack_offset + stack_size] (its valid
         part, dyn_size), starting at the sample's stack pointer."""
+        if len({a.sample_type for a in self.attrs}) != 1:
+            raise PerfDataError("%s has events of different sample "
+                                "layouts" % self.path)
         st = self.attr.sample_type
+        if st & S_UNSUPPORTED:
+            raise PerfDataError("%s: sample layout %#x not read here"
+                                % (self.path, st))
         m = self.m
         regs_bytes = 8 * self.attr.nregs
         unpack64 = _U64.unpack_from
-        for typ, off, size in self.records():
+        for typ, _, off, size in self.records():
             if typ != PERF_RECORD_SAMPLE:
                 continue
             p = off + 8
