@@ -95,14 +95,20 @@ def stop():
     return was
 
 
+# (pid, list) of the lines _note_process() wrote: a fork child's pid
+# differs, so it still notes itself.
+_noted = set()
+
+
 def _note_process(how, path=None):
     """Under ``python -m jitring record``: add this process to the
     recording's list (@path, else $JITRING_RECORD_PROCS), one JSON line
     appended with one write(2), so that the summary names it by its
     command line."""
     path = path or _os.environ.get("JITRING_RECORD_PROCS")
-    if not path:
-        return
+    if not path or (_os.getpid(), path) in _noted:
+        return      # once a process (a restart is the same process)
+    _noted.add((_os.getpid(), path))
     try:
         with open("/proc/self/cmdline", "rb") as f:
             argv = [a.decode(errors="replace")
