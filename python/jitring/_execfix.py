@@ -107,6 +107,13 @@ def fix(path):
                                       d_size + added,
                                       moved(t_off) if t_size else t_off,
                                       t_size, feats))
+        except BaseException:
+            # A full disk, a signal: perf.data stays as it was.
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         finally:
             mv.release()
     os.replace(tmp, path)
