@@ -467,10 +467,14 @@ class Job:
             while True:
                 pid, ws = os.waitpid(self.pid, os.WUNTRACED)
                 if os.WIFSTOPPED(ws):
-                    # Ctrl-Z: stop with it, as a shell's job stops; on
-                    # SIGCONT, continue it in the foreground.
+                    # Ctrl-Z: stop with it, by the same signal (a shell
+                    # reports 128+N of it: 148 for SIGTSTP), as a shell's
+                    # job stops; on SIGCONT, continue it in the
+                    # foreground.  Where the kernel drops the stop (an
+                    # orphaned process group), record goes on at once,
+                    # as python itself would.
                     self.term.take()
-                    os.kill(os.getpid(), signal.SIGSTOP)
+                    os.kill(os.getpid(), os.WSTOPSIG(ws))
                     self.term.give(self.pid)
                     self.forward(signal.SIGCONT, None)
                     continue
