@@ -228,11 +228,44 @@ def restore(out, paths=()):
             os.replace(f, f[:-len(FULL)])
 
 
+def relative_markers(perf_data):
+    """Rename, in place, the dumps' marker mmaps of @perf_data to
+    ``./jit-<pid>.dump`` where the dump lies beside it: perf inject, run
+    in that folder, then opens the dumps (and writes its images) there
+    wherever the folder has been moved, where the kernel gave perf the
+    absolute path.  The new name is never longer (the rest of the name's
+    room is zeroed).  Returns how many; -1 when @perf_data is not read
+    here (left as it is)."""
+    from jitring import _perfdata
+    d = os.path.dirname(os.path.abspath(perf_data))
+    edits = []
+    try:
+        with _perfdata.PerfData(perf_data) as pd:
+            for off, _, _, _, name in pd.mmap2_raw():
+                base = os.path.basename(name).decode(errors="replace")
+                new = b"./" + os.path.basename(name)
+                if (name.startswith(b"/") and DUMP_NAME.match(base) and
+                        len(new) <= len(name) and
+                        os.path.isfile(os.path.join(d, base))):
+                    edits.append((off, new.ljust(len(name), b"\0")))
+    except _perfdata.PerfDataError:
+        return -1
+    if edits:
+        with open(perf_data, "r+b") as f:
+            for off, b in edits:
+                f.seek(off)
+                f.write(b)
+    return len(edits)
+
+
 def marked_dumps(pd):
     """({pid: Dump}, {pid: path}) of the dumps perf.data's marker mmaps
-    name (where perf inject opens them)."""
+    name (where perf inject opens them: a relative name from perf.data's
+    folder)."""
     dumps, paths = {}, {}
+    here = os.path.dirname(os.path.abspath(pd.path))
     for pid, name in pd.mmap2_names():
+        name = os.path.join(here, name)
         m = DUMP_NAME.match(os.path.basename(name))
         if not m or int(m.group(1)) != pid or not os.path.isfile(name):
             continue

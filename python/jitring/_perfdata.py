@@ -11,7 +11,8 @@ once, with the file mapped, for three things:
     (jitring._jitsyms), so that ``perf inject`` is given only that code;
   - the names of the files the process mapped (MMAP2), so that the dump
     perf inject would read is found as perf finds it;
-  - its records and layout, for jitring._execfix's rewrite.
+  - its records and layout, for jitring._execfix's rewrite, and where
+    the dumps' names lie (jitring._jitsyms.relative_markers).
 
 Only single-file perf.data (no --threads directories, no compressed
 records) is read; anything else is refused with PerfDataError and the
@@ -136,6 +137,13 @@ class PerfData:
 
     def mmap2(self):
         """(pid, addr, len, filename) of each MMAP2 record."""
+        for _, pid, addr, n, name in self.mmap2_raw():
+            yield pid, addr, n, name.decode(errors="replace")
+
+    def mmap2_raw(self):
+        """(filename offset, pid, addr, len, filename bytes) of each MMAP2
+        record (the offset for a rewrite in place:
+        jitring._jitsyms.relative_markers)."""
         m = self.m
         for typ, _, off, size in self.records():
             if typ != PERF_RECORD_MMAP2:
@@ -147,7 +155,7 @@ class PerfData:
             end = m.find(b"\0", name_off, off + size)
             if end < 0:
                 end = off + size
-            yield pid, addr, n, m[name_off:end].decode(errors="replace")
+            yield name_off, pid, addr, n, m[name_off:end]
 
     def mmap2_names(self):
         """{(pid, filename)} of the MMAP2 records (the process's files)."""

@@ -504,6 +504,11 @@ def finish(out, meta, top=12, browser=False):
                     pass
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
             fp = meta.get("call_graph") == "fp"
+            if not done:
+                # perf opens the dumps by the names of their mmaps, made
+                # relative to the folder: a moved folder finishes.
+                from jitring import _jitsyms
+                _jitsyms.relative_markers(os.path.join(out, "perf.data"))
             if not done and not meta.get("exec_fixed"):
                 # Before perf reads it: processes that exec'd unwind
                 # (jitring._execfix).  Once: finish() may run again.
