@@ -488,10 +488,10 @@ def write_outputs(out, meta, folded, total):
                                                                0)))))
 
 
-def finish(out, meta, top=12, browser=False):
+def finish(out, meta, top=12, browser=False, prog="record"):
     """Inject, read the samples, print the tables, write the files.
     Returns 0, 2 (an error, said) or 128+N (stopped by signal N, the
-    recording kept)."""
+    recording kept).  @prog names the command in messages."""
     try:
         with Steps() as steps:
             done = injected(out)
@@ -534,14 +534,14 @@ def finish(out, meta, top=12, browser=False):
             except OSError:
                 pass
         sys.stderr.write(
-            "\njitring record: stopped before the profile was finished; "
+            "\njitring %s: stopped before the profile was finished; "
             "%s and the dumps are kept in %s.\nTo finish it: %s -m "
-            "jitring report %s\n" % ("perf.jit.data" if done else "perf.data",
-                                     out, os.path.basename(sys.executable),
-                                     out))
+            "jitring report %s\n" % (prog, "perf.jit.data" if done
+                                     else "perf.data", out,
+                                     os.path.basename(sys.executable), out))
         return 128 + e.signum
     except RecordError as e:
-        sys.stderr.write("jitring record: %s\n" % e)
+        sys.stderr.write("jitring %s: %s\n" % (prog, e))
         return 2
     print_tables(meta, per, total, rows, top, out)
     print()
@@ -569,8 +569,8 @@ def finish(out, meta, top=12, browser=False):
     if browser:
         import webbrowser
         if not webbrowser.open("file://" + html):
-            sys.stderr.write("jitring record: no web browser found; open "
-                             "%s\n" % html)
+            sys.stderr.write("jitring %s: no web browser found; open "
+                             "%s\n" % (prog, html))
     return 0
 
 
@@ -601,4 +601,5 @@ def main(argv):
         return 2
     if opts.inject:
         meta["inject"] = opts.inject
-    return finish(out, meta, top=opts.top, browser=opts.browser)
+    return finish(out, meta, top=opts.top, browser=opts.browser,
+                  prog="report")
