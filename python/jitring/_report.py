@@ -3,7 +3,8 @@
 
 ``python -m jitring record`` calls finish() once the program has exited
 and perf has stopped; ``python -m jitring report DIR`` calls it on a
-recording whose finishing was interrupted (or to see it again).
+recording whose finishing was interrupted (or to see it again).  Two
+finishings of one folder take its lock (LOCK) in turn.
 
 Steps, each a file in the recording's folder:
 
@@ -29,6 +30,7 @@ below the innermost Python frame (C extensions, builtins, libc, the
 kernel) stay.
 """
 
+import fcntl
 import json
 import os
 import re
@@ -44,6 +46,8 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Outputs that finish() makes again (a partial one is removed first).
 OUTPUTS = ("perf.jit.data", "perf.script.txt", "stacks.folded",
            "flame.html", "perf-inject.log")
+# The lock two finishings of one folder take in turn.
+LOCK = ".jitring-lock"
 
 
 class RecordError(Exception):
@@ -488,20 +492,54 @@ def write_outputs(out, meta, folded, total):
                                                                0)))))
 
 
+def lock(out, prog):
+    """Hold the folder's lock (released when the returned descriptor is
+    closed): a second finishing of one recording waits for the first,
+    then finishes from what it left."""
+    fd = os.open(os.path.join(out, LOCK), os.O_RDWR | os.O_CREAT |
+                 os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            sys.stderr.write("jitring %s: waiting for the other finishing "
+                             "of %s\n" % (prog, out))
+            fcntl.flock(fd, fcntl.LOCK_EX)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def drop_partial(out):
+    """Remove the outputs a stopped finishing may have left half
+    written."""
+    done = injected(out)
+    for name in OUTPUTS:
+        if done and name == "perf.jit.data":
+            continue        # the recording itself now
+        try:
+            os.unlink(os.path.join(out, name))
+        except OSError:
+            pass
+    return done
+
+
 def finish(out, meta, top=12, browser=False, prog="record"):
-    """Inject, read the samples, print the tables, write the files.
-    Returns 0, 2 (an error, said) or 128+N (stopped by signal N, the
-    recording kept).  @prog names the command in messages."""
+    """Inject, read the samples, print the tables, write the files, under
+    the folder's lock.  Returns 0, 2 (an error, said) or 128+N (stopped
+    by signal N, the recording kept).  @prog names the command in
+    messages."""
+    lockfd = -1
     try:
         with Steps() as steps:
-            done = injected(out)
-            for name in OUTPUTS:
-                if done and name == "perf.jit.data":
-                    continue
-                try:
-                    os.unlink(os.path.join(out, name))
-                except OSError:
-                    pass
+            lockfd = lock(out, prog)
+            try:
+                # What a finishing that held the lock before wrote.
+                meta["exec_fixed"] = read_meta(out).get("exec_fixed")
+            except RecordError:
+                pass
+            done = drop_partial(out)
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
             fp = meta.get("call_graph") == "fp"
             if not done:
@@ -525,14 +563,9 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             folded, per, total, rows = summarize(samples, procs, top_pid)
             write_outputs(out, meta, folded, total)
     except Interrupted as e:
-        done = injected(out)
-        for name in OUTPUTS:
-            if done and name == "perf.jit.data":
-                continue        # the recording itself now
-            try:
-                os.unlink(os.path.join(out, name))
-            except OSError:
-                pass
+        # Stopped while waiting for the lock: the outputs are the other
+        # finishing's.
+        done = drop_partial(out) if lockfd >= 0 else injected(out)
         sys.stderr.write(
             "\njitring %s: stopped before the profile was finished; "
             "%s and the dumps are kept in %s.\nTo finish it: %s -m "
@@ -543,6 +576,9 @@ def finish(out, meta, top=12, browser=False, prog="record"):
     except RecordError as e:
         sys.stderr.write("jitring %s: %s\n" % (prog, e))
         return 2
+    finally:
+        if lockfd >= 0:
+            os.close(lockfd)
     print_tables(meta, per, total, rows, top, out)
     print()
     lost = lost_line(out)
