@@ -179,13 +179,25 @@ def parse(argv):
 
 # ---- the folder --------------------------------------------------------
 
-def recording_files(name):
-    """Whether @name is one of the files a recording leaves: a folder
-    that holds anything else is the user's, and -o refuses it without
-    --force."""
-    return (name in (META, PROCS, ".debug") or
-            name.startswith(("perf.", "jit-", "jitted-", "flame",
-                             "stacks.")) or name.endswith(".log"))
+def clear(path, names):
+    """Remove @names (the folder's manifest: files record or report
+    wrote) from @path, then the manifest: each only where it is a regular
+    file, or .debug a folder (perf's build-id cache); a symlink or
+    anything else in its place is left alone."""
+    import stat
+    for n in sorted(names) + [_report.MANIFEST]:
+        f = os.path.join(path, n)
+        try:
+            st = os.lstat(f)
+            if stat.S_ISREG(st.st_mode):
+                os.unlink(f)
+            elif stat.S_ISDIR(st.st_mode) and n == ".debug":
+                shutil.rmtree(f)
+        except FileNotFoundError:
+            continue
+        except OSError as e:
+            raise RecordError("cannot remove the earlier recording's "
+                              "%s: %s" % (f, e.strerror))
 
 
 def default_out():
@@ -204,9 +216,10 @@ def default_out():
 
 
 def out_dir(path, force):
-    """The recording's folder: a new one, or one that holds nothing but
-    an earlier recording (whose files are removed), or anything with
-    --force."""
+    """The recording's folder: a new one, an empty one, or one whose
+    manifest lists all it holds (an earlier recording, whose files are
+    removed); with --force, one that holds the user's files too, which
+    stay (all but the manifest's)."""
     if path is None:
         return default_out()
     path = os.path.abspath(path)
@@ -219,25 +232,24 @@ def out_dir(path, force):
     if not os.access(path, os.W_OK | os.X_OK):
         raise RecordError("cannot write into the output folder %s"
                           % path)
-    foreign = [n for n in names if not recording_files(n)]
-    if names and META not in names and not force:
-        raise RecordError("%s is not empty and holds no jitring "
-                          "recording; choose another with -o, or "
-                          "--force" % path)
+    has_manifest = _report.MANIFEST in names
+    mine = _report.claimed(path) if has_manifest else set()
+    foreign = [n for n in names if n not in mine and
+               n != _report.MANIFEST]
     if foreign and not force:
+        if not has_manifest:
+            raise RecordError("%s is not empty and holds no jitring "
+                              "recording; choose another with -o, or "
+                              "--force" % path)
         raise RecordError("%s holds files of its own (%s); choose another "
-                          "with -o, or --force" % (path, foreign[0]))
-    for n in names:
-        if recording_files(n):
-            f = os.path.join(path, n)
-            try:
-                if os.path.isdir(f) and not os.path.islink(f):
-                    shutil.rmtree(f)
-                else:
-                    os.unlink(f)
-            except OSError as e:
-                raise RecordError("cannot remove the earlier recording's "
-                                  "%s: %s" % (f, e.strerror))
+                          "with -o, or --force" % (path, sorted(foreign)[0]))
+    clash = sorted(n for n in foreign if n in _report.NAMES or
+                   _report.GROWN.match(n))
+    if clash:
+        raise RecordError("%s holds %s, which record did not write and "
+                          "would replace; move it, or choose another "
+                          "folder with -o" % (path, clash[0]))
+    clear(path, mine)
     return path
 
 
@@ -357,6 +369,7 @@ class Perf:
 
     def __init__(self, perf, out, opts, pid, gated=False):
         self.log = os.path.join(out, "perf-record.log")
+        _report.claim(out, ["perf-record.log", "perf.data"])
         cr, cw = os.pipe()
         ar, aw = os.pipe()
         # A gated program has not exec'd yet: what perf would synthesize
@@ -506,6 +519,7 @@ def meta_of(opts, command):
 
 def record(opts, target, perf_bin):
     out = out_dir(opts.output, opts.force)
+    before = set(os.listdir(out))
     perf = _report.perf_cmd(perf_bin, out, opts.keep_debug)
     env = program_env(out, opts)
     argv = [sys.executable, "-m", "jitring", "--dir", out, "--engine",
@@ -536,6 +550,7 @@ def record(opts, target, perf_bin):
     meta["status"] = status
     meta["seconds"] = time.time() - meta["started"]
     meta["perf_status"] = perf_rc
+    _report.claim_grown(out, before)
     _report.write_meta(out, meta)
     if not os.path.exists(os.path.join(out, "perf.data")):
         raise RecordError("perf record wrote no perf.data:\n  %s"
@@ -623,6 +638,7 @@ def attach_window(opts, perf_bin, info, how, out):
         perf_rc = p.stop()
     meta["seconds"] = time.time() - meta["started"]
     meta["perf_status"] = perf_rc
+    _report.claim_grown(out, ())
     _report.write_meta(out, meta)
     return out, meta
 

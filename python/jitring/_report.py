@@ -4,7 +4,9 @@
 ``python -m jitring record`` calls finish() once the program has exited
 and perf has stopped; ``python -m jitring report DIR`` calls it on a
 recording whose finishing was interrupted (or to see it again).  Two
-finishings of one folder take its lock (LOCK) in turn.
+finishings of one folder take its lock (LOCK) in turn; every file either
+writes there is listed in its manifest (MANIFEST) first, the only files
+``record --force`` removes.
 
 Steps, each a file in the recording's folder:
 
@@ -46,8 +48,16 @@ SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Outputs that finish() makes again (a partial one is removed first).
 OUTPUTS = ("perf.jit.data", "perf.script.txt", "stacks.folded",
            "flame.html", "perf-inject.log")
-# The lock two finishings of one folder take in turn.
+# The folder's list of the files record and report wrote in it (the only
+# ones --force removes), and the lock two finishings take in turn.
+MANIFEST = ".jitring-files"
 LOCK = ".jitring-lock"
+# The names record and report write under (a user's file of one of them
+# would be overwritten); besides, the dumps and images of GROWN.
+NAMES = (META, PROCS, MANIFEST, LOCK, "perf.data", "perf-record.log",
+         "perf-script.log", ".debug") + OUTPUTS
+GROWN = re.compile(r"^(jit-\d+\.dump(\.full)?|jitted-\d+-\d+\.so|"
+                   + re.escape(PROCS) + r")$")
 
 
 class RecordError(Exception):
@@ -82,7 +92,45 @@ def perf_cmd(perf, out, keep_debug):
     return [perf, "--buildid-dir", os.path.join(out, ".debug")]
 
 
+def claimed(out):
+    """The names the folder's manifest lists (plain names: one with a
+    slash is not record's)."""
+    try:
+        with open(os.path.join(out, MANIFEST), errors="replace") as f:
+            return {n for n in f.read().split("\n")
+                    if n and "/" not in n and n not in (".", "..")}
+    except OSError:
+        return set()
+
+
+def claim(out, names):
+    """Add @names to the folder's manifest before they are written: a
+    listed name never written costs nothing, a file written unlisted
+    would be kept as the user's."""
+    new = sorted(set(names) - claimed(out))
+    if not new:
+        return
+    fd = os.open(os.path.join(out, MANIFEST), os.O_WRONLY | os.O_APPEND |
+                 os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        os.write(fd, "".join(n + "\n" for n in new).encode())
+    finally:
+        os.close(fd)
+
+
+def claim_grown(out, before):
+    """Claim the dumps, images and processes.jsonl that appeared in the
+    folder since @before (its names then): the program's processes and
+    perf inject write them."""
+    try:
+        names = os.listdir(out)
+    except OSError:
+        return
+    claim(out, [n for n in names if n not in before and GROWN.match(n)])
+
+
 def write_meta(out, meta):
+    claim(out, [META])
     tmp = os.path.join(out, META + ".tmp")
     with open(tmp, "w") as f:
         json.dump(meta, f, indent=1)
@@ -496,6 +544,7 @@ def lock(out, prog):
     """Hold the folder's lock (released when the returned descriptor is
     closed): a second finishing of one recording waits for the first,
     then finishes from what it left."""
+    claim(out, [LOCK])
     fd = os.open(os.path.join(out, LOCK), os.O_RDWR | os.O_CREAT |
                  os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
     try:
@@ -539,7 +588,10 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                 meta["exec_fixed"] = read_meta(out).get("exec_fixed")
             except RecordError:
                 pass
+            before = set(os.listdir(out))
             done = drop_partial(out)
+            claim(out, OUTPUTS + ("perf-script.log",) +
+                  (() if meta.get("keep_debug") else (".debug",)))
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
             fp = meta.get("call_graph") == "fp"
             if not done:
@@ -555,7 +607,10 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                     meta["exec_fixed"] = True
                     write_meta(out, meta)
             if not done and not fp:
-                inject(steps, perf, out, meta)
+                try:
+                    inject(steps, perf, out, meta)
+                finally:
+                    claim_grown(out, before)
             samples = script(steps, perf, out, meta.get("perf_script"),
                              meta.get("inline"), fp)
             procs = processes(out)
