@@ -517,7 +517,19 @@ def meta_of(opts, command):
             "cwd": os.getcwd(), "started": time.time()}
 
 
+def forget(out, fresh):
+    """A refusal before the program ran leaves nothing behind: the files
+    this run wrote, and the folder if it made it."""
+    try:
+        clear(out, _report.claimed(out))
+        if fresh:
+            os.rmdir(out)
+    except (OSError, RecordError):
+        pass
+
+
 def record(opts, target, perf_bin):
+    fresh = opts.output is None or not os.path.exists(opts.output)
     out = out_dir(opts.output, opts.force)
     before = set(os.listdir(out))
     perf = _report.perf_cmd(perf_bin, out, opts.keep_debug)
@@ -528,18 +540,26 @@ def record(opts, target, perf_bin):
     term = Terminal()
     pid, gate = fork_gated(argv, env)
     meta["pid"] = pid
+
+    def refuse(msg):
+        gate_open(gate, False)
+        os.waitpid(pid, 0)
+        forget(out, fresh)
+        return RecordError(msg)
+    try:
+        # First: whatever happens later, report can finish the folder.
+        _report.write_meta(out, meta)
+    except OSError as e:
+        raise refuse("cannot write %s: %s"
+                     % (os.path.join(out, META), e.strerror))
     try:
         p = Perf(perf, out, opts, pid, gated=True)
     except OSError as e:
-        gate_open(gate, False)
-        os.waitpid(pid, 0)
-        raise RecordError("cannot run perf: %s" % e)
+        raise refuse("cannot run perf: %s" % e)
     if not p.enable():
-        gate_open(gate, False)
-        os.waitpid(pid, 0)
         p.stop()
-        raise RecordError("perf record could not profile (event %s):\n  %s"
-                          % (opts.event, p.why()))
+        raise refuse("perf record could not profile (event %s):\n  %s"
+                     % (opts.event, p.why()))
     term.give(pid)
     gate_open(gate, True)
     job = Job(pid, term)
