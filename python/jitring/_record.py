@@ -570,8 +570,13 @@ def record(opts, target, perf_bin):
     meta["status"] = status
     meta["seconds"] = time.time() - meta["started"]
     meta["perf_status"] = perf_rc
-    _report.claim_grown(out, before)
-    _report.write_meta(out, meta)
+    try:
+        _report.claim_grown(out, before)
+        _report.write_meta(out, meta)
+    except OSError as e:
+        if e.errno not in _report.FULL:
+            raise RecordError("cannot write in %s: %s" % (out, e.strerror))
+        # A full disk: the meta written first stands; finish() says it.
     if not os.path.exists(os.path.join(out, "perf.data")):
         raise RecordError("perf record wrote no perf.data:\n  %s"
                           % p.why())
@@ -684,4 +689,6 @@ def main(argv):
         sys.stderr.write("jitring record: %s\n" % e)
         return 2
     rc = _report.finish(out, meta, top=opts.top, browser=opts.browser)
-    return meta["status"] if rc == 0 else rc
+    # A full disk (1) keeps the recording to finish later, and the
+    # program's status.
+    return meta["status"] if rc in (0, 1) else rc

@@ -6,7 +6,7 @@ and perf has stopped; ``python -m jitring report DIR`` calls it on a
 recording whose finishing was interrupted (or to see it again).  Two
 finishings of one folder take its lock (LOCK) in turn; every file either
 writes there is listed in its manifest (MANIFEST) first, the only files
-``record --force`` removes.
+``record --force`` removes; a full disk keeps the recording for later.
 
 Steps, each a file in the recording's folder:
 
@@ -32,6 +32,7 @@ below the innermost Python frame (C extensions, builtins, libc, the
 kernel) stay.
 """
 
+import errno
 import fcntl
 import json
 import os
@@ -58,6 +59,8 @@ NAMES = (META, PROCS, MANIFEST, LOCK, "perf.data", "perf-record.log",
          "perf-script.log", ".debug") + OUTPUTS
 GROWN = re.compile(r"^(jit-\d+\.dump(\.full)?|jitted-\d+-\d+\.so|"
                    + re.escape(PROCS) + r")$")
+# What a full disk raises: the recording is kept, the finishing waits.
+FULL = (errno.ENOSPC, errno.EDQUOT)
 
 
 class RecordError(Exception):
@@ -129,12 +132,30 @@ def claim_grown(out, before):
     claim(out, [n for n in names if n not in before and GROWN.match(n)])
 
 
+def no_space(out):
+    """Whether the folder's file system has no block left for us (one
+    that counts no blocks at all, as some FUSE ones do, is not full)."""
+    try:
+        st = os.statvfs(out)
+    except OSError:
+        return False
+    return st.f_blocks > 0 and \
+        (st.f_bfree if os.geteuid() == 0 else st.f_bavail) == 0
+
+
 def write_meta(out, meta):
     claim(out, [META])
     tmp = os.path.join(out, META + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(meta, f, indent=1)
-    os.replace(tmp, os.path.join(out, META))
+    try:
+        with open(tmp, "w") as f:
+            json.dump(meta, f, indent=1)
+        os.replace(tmp, os.path.join(out, META))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
 
 def read_meta(out):
@@ -149,7 +170,9 @@ def read_meta(out):
 class Steps:
     """Runs the finishing's subprocesses; a signal stops the one running
     (it is in record's process group, so a terminal's Ctrl-C reaches it
-    too) and raises Interrupted."""
+    too) and raises Interrupted.  A step that leaves the disk of its
+    folder (cwd) full raises OSError(ENOSPC): perf script does not check
+    its writes, and its output would be cut short unsaid."""
 
     def __init__(self):
         self.proc = None
@@ -182,6 +205,10 @@ class Steps:
             raise
         finally:
             self.proc = None
+        if kw.get("cwd") and no_space(kw["cwd"]):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                          "perf " + next((a for a in cmd if a in
+                                          ("inject", "script")), "?"))
         return p.returncode
 
 
@@ -233,6 +260,10 @@ def inject(steps, perf, out, meta):
         finally:
             _jitsyms.restore(out, paths)
     if rc != 0:
+        said = tail_of(log, 1000)
+        for e in FULL:
+            if os.strerror(e) in said:
+                raise OSError(e, os.strerror(e), "perf inject")
         raise RecordError("perf inject --jit failed (exit %d):\n  %s"
                           % (rc, tail_of(log)))
     if not meta.get("keep_perf_data"):
@@ -574,11 +605,19 @@ def drop_partial(out):
     return done
 
 
+def perf_lost(out):
+    """Whether perf record itself ran out of space (perf.data is then
+    cut short, its samples lost)."""
+    said = tail_of(os.path.join(out, "perf-record.log"), 1000)
+    return any(os.strerror(e) in said for e in FULL)
+
+
 def finish(out, meta, top=12, browser=False, prog="record"):
     """Inject, read the samples, print the tables, write the files, under
-    the folder's lock.  Returns 0, 2 (an error, said) or 128+N (stopped
-    by signal N, the recording kept).  @prog names the command in
-    messages."""
+    the folder's lock.  Returns 0, 1 (the disk is full: said, the
+    recording kept to finish later), 2 (an error, said) or 128+N
+    (stopped by signal N, the recording kept).  @prog names the command
+    in messages."""
     lockfd = -1
     try:
         with Steps() as steps:
@@ -628,9 +667,25 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                                      else "perf.data", out,
                                      os.path.basename(sys.executable), out))
         return 128 + e.signum
-    except RecordError as e:
-        sys.stderr.write("jitring %s: %s\n" % (prog, e))
-        return 2
+    except (OSError, RecordError) as e:
+        if not (getattr(e, "errno", None) in FULL or no_space(out)):
+            if isinstance(e, OSError):
+                e = "cannot write in %s: %s" % (out, e.strerror)
+            sys.stderr.write("jitring %s: %s\n" % (prog, e))
+            return 2
+        done = drop_partial(out) if lockfd >= 0 else injected(out)
+        if perf_lost(out):
+            sys.stderr.write("jitring %s: no space left on the disk of %s: "
+                             "perf record could not write perf.data, and "
+                             "the profile is lost\n" % (prog, out))
+        else:
+            sys.stderr.write(
+                "jitring %s: no space left on the disk of %s: the profile "
+                "is not finished (%s and the dumps are kept); once there "
+                "is space: %s -m jitring report %s\n"
+                % (prog, out, "perf.jit.data" if done else "perf.data",
+                   os.path.basename(sys.executable), out))
+        return 1
     finally:
         if lockfd >= 0:
             os.close(lockfd)
