@@ -435,7 +435,9 @@ def command_of(pid, comm, procs):
         # --no-children).
         return escape(comm) + (" (without jitring)"
                                if comm.startswith("python") else "")
-    argv = program_argv([str(a) for a in r.get("argv") or []])
+    argv = r.get("argv")
+    argv = program_argv([str(a) for a in argv]
+                        if isinstance(argv, list) else [])
     cmd = escape(" ".join(os.path.basename(a) if i == 0 else
                           " ".join(a.split())
                           for i, a in enumerate(argv))) or escape(comm)

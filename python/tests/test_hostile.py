@@ -538,6 +538,8 @@ def whole(t, small, seed):
         j[rng.randrange(joffs[0], joffs[-1])] = rng.randrange(256)
     with open(sys.executable, "rb") as f:
         foreign = f.read(65536)
+    with open(os.path.join(small, "processes.jsonl")) as f:
+        pid = json.loads(f.readline())["pid"]
     # (what, {file: its bytes}): perf.jit.data given means the recording
     # is injected (perf.data left out); DUMP is the dump.
     cases = [
@@ -553,8 +555,8 @@ def whole(t, small, seed):
                                          "jitring-record.json": b"[\x00"}),
         ("processes.jsonl garbage", {
             "perf.data": data,
-            "processes.jsonl": b'{"pid": [1]}\n[2]\n"x"\n{"pid": 1, '
-                               b'"argv": 5}\n\xff\n'}),
+            "processes.jsonl": b'{"pid": [1]}\n[2]\n"x"\n{"pid": %d, '
+                               b'"argv": 5}\n\xff\n' % pid}),
         # Last: perf inject opens the dump perf.data's marker names, the
         # original recording's, which this spoils.
         ("the dump garbage", {"perf.data": data, "DUMP": bytes(
