@@ -77,7 +77,12 @@ def fix(path):
         if execs[-1][0] + execs[-1][1] > end:
             return -1
         nfeat = bin(int.from_bytes(feats, "little")).count("1")
-        wipes = [_wipe(m[off:off + sz]) for off, sz in execs]
+        if end + nfeat * SECTION.size > len(m):
+            return -1
+        try:
+            wipes = [_wipe(m[off:off + sz]) for off, sz in execs]
+        except (ValueError, struct.error):
+            return -1           # a COMM record without its fields
         added = sum(map(len, wipes))
 
         def moved(off):

@@ -17,14 +17,17 @@ names as ``python -m jitring record`` gives them:
   ... [kernel]                a kernel frame
 
 Python, native and kernel frames and the processes have colours of their
-own.
+own.  Names are written with their control characters and line
+separators escaped (escape()), in the folded text and in the page, where
+they go in as text.
 """
 
 import gc
 import json
 import os
+import re
 
-__all__ = ["write_html", "write_folded", "label"]
+__all__ = ["write_html", "write_folded", "label", "escape"]
 
 # The vendored files (scripts/web-assets.sh pins them) and their versions,
 # named on the page.
@@ -40,6 +43,29 @@ MIN_SHARE = 1e-4
 
 # Frame kinds, as the page's colour mapper reads them ("l").
 PROCESS, PYTHON, NATIVE, KERNEL = "r", "p", "n", "k"
+
+
+# Characters a name may not carry into any output as they are: the C0
+# controls (NUL, BEL, ESC, newline, ...), DEL, the C1 controls (U+0085 is
+# one) and U+2028/U+2029, i.e. every line break str.splitlines() honours
+# and every byte a terminal acts on.  jitring's extension escapes names
+# the same way before they reach the dump (_jitring.c, name_escaped()).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_ESCAPES = {c: "\\x%02x" % c for c in
+            list(range(0x20)) + list(range(0x7f, 0xa0))}
+_ESCAPES.update({0x09: "\\t", 0x0a: "\\n", 0x0d: "\\r",
+                 0x2028: "\\u2028", 0x2029: "\\u2029"})
+
+
+def escape(name):
+    """@name with each control character or line separator written as
+    a visible escape: \\t \\n \\r, \\xNN (other C0, DEL, C1),
+    \\u2028 \\u2029.  A backslash of the name is kept as it is, so
+    escaping an escaped name changes nothing (the extension escapes at
+    the source and every output escapes again)."""
+    if _CONTROL.search(name) is None:
+        return name
+    return name.translate(_ESCAPES)
 
 
 def label(frame):
@@ -66,15 +92,17 @@ def _checked(stacks):
 
 
 def _folded_frame(name):
-    # ';' separates frames and a newline ends the line: neither may remain.
-    return name.replace(";", ":").replace("\n", " ").replace("\r", " ")
+    # ';' separates frames and a line break ends the line: neither may
+    # remain.
+    return escape(name).replace(";", ":")
 
 
 def write_folded(path, stacks):
     """Writes the classic folded stacks to path: one ``a;b;c COUNT`` line
     per distinct stack, root first, sorted (flamegraph.pl, inferno,
-    speedscope read them).  ';' in a frame name is written as ':'.
-    Returns the number of lines."""
+    speedscope read them).  ';' in a frame name is written as ':', a
+    control character or line separator as escape() writes it.  Returns
+    the number of lines."""
     counts = {}
     for frames, count in _checked(stacks):
         key = ";".join(_folded_frame(f) for f in frames)
@@ -108,7 +136,8 @@ def _tree(stacks):
 def _json_tree(root, title, min_total):
     """The page's tree as compact JSON (d3-flame-graph's short keys: n
     name, v total, c children, l kind; f the full frame name where it
-    differs from n), built without recursion (stacks may be deep).
+    differs from n; each name as escape() writes it, and the page puts
+    them in as text), built without recursion (stacks may be deep).
     Returns (json text, nodes kept, nodes pruned, samples pruned)."""
     dumps = json.dumps
     out = []
@@ -140,6 +169,7 @@ def _json_tree(root, title, min_total):
         out.append(',"c":[' if first else ",")
         top[2] = False
         depth = top[3] + 1
+        name = escape(name)
         if depth == 1:
             text, kind, full = name, PROCESS, None
         else:
@@ -198,8 +228,9 @@ def write_html(path, stacks, title="", subtitle="", unit="samples",
     config = json.dumps({"unit": unit, "total": root[0], "note": note,
                          "libraries": LIBRARIES}).replace("<", "\\u003c")
     page = (_PAGE
-            .replace("@TITLE@", _html_text(title or "jitring flame graph"))
-            .replace("@SUBTITLE@", _html_text(subtitle))
+            .replace("@TITLE@", _html_text(escape(title or
+                                                   "jitring flame graph")))
+            .replace("@SUBTITLE@", _html_text(escape(subtitle)))
             .replace("@LIBRARIES@", _html_text(LIBRARIES))
             .replace("@CSS@", _asset(FLAME_CSS))
             .replace("@CONFIG@", config)

@@ -811,17 +811,93 @@ static void name_parts(PyCodeObject *co, struct jitring_str p[NAME_PARTS],
 }
 
 /*
- * The library refuses a piece with a NUL byte in it (-EINVAL; Python
- * strings may hold one).  Rare: the name again, each NUL as '?', in one
- * piece.  @buf has room for JITRING_NAME_MAX bytes.
+ * The escape of the character at @s[0] (@n bytes left in its piece) into
+ * @esc, as jitring._flame.escape() writes it: a control character (C0,
+ * DEL, C1, which is C2 80..C2 9F in UTF-8) as \t \n \r or \xNN, and
+ * U+2028/U+2029 (E2 80 A8/A9) as \u2028/\u2029.  Returns the escape's
+ * length and its UTF-8 length in *@used, or 0 for a character kept.
  */
-static COLD size_t name_without_nul(const struct jitring_str *p, char *buf)
+static size_t escape_char(const unsigned char *s, size_t n, char esc[8],
+			  size_t *used)
 {
-	size_t n = 0;
+	unsigned int c;
+
+	if (s[0] < 0x20 || s[0] == 0x7f) {
+		c = s[0];
+		*used = 1;
+	} else if (s[0] == 0xc2 && n >= 2 && s[1] >= 0x80 && s[1] <= 0x9f) {
+		c = s[1];
+		*used = 2;
+	} else if (s[0] == 0xe2 && n >= 3 && s[1] == 0x80 &&
+		   (s[2] == 0xa8 || s[2] == 0xa9)) {
+		*used = 3;
+		return (size_t)snprintf(esc, 8, "\\u%04x",
+					s[2] == 0xa8 ? 0x2028u : 0x2029u);
+	} else {
+		return 0;
+	}
+	if (c == '\t' || c == '\n' || c == '\r') {
+		esc[0] = '\\';
+		esc[1] = c == '\t' ? 't' : c == '\n' ? 'n' : 'r';
+		return 2;
+	}
+	return (size_t)snprintf(esc, 8, "\\x%02x", c);
+}
+
+/* Whether a piece of @p holds a character escape_char() escapes. */
+static bool name_needs_escape(const struct jitring_str *p)
+{
+	for (unsigned int i = 0; i < NAME_PARTS; i++) {
+		const unsigned char *s = (const unsigned char *)p[i].ptr;
+
+		for (size_t j = 0; j < p[i].len; j++) {
+			if (unlikely(s[j] < 0x20 || s[j] == 0x7f ||
+				     s[j] == 0xc2 || s[j] == 0xe2))
+				return true;
+		}
+	}
+	return false;
+}
+
+/* The length of the UTF-8 sequence that starts with byte @b. */
+static size_t utf8_len(unsigned char b)
+{
+	if (b < 0xc0)
+		return 1;
+	return b < 0xe0 ? 2 : b < 0xf0 ? 3 : 4;
+}
+
+/*
+ * A name is data: perf script prints it as the dump holds it, one line
+ * per frame, so a newline in it would forge lines of its own (samples,
+ * processes), and a terminal acts on ESC and BEL.  A name with such a
+ * character (NUL too, which the library refuses: -EINVAL) is given in
+ * one piece, each escaped by escape_char(), cut to JITRING_NAME_MAX bytes
+ * between two characters.  @buf has room for JITRING_NAME_MAX bytes.
+ */
+static COLD size_t name_escaped(const struct jitring_str *p, char *buf)
+{
+	size_t n = 0, used, k;
+	char esc[8];
 
 	for (unsigned int i = 0; i < NAME_PARTS; i++) {
-		for (size_t j = 0; j < p[i].len && n < JITRING_NAME_MAX; j++)
-			buf[n++] = p[i].ptr[j] ? p[i].ptr[j] : '?';
+		const unsigned char *s = (const unsigned char *)p[i].ptr;
+
+		for (size_t j = 0; j < p[i].len; j += used) {
+			k = escape_char(s + j, p[i].len - j, esc, &used);
+			if (!k) {
+				/* A whole UTF-8 sequence, never half. */
+				used = utf8_len(s[j]);
+				if (used > p[i].len - j)
+					used = p[i].len - j;
+				memcpy(esc, s + j, used);
+				k = used;
+			}
+			if (n + k > JITRING_NAME_MAX)
+				return n;
+			memcpy(buf + n, esc, k);
+			n += k;
+		}
 	}
 	return n;
 }
@@ -911,19 +987,16 @@ static COLD enum copy_result make_copy(struct session *s, PyCodeObject *co,
 		Py_END_ALLOW_THREADS
 	}
 	name_parts(co, p, tmp);
+	if (unlikely(name_needs_escape(p))) {
+		one.ptr = buf;
+		one.len = name_escaped(p, buf);
+		pp = &one;
+		np = 1;
+	}
 	for (;;) {
 		r = get_copy(s, pp, np, *reuse, addr);
 		if (r > 0)
 			break;
-		if (r == -EINVAL && pp == p) {
-			/* A NUL in a piece: the name without it, from now on
-			 * (a retry does not ask with the pieces again). */
-			one.ptr = buf;
-			one.len = name_without_nul(p, buf);
-			pp = &one;
-			np = 1;
-			continue;
-		}
 		if (r == -EINVAL && *reuse) {
 			/* The name is fine: the copy is not this set's. */
 			*reuse = NULL;

@@ -29,6 +29,9 @@ import struct
 MAGIC = 0x4A695444
 CODE_LOAD, CODE_MOVE, DEBUG_INFO, CODE_CLOSE, UNWINDING_INFO = 0, 1, 2, 3, 4
 HEADER = 40
+# A CODE_LOAD's fixed part (the prefix, pid, tid, vma, code_addr,
+# code_size, code_index) and its name's NUL.
+CODE_LOAD_MIN = 57
 
 _PREFIX = struct.Struct("<IIQ")
 _ADDR_SIZE = struct.Struct("<QQ")    # a CODE_LOAD's code_addr, code_size
@@ -85,6 +88,8 @@ class Dump:
             rid, n, ts = unpack(m, off)
             if n < 16 or off + n > end:
                 break               # perf stops here too
+            if rid == CODE_LOAD and n < CODE_LOAD_MIN:
+                break               # not a load: its fields run past it
             if rid == CODE_LOAD:
                 a, sz = unpack2(m, off + 32)
                 addr.append(a)
@@ -131,7 +136,7 @@ class Dump:
         off = s
         while off < e:
             n = _PREFIX.unpack_from(self.data, off)[1]
-            if off + n == e:
+            if off + n == e or n < 16:
                 break
             off += n
         n0 = off + 56
@@ -141,9 +146,10 @@ class Dump:
     def blocks(self, shift=24):
         """The distinct addr >> shift of all code (for a byte search)."""
         out = set()
+        top = 2**64 - 1
         for a, sz in zip(self.addr, self.size):
             out.add(a >> shift)
-            out.add((a + max(sz, 1) - 1) >> shift)
+            out.add(min(a + max(sz, 1) - 1, top) >> shift)
         return out
 
     def write_reduced(self, src, dst, keep):
@@ -155,6 +161,11 @@ class Dump:
             for i in sorted(keep):
                 start, end = self.span[i]
                 out.write(self.data[start:end])
+
+
+# The most 16 MiB blocks of JIT code referenced() searches perf.data for
+# (jitring's trampoline arenas take a few).
+MAX_BLOCKS = 4096
 
 
 def referenced(pd, dumps):
@@ -194,6 +205,11 @@ def referenced(pd, dumps):
     blocks = set()
     for d in dumps.values():
         blocks |= d.blocks(24)
+    if len(blocks) > MAX_BLOCKS:
+        # A search of the whole file each: a damaged dump's addresses
+        # would make it endless.
+        raise DumpError("the dumps' code spans %d blocks of 16 MiB"
+                        % len(blocks))
     m = pd.m
     lo, hi = pd.data
     unpack = _U64.unpack_from

@@ -61,6 +61,12 @@ class PerfDataError(Exception):
     pass
 
 
+# perf_event_attr's first size (PERF_ATTR_SIZE_VER0): the fields read here
+# lie in it; each attribute in the file is followed by a 16-byte section
+# of its ids.
+ATTR_MIN = 64 + 16
+
+
 class Attr:
     __slots__ = ("sample_type", "regs_user", "nregs", "sample_id_all")
 
@@ -94,11 +100,17 @@ class PerfData:
         self.header = HEADER.unpack_from(m, 0)
         _, _, attr_size, a_off, a_size, d_off, d_size = self.header[:7]
         self.data = (d_off, d_off + d_size)
-        if d_off + d_size > len(m) or attr_size < 16:
+        # Every offset and size is the file's word: checked before use.
+        if d_off + d_size > len(m) or a_off + a_size > len(m):
             self.close()
             raise PerfDataError("%s is cut short" % path)
+        if attr_size < ATTR_MIN or a_size // attr_size > 65536:
+            self.close()
+            raise PerfDataError("%s: attributes of %d bytes, %d in all: "
+                                "not a perf.data this reads"
+                                % (path, attr_size, a_size))
         self.attrs = []
-        for o in range(a_off, a_off + a_size, attr_size):
+        for o in range(a_off, a_off + a_size - attr_size + 1, attr_size):
             self.attrs.append(Attr(m[o:o + attr_size - 16]))
         if not self.attrs:
             self.close()
@@ -126,7 +138,7 @@ class PerfData:
         unpack = _HDR.unpack_from
         while off + 8 <= end:
             typ, misc, size = unpack(m, off)
-            if size < 8:
+            if size < 8 or off + size > end:
                 raise PerfDataError("%s: a record of size %d at %#x"
                                     % (self.path, size, off))
             if typ == PERF_RECORD_COMPRESSED:
@@ -148,10 +160,13 @@ class PerfData:
         for typ, _, off, size in self.records():
             if typ != PERF_RECORD_MMAP2:
                 continue
-            pid, _, addr, n = struct.unpack_from("<IIQQ", m, off + 8)
             # pid tid addr len pgoff (maj min ino ino_gen | build id)
             # prot flags, then the name.
             name_off = off + 8 + 8 + 24 + 24 + 8
+            if name_off > off + size:
+                raise PerfDataError("%s: an MMAP2 record of %d bytes at "
+                                    "%#x" % (self.path, size, off))
+            pid, _, addr, n = struct.unpack_from("<IIQQ", m, off + 8)
             end = m.find(b"\0", name_off, off + size)
             if end < 0:
                 end = off + size
@@ -177,9 +192,22 @@ class PerfData:
         m = self.m
         regs_bytes = 8 * self.attr.nregs
         unpack64 = _U64.unpack_from
+        # The fields before the call chain, 8 bytes each: a record shorter
+        # than those is refused, and each field of a size of its own is
+        # checked against the record's end before it is read.
+        fixed = 8 + 8 * bin(st & (S_IDENTIFIER | S_IP | S_TID | S_TIME |
+                                  S_ADDR | S_ID | S_STREAM_ID | S_CPU |
+                                  S_PERIOD)).count("1")
+
+        def cut(off, size):
+            return PerfDataError("%s: a sample of %d bytes at %#x does not "
+                                 "hold its fields" % (self.path, size, off))
         for typ, _, off, size in self.records():
             if typ != PERF_RECORD_SAMPLE:
                 continue
+            end = off + size
+            if size < fixed:
+                raise cut(off, size)
             p = off + 8
             if st & S_IDENTIFIER:
                 p += 8
@@ -207,22 +235,35 @@ class PerfData:
                 p += 8
             co, nr = 0, 0
             if st & S_CALLCHAIN:
+                if p + 8 > end:
+                    raise cut(off, size)
                 nr, = unpack64(m, p)
                 co = p + 8
                 p += 8 + 8 * nr
             if st & S_RAW:
+                if p + 4 > end:
+                    raise cut(off, size)
                 raw, = _U32.unpack_from(m, p)
                 p += 4 + raw
             if st & S_REGS_USER:
+                if p + 8 > end:
+                    raise cut(off, size)
                 abi, = unpack64(m, p)
                 p += 8 + (regs_bytes if abi else 0)
             so, sn = 0, 0
             if st & S_STACK_USER:
+                if p + 8 > end:
+                    raise cut(off, size)
                 n, = unpack64(m, p)
                 p += 8
                 if n:
+                    if p + n + 8 > end:
+                        raise cut(off, size)
                     dyn, = unpack64(m, p + n)
                     so, sn = p, min(dyn, n)
+                    p += n + 8
+            if p > end:
+                raise cut(off, size)
             yield pid, tid, t, ip, co, nr, so, sn
 
     def chain(self, offset, n):

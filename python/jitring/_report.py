@@ -161,10 +161,14 @@ def write_meta(out, meta):
 def read_meta(out):
     try:
         with open(os.path.join(out, META)) as f:
-            return json.load(f)
+            meta = json.load(f)
     except (OSError, ValueError) as e:
         raise RecordError("%s is not a jitring recording (%s: %s)"
-                          % (out, META, getattr(e, "strerror", e)))
+                          % (out, META, getattr(e, "strerror", None) or e))
+    if not isinstance(meta, dict):
+        raise RecordError("%s is not a jitring recording (%s holds no "
+                          "object)" % (out, META))
+    return meta
 
 
 class Steps:
@@ -213,12 +217,29 @@ class Steps:
 
 
 def tail_of(path, n=5):
+    """The last @n lines of @path, control characters escaped (perf may
+    print a name in them)."""
+    from jitring._flame import escape
     try:
-        with open(path, errors="replace") as f:
-            lines = [l.rstrip() for l in f if l.strip()]
+        with open(path, errors="replace", newline="\n") as f:
+            lines = [escape(l.rstrip()) for l in f if l.strip()]
     except OSError:
         return ""
     return "\n  ".join(lines[-n:])
+
+
+def failed(what, rc, log):
+    """One line: @what failed with status @rc, its last words in @log."""
+    if rc < 0:
+        try:
+            how = "killed by %s" % signal.Signals(-rc).name
+        except ValueError:
+            how = "killed by signal %d" % -rc
+    else:
+        how = "exit %d" % rc
+    last = tail_of(log, 1)
+    return "%s failed (%s)%s (the whole log: %s)" % (
+        what, how, ": " + last if last else "", log)
 
 
 def injected(out):
@@ -264,13 +285,29 @@ def inject(steps, perf, out, meta):
         for e in FULL:
             if os.strerror(e) in said:
                 raise OSError(e, os.strerror(e), "perf inject")
-        raise RecordError("perf inject --jit failed (exit %d):\n  %s"
-                          % (rc, tail_of(log)))
+        raise RecordError(failed("perf inject --jit", rc, log))
     if not meta.get("keep_perf_data"):
         os.unlink(os.path.join(out, "perf.data"))
 
 
 HEAD = re.compile(r"^(.*?)\s+(\d+)/(\d+)\s+(?:(\d+)\.(\d{9}):)?")
+FRAME = re.compile(r"^[ \t]+[0-9a-f]+(?: (.*))?$")
+
+
+def sample_keys(path):
+    """{(pid, tid, time): count} of the samples of perf.data @path, or
+    None where it cannot be read here (script() then trusts the text's
+    layout alone)."""
+    from jitring import _perfdata
+    keys = {}
+    try:
+        with _perfdata.PerfData(path) as pd:
+            for pid, tid, t, *_ in pd.samples():
+                k = (pid, tid, t)
+                keys[k] = keys.get(k, 0) + 1
+    except (_perfdata.PerfDataError, OSError):
+        return None
+    return keys
 
 
 def script(steps, perf, out, keep=False, inline=False, fp=False):
@@ -280,7 +317,17 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
     listed (perf runs addr2line per address for them: 13.5 s instead of
     1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
     recording, not injected), perf.data is read and the trampolines'
-    frames are named by jitring._jitsyms.FPNames."""
+    frames are named by jitring._jitsyms.FPNames.
+
+    perf prints a symbol as the dump or map gave it, line breaks
+    included, so the text alone cannot tell a sample's first line from
+    a name's: a line starts a sample only if its pid, tid and time are
+    those of a sample perf.data holds (each taken once; where perf.data
+    cannot be read here, only a line after a blank one); any other line
+    that is not a frame's continues the name before it.  Names and
+    commands come back as jitring._flame.escape() writes them."""
+    from jitring._flame import escape
+    data = os.path.join(out, "perf.data" if fp else "perf.jit.data")
     path = os.path.join(out, "perf.script.txt")
     err = os.path.join(out, "perf-script.log")
     with open(path, "w") as f, open(err, "w") as e:
@@ -291,8 +338,7 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
                        cwd=out, stdout=f, stderr=e,
                        stdin=subprocess.DEVNULL)
     if rc != 0:
-        raise RecordError("perf script failed (exit %d):\n  %s"
-                          % (rc, tail_of(err)))
+        raise RecordError(failed("perf script", rc, err))
     names = None
     if fp:
         from jitring import _jitsyms, _perfdata
@@ -300,41 +346,65 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
             names = _jitsyms.FPNames(os.path.join(out, "perf.data"))
         except (_perfdata.PerfDataError, _jitsyms.DumpError, OSError) as e:
             raise RecordError("cannot read %s/perf.data: %s" % (out, e))
+    keys = sample_keys(data)
     samples = []
-    head, stack = None, []
-    with open(path, errors="replace") as f:
+    head, raw = None, []
+
+    def done():
+        stack = []
+        if raw:
+            raw[-1] = raw[-1].rstrip("\n")  # the blank line after it
+        for rest in raw:
+            # "<sym> (<dso>)": the symbol may hold spaces.
+            sym, sep, dso = rest.rpartition(" (")
+            if not sep:
+                sym, dso = rest, ""
+            stack.append((sym.strip() or "[unknown]",
+                          dso.rstrip(")").strip()))
+        if names:
+            stack = names.resolve(head[2], head[3], stack)
+        stack = [(escape(s), escape(d)) for s, d in stack]
+        samples.append((head[0], escape(head[1]), _inlined(stack)))
+
+    def starts(line, after_blank):
+        m = HEAD.match(line)
+        if not m:
+            return None
+        t = int(m.group(4)) * 10**9 + int(m.group(5)) \
+            if m.group(4) else 0
+        h = (int(m.group(2)), m.group(1).strip(), int(m.group(3)), t)
+        if keys is None:
+            return h if after_blank else None
+        k = (h[0], h[2], t)
+        if not keys.get(k):
+            return None
+        keys[k] -= 1
+        return h
+
+    with open(path, errors="replace", newline="\n") as f:
         if not keep:
             os.unlink(path)     # read from the open file; nothing kept
+        blank = True
         for line in f:
-            if not line.strip():
+            line = line[:-1] if line.endswith("\n") else line
+            h = None
+            if line and line[0] not in " \t":
+                h = starts(line, blank or head is None)
+            blank = not line.strip()
+            if h is not None:
                 if head is not None:
-                    if names:
-                        stack = names.resolve(head[2], head[3], stack)
-                    samples.append((head[0], head[1], _inlined(stack)))
-                head, stack = None, []
-            elif line[0] in " \t":
-                parts = line.split(None, 1)
-                rest = parts[1].rstrip("\n") if len(parts) > 1 else ""
-                # "<ip> <sym> (<dso>)": the symbol may hold spaces.
-                sym, _, dso = rest.rpartition(" (")
-                if not _:
-                    sym, dso = rest, ""
-                stack.append((sym.strip() or "[unknown]",
-                              dso.rstrip(")").strip()))
-            else:
-                m = HEAD.match(line)
-                if m:
-                    t = int(m.group(4)) * 10**9 + int(m.group(5)) \
-                        if m.group(4) else 0
-                    head = (int(m.group(2)), m.group(1).strip(),
-                            int(m.group(3)), t)
-                else:
-                    head = (0, line.split(None, 1)[0] if line.strip()
-                            else "?", 0, 0)
+                    done()
+                head, raw = h, []
+                continue
+            if head is None:
+                continue        # nothing perf.data knows of
+            m = FRAME.match(line)
+            if m:
+                raw.append(m.group(1) or "")
+            elif raw:
+                raw[-1] += "\n" + line     # a name's next line
         if head is not None:
-            if names:
-                stack = names.resolve(head[2], head[3], stack)
-            samples.append((head[0], head[1], _inlined(stack)))
+            done()
     return samples
 
 
@@ -438,16 +508,22 @@ def program_argv(argv):
 
 
 def command_of(pid, comm, procs):
+    """The command line shown for @pid, each control character escaped
+    (jitring._flame.escape())."""
+    from jitring._flame import escape
     r = procs.get(pid)
     if not r:
         # A Python process that never started jitring: its Python frames
         # have no names (the package is not in its interpreter, or
         # --no-children).
-        return comm + (" (without jitring)" if comm.startswith("python")
-                       else "")
-    argv = program_argv(r.get("argv") or [])
-    cmd = " ".join(os.path.basename(a) if i == 0 else " ".join(a.split())
-                   for i, a in enumerate(argv)) or comm
+        return escape(comm) + (" (without jitring)"
+                               if comm.startswith("python") else "")
+    argv = r.get("argv")
+    argv = program_argv([str(a) for a in argv]
+                        if isinstance(argv, list) else [])
+    cmd = escape(" ".join(os.path.basename(a) if i == 0 else
+                          " ".join(a.split())
+                          for i, a in enumerate(argv))) or escape(comm)
     if len(cmd) > 70:
         cmd = cmd[:67] + "..."
     if r.get("how") == "fork":
@@ -560,7 +636,7 @@ def write_outputs(out, meta, folded, total):
     stacks = sorted(((list(k), n) for k, n in folded.items()),
                     key=lambda r: r[0])
     _flame.write_folded(os.path.join(out, "stacks.folded"), stacks)
-    cmd = " ".join(meta.get("command") or [])
+    cmd = " ".join(str(a) for a in meta.get("command") or [])
     _flame.write_html(os.path.join(out, "flame.html"), stacks,
                       title="jitring: " + cmd,
                       subtitle="%d samples of %s at %s Hz, %s"
@@ -747,5 +823,15 @@ def main(argv):
         return 2
     if opts.inject:
         meta["inject"] = opts.inject
-    return finish(out, meta, top=opts.top, browser=opts.browser,
-                  prog="report")
+    try:
+        return finish(out, meta, top=opts.top, browser=opts.browser,
+                      prog="report")
+    except Exception as e:
+        # A recording's files are data: whatever a damaged or foreign one
+        # makes a reader raise ends in one line, never a traceback.
+        from jitring._flame import escape
+        sys.stdout.flush()
+        sys.stderr.write("jitring report: cannot finish %s: %s (%s)\n"
+                         % (escape(out), escape(str(e) or "-"),
+                            type(e).__name__))
+        return 2

@@ -100,7 +100,9 @@ def check_dump(path):
 def records(path):
     p = subprocess.run([dump_tool(), "--json", path], capture_output=True,
                        text=True, check=True)
-    return [json.loads(line) for line in p.stdout.splitlines() if line]
+    # One record a line: split at "\n" only (a name may hold U+2028,
+    # which JSON leaves as it is and splitlines() would break at).
+    return [json.loads(line) for line in p.stdout.split("\n") if line]
 
 
 def load_names(path):

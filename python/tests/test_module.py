@@ -7,7 +7,8 @@
 - names are py::<qualname>:<filename>, a function called through its
   copy returns, raises and is re-entered as usual (generators too);
 - names as the library gets them in pieces: non-ASCII UTF-8, a file name
-  with a lone surrogate (backslashreplace), a NUL in a qualified name ('?'),
+  with a lone surrogate (backslashreplace), a NUL in a qualified name
+  (\\x00, as every control character is escaped),
   a name longer than NAME_MAX (cut, never inside a UTF-8 sequence), and a
   first entry with an exception pending (throw() into a fresh generator);
 - python -m jitring script.py args and python -m jitring -m module args.
@@ -171,7 +172,7 @@ def test_names(t):
     f = fresh("sur", "/x/\udcff.py")
     cases.append((f, "py::sur:/x/\\udcff.py", "a lone surrogate"))
     f = fresh("a\0b", "<nul>")
-    cases.append((f, "py::a?b:<nul>", "a NUL byte"))
+    cases.append((f, "py::a\\x00b:<nul>", "a NUL byte"))
     long_file = "/" + "\u00e9" * 5000
     f = fresh("long", long_file)
     cases.append((f, None, "a name over NAME_MAX"))
