@@ -460,7 +460,8 @@ def cut_note(meta, n, cut, deep):
                 "  %.1f%% hit perf's limit of %d frames (each Python call "
                 "is several native frames); to record deeper stacks, "
                 "raise it before recording: sudo sysctl "
-                "kernel.perf_event_max_stack=%d"
+                "kernel.perf_event_max_stack=%d, or record with "
+                "--call-graph dwarf (no frame limit)"
                 % (100.0 * deep / n, limit, max(1024, 4 * limit)))
         if cut > deep:
             lines.append(
