@@ -18,7 +18,26 @@ Routes (python -m jitring record options):
 Printed per program and route: the program alone, record's post-processing
 (record's wall time less the program's, perf included), the folder's size
 (hard links counted once), its size beyond perf.data / perf.jit.data, and
-its file count.  Usage: bench_record.py [--quick] [--routes a,b] [--python PY]
+its file count.
+
+Then real programs, each recorded with record's defaults (dwarf, or fp
+where the interpreter keeps frame pointers):
+  hello        a no-import script: one function's loop, then print
+  deep-60      a stdlib recursive-descent parser 60 Python frames deep
+  rst2html     docutils on a generated 1 MB reST document (where docutils
+               imports: Debian's python3-docutils)
+  compileall   python -m compileall -j 2 over a copy of five stdlib
+               packages (a process pool)
+  pools        a thread pool and a spawn process pool
+Printed: the program alone and under record, the finish (record's wall
+less the program's under it) and its ratio to the program alone, the
+share of samples whose Python stack reaches a root (a module body or a
+thread's bootstrap: the stack is whole) against CPython 3.15's own
+sampler (profiling.sampling --mode cpu -a, where the interpreter has it),
+the share cut, the share with Python frames but none of the program's
+(start-up, and any of jitring's own work), the folder beyond perf's data
+file, and flame.html.
+Usage: bench_record.py [--quick] [--routes a,b] [--python PY] [--real LIST]
 """
 
 import argparse
@@ -70,6 +89,254 @@ def folder(path):
     return size, base, files
 
 
+# ---- real programs --------------------------------------------------------
+
+HELLO = """def work():
+    s = 0
+    for i in range(N):
+        s += i
+    return s
+
+
+N = 6_000_000
+work()
+print("hello")
+"""
+
+DEEP = """import sys
+
+
+class Parser:
+    def __init__(self, text):
+        self.text, self.i = text, 0
+
+    def expr(self):
+        v = self.term()
+        while self.i < len(self.text) and self.text[self.i] == "+":
+            self.i += 1
+            v += self.term()
+        return v
+
+    def term(self):
+        v = self.factor()
+        while self.i < len(self.text) and self.text[self.i] == "*":
+            self.i += 1
+            v *= self.factor()
+        return v
+
+    def factor(self):
+        if self.text[self.i] == "(":
+            self.i += 1
+            v = self.expr()
+            self.i += 1
+            return v
+        j = self.i
+        while self.i < len(self.text) and self.text[self.i].isdigit():
+            self.i += 1
+        return int(self.text[j:self.i])
+
+
+text = "1"
+for _ in range(20):
+    text = "(" + text + "+1*1+" + "+".join(["1"] * 40) + ")"
+for _ in range(int(sys.argv[1])):
+    Parser(text).expr()
+"""
+
+RST2HTML = """import sys
+from docutils.core import publish_file
+publish_file(source_path=sys.argv[1], destination_path="/dev/null",
+             writer_name="html",
+             settings_overrides={"report_level": 5, "halt_level": 5})
+"""
+
+POOLS = """import concurrent.futures as cf, multiprocessing as mp, sys
+
+
+def crunch(n):
+    s = 0
+    for i in range(n):
+        s += i * i % 7
+    return s
+
+
+if __name__ == "__main__":
+    n = int(sys.argv[1])
+    with cf.ThreadPoolExecutor(4) as ex:
+        list(ex.map(crunch, [n] * 8))
+    with cf.ProcessPoolExecutor(2, mp_context=mp.get_context("spawn")) \
+            as ex:
+        list(ex.map(crunch, [n] * 4))
+"""
+
+
+def rst_document(path, sections):
+    """A reST document of nested sections, lists, tables and inline
+    markup: docutils' parser recurses through all of them."""
+    marks = "=-~^"
+    with open(path, "w") as f:
+        for i in range(sections):
+            for depth in range(4):
+                title = "Section %d.%d" % (i, depth)
+                f.write("%s\n%s\n\n" % (title, marks[depth] * len(title)))
+                f.write("Some *emphasis*, **strong** and ``literal`` text "
+                        "with a `link <https://example.org/%d>`_.\n\n" % i)
+                for item in range(3):
+                    f.write("- item %d\n\n  - nested *%d*\n\n"
+                            "    1. deeper ``%d``\n\n" % (item, item, item))
+                f.write("+-----+-----+\n| a%d  | b   |\n+=====+=====+\n"
+                        "| c   | d   |\n+-----+-----+\n\n" % (i % 10))
+
+
+def real_programs(a, scratch, py):
+    """{name: (argv after the interpreter, cwd, env additions)}"""
+    def script(name, text):
+        path = os.path.join(scratch, name + ".py")
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+    progs = {"hello": ([script("hello", HELLO)], {}),
+             "deep-60": ([script("deep", DEEP),
+                          "300" if a.quick else "3000"], {}),
+             "pools": ([script("pools", POOLS),
+                        "300000" if a.quick else "3000000"], {})}
+    doc = os.path.join(scratch, "doc.rst")
+    rst_document(doc, 300 if a.quick else 3000)
+    dist = "/usr/lib/python3/dist-packages"
+    progs["rst2html"] = ([script("rst2html", RST2HTML), doc],
+                         {"PYTHONPATH": dist})
+    lib = subprocess.run([py, "-c", "import sysconfig; "
+                          "print(sysconfig.get_path('stdlib'))"],
+                         capture_output=True, text=True).stdout.strip()
+    tree = os.path.join(scratch, "compile-tree-" +
+                        os.path.basename(py).replace("/", "_"))
+    if not os.path.isdir(tree):
+        for pkg in (["json", "email"] if a.quick else
+                    ["json", "email", "asyncio", "xml", "unittest"]):
+            shutil.copytree(os.path.join(lib, pkg), os.path.join(tree, pkg),
+                            ignore=shutil.ignore_patterns("__pycache__"))
+    progs["compileall"] = (["-m", "compileall", "-j", "2", "-f", "-q",
+                            tree], {})
+    return progs
+
+
+ROOT_FRAMES = ("py::<module>:", "py::Thread._bootstrap")
+CUT = "[stack cut: outer frames not recorded]"
+
+
+def folded_shares(path, program):
+    """(rooted, cut, outside) shares in % of a recording's stacks.folded:
+    stacks whose Python frames reach a module body or a thread's
+    bootstrap; stacks under the cut frame; stacks with Python frames none
+    of which is in @program's files (a list of path suffixes; None: any
+    file counts as the program's)."""
+    n = rooted = cut = outside = 0
+    with open(path) as f:
+        for line in f:
+            stack, _, c = line.rstrip("\n").rpartition(" ")
+            c = int(c)
+            frames = stack.split(";")[1:]
+            n += c
+            if frames[:1] == [CUT]:
+                cut += c
+            elif any(x.startswith(ROOT_FRAMES) for x in frames):
+                rooted += c
+            py = [x for x in frames if x.startswith("py::")]
+            if program and py and not any(
+                    x.endswith(program) for x in py):
+                outside += c
+    if not n:
+        return 0, 0, 0
+    return 100.0 * rooted / n, 100.0 * cut / n, 100.0 * outside / n
+
+
+def sampler_rooted(py, argv, env, cwd, scratch):
+    """The share of CPython 3.15's own sampler's samples (all threads of
+    the top process, CPU time) whose stack reaches <module> or a thread's
+    bootstrap, or None where the interpreter has no sampler."""
+    out = os.path.join(scratch, "sampler.txt")
+    p = subprocess.run([py, "-m", "profiling.sampling", "run", "--collapsed",
+                        "-o", out, "-a", "--mode", "cpu"] + argv, env=env,
+                       cwd=cwd, capture_output=True, text=True)
+    if p.returncode != 0 or not os.path.exists(out):
+        return None
+    n = rooted = 0
+    with open(out) as f:
+        for line in f:
+            stack, _, c = line.rstrip("\n").rpartition(" ")
+            try:
+                c = int(c)
+            except ValueError:
+                continue
+            n += c
+            if ":<module>:" in stack or "Thread._bootstrap" in stack:
+                rooted += c
+    os.unlink(out)
+    return 100.0 * rooted / n if n else None
+
+
+def run_real(a, py, scratch, env):
+    env = dict(env)
+    env.pop("PYTHONPATH", None) if not subprocess.run(
+        [py, "-c", "import jitring._jitring"], env=env,
+        capture_output=True).returncode == 0 else None
+    progs = real_programs(a, scratch, py)
+    print("\nreal programs on %s, record's defaults (%s):"
+          % (os.path.basename(py), "fp" if keeps_fp(py) else "dwarf"))
+    print("%-10s %7s %7s %7s %6s %7s %7s %5s %5s %9s %8s" % (
+        "program", "alone s", "rec s", "finish", "ratio", "rooted%",
+        "sampler", "cut%", "out%", "beyond MB", "flame KB"))
+    for name in a.real.split(","):
+        argv, extra = progs[name]
+        penv = dict(env, **extra)
+        if extra.get("PYTHONPATH") and env.get("PYTHONPATH"):
+            penv["PYTHONPATH"] = env["PYTHONPATH"] + os.pathsep + \
+                extra["PYTHONPATH"]
+        if name == "rst2html" and subprocess.run(
+                [py, "-c", "import docutils"], env=penv,
+                capture_output=True).returncode != 0:
+            print("%-10s  (skipped: no docutils for %s; Debian: "
+                  "python3-docutils)" % (name, os.path.basename(py)))
+            continue
+        t0 = time.monotonic()
+        subprocess.run([py] + argv, check=True, env=penv, cwd=scratch,
+                       stdout=subprocess.DEVNULL)
+        alone = time.monotonic() - t0
+        out = os.path.join(scratch, "real-" + name)
+        t0 = time.monotonic()
+        p = subprocess.run([py, "-m", "jitring", "record", "-o", out,
+                            "--"] + argv, env=penv, cwd=scratch,
+                           capture_output=True, text=True)
+        wall = time.monotonic() - t0
+        if p.returncode != 0:
+            print("%-10s  FAILED (%d): %s" % (name, p.returncode,
+                                              p.stderr[-400:]))
+            continue
+        with open(os.path.join(out, "jitring-record.json")) as f:
+            meta = json.load(f)
+        prog = None if argv[0] == "-m" else os.path.basename(argv[0])
+        rooted, cut, outside = folded_shares(
+            os.path.join(out, "stacks.folded"), prog)
+        samp = sampler_rooted(py, argv, penv, scratch, scratch)
+        size, base, files = folder(out)
+        finish = wall - meta["seconds"]
+        row = {"python": py, "program": name, "alone_s": alone,
+               "record_s": wall, "finish_s": finish, "rooted": rooted,
+               "sampler_rooted": samp, "cut": cut, "outside": outside,
+               "beyond": size - base,
+               "flame": os.path.getsize(os.path.join(out, "flame.html"))}
+        print("%-10s %7.1f %7.1f %7.1f %5.0f%% %6.1f%% %7s %4.1f%% %4.1f%% "
+              "%9.1f %8.0f" % (
+                  name, alone, wall, finish, 100.0 * finish / alone, rooted,
+                  "%.1f%%" % samp if samp is not None else "-", cut,
+                  outside, (size - base) / 1e6, row["flame"] / 1e3))
+        sys.stdout.flush()
+        if a.json:
+            with open(a.json, "a") as f:
+                f.write(json.dumps(row) + "\n")
+        shutil.rmtree(out, ignore_errors=True)
+
+
 def keeps_fp(py):
     out = subprocess.run([py, "-c", "import sysconfig as s; print("
                           "(s.get_config_var('CFLAGS') or '') + ' ' + "
@@ -89,6 +356,8 @@ def main():
                     "for more; default this one); fp runs only on those "
                     "that keep frame pointers")
     ap.add_argument("--json", help="append one JSON line per row here")
+    ap.add_argument("--real", default="hello,deep-60,rst2html,compileall,"
+                    "pools", help="the real programs to run ('' for none)")
     a = ap.parse_args()
     scratch = tempfile.mkdtemp(prefix="bench-record-")
     env = dict(os.environ, HOME=scratch)
@@ -102,7 +371,10 @@ def main():
         ["perf", "--version"], capture_output=True,
         text=True).stdout.strip(), os.cpu_count()))
     for py in a.python or [sys.executable]:
-        run_python(a, py, progs, scratch, env)
+        if a.programs:
+            run_python(a, py, progs, scratch, env)
+        if a.real:
+            run_real(a, py, scratch, env)
     shutil.rmtree(scratch, ignore_errors=True)
 
 

@@ -53,6 +53,20 @@ USAGE = ("python -m jitring record [options] [--] "
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
+# dwarf mode's stack copy: perf's own default, and the most perf takes
+# (a multiple of 8 below 64 KiB).
+STACK_SIZE = 32768
+STACK_MAX = _report.STACK_MAX
+
+
+def stack_size(s):
+    n = positive(s)
+    if n % 8 or n > STACK_MAX:
+        raise argparse.ArgumentTypeError(
+            "needs a multiple of 8 up to %d, not %r" % (STACK_MAX, s))
+    return n
+
+
 def positive(s):
     try:
         n = int(s)
@@ -109,6 +123,11 @@ def parser():
                    "pointers: no copies, no inject; the interpreter must "
                    "keep them), auto (default): fp where the interpreter "
                    "was built with -fno-omit-frame-pointer")
+    p.add_argument("--stack-size", type=stack_size, default=STACK_SIZE,
+                   metavar="BYTES",
+                   help="dwarf mode: the bytes of each sample's stack "
+                   "that perf copies (default %d; up to %d: deeper "
+                   "stacks, bigger recordings)" % (STACK_SIZE, STACK_MAX))
     p.add_argument("--perf-script", action="store_true",
                    help="keep perf.script.txt, the samples' stacks as "
                    "perf script prints them (Firefox Profiler, speedscope)")
@@ -379,7 +398,7 @@ class Perf:
         # program's own mappings all come as events after exec.
         synth = ["--synth", "no"] if gated else []
         cmd = perf + ["record", "-k", "1", "-e", opts.event, "-F",
-                      str(opts.freq), "--call-graph", opts.call_graph,
+                      str(opts.freq), "--call-graph", perf_call_graph(opts),
                       "-D", "-1", "--control", "fd:%d,%d" % (cr, aw),
                       "-p", str(pid)] + synth + [
                       "-o", os.path.join(out, "perf.data")]
@@ -452,6 +471,14 @@ class Perf:
         return "\n  ".join(lines[-6:]) or "(perf said nothing)"
 
 
+def perf_call_graph(opts):
+    """perf record's --call-graph value: fp, or dwarf with the stack copy's
+    size."""
+    if opts.call_graph == "dwarf":
+        return "dwarf,%d" % opts.stack_size
+    return opts.call_graph
+
+
 def status_of(ws):
     """A shell's exit status for a wait status: 128+N for signal N."""
     if os.WIFSIGNALED(ws):
@@ -514,7 +541,18 @@ def meta_of(opts, command):
             "inject": opts.inject, "perf_script": opts.perf_script,
             "call_graph": opts.call_graph,
             "keep_perf_data": opts.keep_perf_data, "inline": opts.inline,
-            "cwd": os.getcwd(), "started": time.time()}
+            "cwd": os.getcwd(), "started": time.time(),
+            "max_stack": max_stack(), "stack_size": opts.stack_size}
+
+
+def max_stack():
+    """kernel.perf_event_max_stack: the most frames perf records of a
+    stack (127 unless raised)."""
+    try:
+        with open("/proc/sys/kernel/perf_event_max_stack") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 127
 
 
 def forget(out, fresh):

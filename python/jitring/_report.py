@@ -275,7 +275,13 @@ def inject(steps, perf, out, meta):
                     paths = []
                     f.write("jitring: the whole dumps (%s)\n" % e)
                 f.flush()
-            rc = steps.run(perf + ["inject", "--jit", "-i", "perf.data",
+            # perf inject copies every file it sees (the interpreter,
+            # libc, kallsyms, each jitted image) into the build-id cache:
+            # 48 MB for a small 3.13t program, half of inject's time.
+            # Everything is read in place after: no cache, unless asked.
+            base = perf if meta.get("keep_debug") else \
+                [perf[0], "--buildid-dir", os.devnull]
+            rc = steps.run(base + ["inject", "--jit", "-i", "perf.data",
                                    "-o", "perf.jit.data"], cwd=out,
                            stdout=f, stderr=f, stdin=subprocess.DEVNULL)
         finally:
@@ -289,6 +295,14 @@ def inject(steps, perf, out, meta):
     if not meta.get("keep_perf_data"):
         os.unlink(os.path.join(out, "perf.data"))
 
+
+# perf script's limit on the frames it reads of each sample (its default is
+# kernel.perf_event_max_stack, 127 unless raised: about 25 Python frames).
+# The kernel's limit when recording is that sysctl's value at the time.
+MAX_STACK = 65535
+
+# The most stack perf copies for a sample in dwarf mode (--stack-size).
+STACK_MAX = 65528
 
 HEAD = re.compile(r"^(.*?)\s+(\d+)/(\d+)\s+(?:(\d+)\.(\d{9}):)?")
 FRAME = re.compile(r"^[ \t]+[0-9a-f]+(?: (.*))?$")
@@ -333,7 +347,8 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
     with open(path, "w") as f, open(err, "w") as e:
         rc = steps.run(perf + ["script", "-i", "perf.data" if fp else
                                "perf.jit.data", "--ns", "-F",
-                               "comm,pid,tid,time,event,ip,sym,dso"] +
+                               "comm,pid,tid,time,event,ip,sym,dso",
+                               "--max-stack", str(MAX_STACK)] +
                        ([] if inline else ["--no-inline"]),
                        cwd=out, stdout=f, stderr=e,
                        stdin=subprocess.DEVNULL)
@@ -531,6 +546,98 @@ def command_of(pid, comm, procs):
     return cmd
 
 
+# A thread's first frames: glibc's, the interpreter's main and its
+# threads' start.  A stack that reaches one is whole; frame-pointer
+# unwinding often stops in garbage just below them (glibc keeps no frame
+# pointers), so they are looked for anywhere in the stack, not only at its
+# end.
+ROOTS = frozenset(("_start", "__libc_start_main", "__libc_start_call_main",
+                   "clone", "clone3", "__clone", "__clone3",
+                   "__clone_internal", "start_thread", "main",
+                   "Py_BytesMain", "Py_Main", "Py_RunMain", "pymain_main",
+                   "thread_run", "pythread_wrapper"))
+
+# The frame that stands for what a cut stack lost, at its root.
+CUT = "[stack cut: outer frames not recorded]"
+
+
+def _root_like(sym):
+    """A Python frame a thread's Python stack starts with: a module's body
+    (the program's, or one run by -m or exec) or threading's bootstrap."""
+    return sym.startswith("py::<module>:") or \
+        sym.startswith("py::Thread._bootstrap")
+
+
+def is_cut(frames):
+    """Whether a sample's stack (leaf first) stops before its thread's
+    first frame (perf's depth limit, dwarf mode's stack copy, or code perf
+    cannot unwind) and before its outermost Python frame: a stack that
+    lost only the interpreter's start-up frames under the program's
+    <module> is whole to the reader.  A stack with no user frame at all is
+    whole."""
+    user = False
+    for sym, dso in frames:
+        if sym in ROOTS:
+            return False
+        user = user or not dso.startswith("[kernel")
+    if not user:
+        return False
+    for sym, dso in reversed(frames):
+        if sym.startswith("py::") and not _own_frame(sym):
+            return not _root_like(sym)
+    return True
+
+
+def cut_stacks(samples, top_pid, limit):
+    """(samples, cut, cut at the depth limit) of the profiled processes:
+    the last, cut stacks of @limit frames or more (perf's limit, less the
+    context markers it may count)."""
+    n = cut = deep = 0
+    for pid, comm, frames in samples:
+        if top_pid is not None and pid != top_pid:
+            continue
+        n += 1
+        if is_cut(frames):
+            cut += 1
+            if len(frames) >= limit - 2:
+                deep += 1
+    return n, cut, deep
+
+
+def cut_note(meta, n, cut, deep):
+    """The lines that say how many stacks were cut and what would record
+    them whole; [] when none was."""
+    if not n or cut * 1000 < n:         # under 0.1 %
+        return []
+    limit = meta.get("max_stack") or 127
+    lines = ["%.1f%% of samples have a cut stack (%s at the root of the "
+             "flame graph): the totals of the outer functions are too "
+             "low by up to that share." % (100.0 * cut / n, CUT)]
+    if meta.get("call_graph") == "fp":
+        if deep:
+            lines.append(
+                "  %.1f%% hit perf's limit of %d frames (each Python call "
+                "is several native frames); to record deeper stacks, "
+                "raise it before recording: sudo sysctl "
+                "kernel.perf_event_max_stack=%d, or record with "
+                "--call-graph dwarf (no frame limit)"
+                % (100.0 * deep / n, limit, max(1024, 4 * limit)))
+        if cut > deep:
+            lines.append(
+                "  %.1f%% stop in native code perf cannot unwind without "
+                "frame pointers (--call-graph dwarf reads those)"
+                % (100.0 * (cut - deep) / n))
+    else:
+        size = meta.get("stack_size") or 8192
+        if size < STACK_MAX:
+            lines.append(
+                "  dwarf mode copied %d bytes of each sample's stack; "
+                "record with --stack-size %d for deeper stacks (perf.data "
+                "grows with it)"
+                % (size, min(STACK_MAX, max(32768, 2 * size))))
+    return lines
+
+
 def summarize(samples, procs, top_pid):
     """(stacks, per_process, total, rows): stacks maps a root-first tuple
     (the process first) to its count."""
@@ -542,6 +649,8 @@ def summarize(samples, procs, top_pid):
         per_pid[pid] = per_pid.get(pid, 0) + 1
         comms.setdefault(pid, comm)
         st = program_stack(frames)
+        if is_cut(frames):
+            st.insert(0, CUT)
         key = tuple(st)
         stacks[(pid, key)] = stacks.get((pid, key), 0) + 1
         py = [s for s in st if s.startswith("py::")]
@@ -731,6 +840,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
             folded, per, total, rows = summarize(samples, procs, top_pid)
+            cut = cut_stacks(samples, top_pid,
+                             meta.get("max_stack") or 127)
             write_outputs(out, meta, folded, total)
     except Interrupted as e:
         # Stopped while waiting for the lock: the outputs are the other
@@ -767,6 +878,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             os.close(lockfd)
     print_tables(meta, per, total, rows, top, out)
     print()
+    for line in cut_note(meta, *cut):
+        print(line)
     lost = lost_line(out)
     if lost:
         print(lost)

@@ -53,7 +53,7 @@ HOT = [
     ([P2, "py::Worker.run:worker.py", "py::hot_c:worker.py"], 500),
 ]
 # 400 stacks of 1 sample each (1/10,400 of the total: under the page's
-# 1/10,000), under hot_c: pruned into its self time.
+# 1/1,000), under hot_c: pruned into its self time.
 SMALL = [(BASE + ["py::hot_c:app.py", "py::tiny_%d:app.py" % i], 1)
          for i in range(400)]
 STACKS = HOT + SMALL
@@ -259,7 +259,7 @@ def check_frames(t, dom, seconds):
                     "found" if got else "missing", w, full,
                     got[0][2] if got else None))
     tiny = [n for n in fr if n.startswith("tiny_")]
-    t.check(not tiny and "400 frames under 0.01% of the total" in dom,
+    t.check(not tiny and "400 frames under 0.1% of the total" in dom,
             "frames: the 400 pruned frames are not drawn and the page says "
             "so", tiny[:3])
     none = [({}, "", "", 0)]

@@ -47,7 +47,13 @@ wheel.
     shares within 3 points as --call-graph dwarf on the same work (a
     second pair of runs where a loaded machine's first differs more);
     skipped elsewhere (scripts/build-python.sh --fp builds a 3.13t with
-    frame pointers).
+    frame pointers);
+12. deep: a recursive-descent parser 60 Python frames deep: in dwarf
+    mode its <module> holds every sample of the program's functions (the
+    32 KiB stack copy, perf script reading every frame); with 8 KiB copies,
+    and in fp mode past perf's 127-frame limit, the cut stacks sit under
+    a frame of their own, <module> and those together hold every sample,
+    and the note after the tables gives their share and the remedy.
 Skips (77) where perf cannot record here.
 """
 
@@ -775,6 +781,136 @@ def test_reuse(t, r):
             p.stdout[-1500:])
 
 
+# A recursive-descent parser: each nesting level is three Python frames
+# (expr, term, factor), so 20 levels are 60 frames under main and
+# <module>, as deep as docutils' parser gets.
+DEEP = textwrap.dedent("""
+    import sys
+
+    class Parser:
+        def __init__(self, text):
+            self.text, self.i = text, 0
+
+        def expr(self):
+            v = self.term()
+            while self.i < len(self.text) and self.text[self.i] == "+":
+                self.i += 1
+                v += self.term()
+            return v
+
+        def term(self):
+            v = self.factor()
+            while self.i < len(self.text) and self.text[self.i] == "*":
+                self.i += 1
+                v *= self.factor()
+            return v
+
+        def factor(self):
+            if self.text[self.i] == "(":
+                self.i += 1
+                v = self.expr()
+                self.i += 1
+                return v
+            j = self.i
+            while self.i < len(self.text) and self.text[self.i].isdigit():
+                self.i += 1
+            return int(self.text[j:self.i])
+
+    def main(depth, rounds):
+        text = "1"
+        for _ in range(depth):
+            text = "(" + text + "+1*1+" + "+".join(["1"] * 40) + ")"
+        t = 0
+        for _ in range(rounds):
+            t += Parser(text).expr()
+        print(t)
+
+    main(int(sys.argv[1]), int(sys.argv[2]))
+""")
+
+CUT = "[stack cut: outer frames not recorded]"
+
+
+def deep_shares(out, script):
+    """(share of samples whose stack holds @script's <module>, share cut)
+    of the samples in @script's functions (start-up's are not), and the
+    share cut of all samples, in %."""
+    mod, cut, n, cut_all, n_all = 0, 0, 0, 0, 0
+    with open(os.path.join(out, "stacks.folded")) as f:
+        for line in f:
+            stack, _, c = line.rstrip("\n").rpartition(" ")
+            frames, c = stack.split(";"), int(c)
+            n_all += c
+            cut_all += c if CUT in frames[1:2] else 0
+            if not any(x.endswith(":" + script) for x in frames):
+                continue
+            n += c
+            if "py::<module>:" + script in frames:
+                mod += c
+            if CUT in frames[1:2]:
+                cut += c
+    if not n:
+        return 0, 0, 0
+    return 100.0 * mod / n, 100.0 * cut / n, 100.0 * cut_all / n_all
+
+
+def cut_said(stdout):
+    """The share the note after the tables gives, or None."""
+    for line in stdout.splitlines():
+        if "of samples have a cut stack" in line:
+            return float(line.split("%", 1)[0])
+    return None
+
+
+def test_deep(t, r):
+    """A program 60 Python frames deep: its <module> holds the samples
+    (the program's root, as in CPython 3.15's sampler), or the stacks
+    perf cut are said, with their share, and under a root of their own."""
+    prog = r.script("deep.py", DEEP)
+    p = subprocess.run([r.py, "-c", "import jitring._record as m; "
+                        "print(m.keeps_frame_pointers())"],
+                       capture_output=True, text=True, env=r.env)
+    fp = p.stdout.strip() == "True"
+    runs = [("default", [])]
+    if not fp:
+        runs.append(("8 KiB copies", ["--stack-size", "8192"]))
+    for what, opts in runs:
+        out = r.out("deep-%d" % len(opts))
+        p = r.run(["record", "-o", out] + opts + ["--", prog, "20", "250"])
+        if not t.check(p.returncode == 0, "deep: record, %s" % what,
+                       p.stderr[-1500:]):
+            return
+        mod, cut, cut_all = deep_shares(out, prog)
+        said = cut_said(p.stdout)
+        t.check(mod + cut >= 95,
+                "deep, %s: <module> %.1f%% and cut stacks %.1f%%: every "
+                "sample of the program under one or the other"
+                % (what, mod, cut), p.stdout[-2000:])
+        t.check((said is None and cut_all < 0.1) or
+                (said is not None and abs(said - cut_all) < 0.1),
+                "deep, %s: the note gives the cut share (%s, %.1f%% in "
+                "stacks.folded)" % (what, said, cut_all), p.stdout[-800:])
+        if fp:
+            # perf records at most kernel.perf_event_max_stack frames
+            # (127 unless raised): some 30 Python frames.
+            with open("/proc/sys/kernel/perf_event_max_stack") as f:
+                limit = int(f.read())
+            if limit < 240:
+                t.check(cut > 50 and "kernel.perf_event_max_stack=" in
+                        p.stdout and "--call-graph dwarf" in p.stdout,
+                        "deep, fp: cut at perf's limit of %d frames, and "
+                        "the note says how to lift it" % limit,
+                        p.stdout[-800:])
+        elif not opts:
+            t.check(mod >= 85 and cut < 2,
+                    "deep, dwarf: whole stacks, <module> %.1f%%" % mod,
+                    p.stdout[-2000:])
+        else:
+            t.check(cut > 30 and "--stack-size 32768" in p.stdout,
+                    "deep, dwarf with 8 KiB copies: %.1f%% cut, and the "
+                    "note names --stack-size" % cut, p.stdout[-800:])
+
+
 def test_fp(t, r):
     p = subprocess.run([r.py, "-c", "import jitring._record as m; "
                         "print(m.keeps_frame_pointers())"],
@@ -844,7 +980,8 @@ def main(t):
     tests = [("tree", test_tree), ("signals", test_signals),
              ("interrupted", test_interrupted_finish),
              ("output", test_output), ("event", test_event),
-             ("scale", test_scale), ("reuse", test_reuse), ("fp", test_fp)]
+             ("scale", test_scale), ("reuse", test_reuse), ("fp", test_fp),
+             ("deep", test_deep)]
     got = {}
     for name, fn in tests:
         if not only or name in only:

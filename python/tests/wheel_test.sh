@@ -253,7 +253,7 @@ fi
 # record's frame-pointer mode where the interpreter keeps frame pointers
 # (sid's 3.15), a reused trampoline copy named in it too.
 if [ "$mode" = sid3.15 ]; then
-	suite py_record_fp test_record.py fp reuse
+	suite py_record_fp test_record.py fp reuse deep
 fi
 # record --pid through sys.remote_exec (3.14 and later).
 case "$mode" in
