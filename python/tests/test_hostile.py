@@ -245,13 +245,9 @@ def check_recording(t, out, stdout, stderr, what):
             raw_chars(page.replace("\n", "")))
     m = re.search(r'<script type="application/json" id="jitring-data">'
                   r'(.*?)</script>', page, re.S)
-    texts = set()
-    todo = [json.loads(m.group(1))] if m else []
-    while todo:
-        node = todo.pop()
-        texts.add(node["n"])
-        texts.add(node.get("f", node["n"]))
-        todo.extend(node.get("c", ()))
+    # Every name the page draws, from the root's table: each node's n
+    # and f index it.
+    texts = set(json.loads(m.group(1)).get("t", ())) if m else set()
     missing = [e for e in ESCAPED if "py::" + e not in texts]
     t.check(not missing, "%s: flame.html's data names each hostile "
             "function with its escapes as text" % what, missing)
