@@ -95,6 +95,35 @@ def stop():
     return was
 
 
+# JSON string escapes: the quote, the backslash, control characters
+# (DEL too, as json.dumps writes it).
+_JSON_ESC = {i: "\\u%04x" % i for i in list(range(32)) + [0x7f]}
+_JSON_ESC.update({0x22: '\\"', 0x5c: "\\\\", 0x08: "\\b", 0x09: "\\t",
+                  0x0a: "\\n", 0x0c: "\\f", 0x0d: "\\r"})
+
+
+def _json_str(s):
+    """@s as a JSON string, ASCII only (json.dumps' output, without
+    importing json, re and enum into the profiled process): non-ASCII
+    characters as \\uXXXX, those above U+FFFF as a surrogate pair (a lone
+    surrogate as its own \\uXXXX, as json.dumps writes it)."""
+    s = s.translate(_JSON_ESC)
+    if not s.isascii():
+        out = []
+        for c in s:
+            n = ord(c)
+            if n < 0x80:
+                out.append(c)
+            elif n < 0x10000:
+                out.append("\\u%04x" % n)
+            else:
+                n -= 0x10000
+                out.append("\\u%04x\\u%04x" % (0xd800 | n >> 10,
+                                               0xdc00 | n & 0x3ff))
+        s = "".join(out)
+    return '"' + s + '"'
+
+
 def _note_process(how, path=None):
     """Under ``python -m jitring record``: add this process to the
     recording's list (@path, else $JITRING_RECORD_PROCS), one JSON line
@@ -107,9 +136,9 @@ def _note_process(how, path=None):
         with open("/proc/self/cmdline", "rb") as f:
             argv = [a.decode(errors="replace")
                     for a in f.read().split(b"\0")[:-1]]
-        import json
-        line = json.dumps({"pid": _os.getpid(), "ppid": _os.getppid(),
-                           "how": how, "argv": argv}) + "\n"
+        line = '{"pid": %d, "ppid": %d, "how": %s, "argv": [%s]}\n' % (
+            _os.getpid(), _os.getppid(), _json_str(how),
+            ", ".join(_json_str(a) for a in argv))
         fd = _os.open(path, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT |
                       _os.O_CLOEXEC, 0o644)
         try:
