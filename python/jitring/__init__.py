@@ -29,6 +29,16 @@ from ._jitring import flush, is_active, stats
 
 __all__ = ["start", "stop", "is_active", "flush", "stats"]
 
+# Under ``python -m jitring record`` ($JITRING_RECORD_PROCS set), the
+# thread that runs jitring's own work (the .pth hook, the runner up to the
+# program's first line, start(), stop()) carries OWN_NAME as its name
+# meanwhile, so that the profile can leave those samples out
+# (jitring._report).  The .pth hook names the thread before it imports
+# the package, and leaves the name it found here.
+OWN_NAME = b"jitring-own"
+_COMM = "/proc/thread-self/comm"
+_own_name = _sys.__dict__.pop("_jitring_comm", None)
+
 # os._exit as it was when jitring was imported.  Kept for good: a
 # reference to _exit_flushing taken during a session (``from os import
 # _exit``) must still exit after stop(), from any thread.
@@ -72,6 +82,15 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
     (a debugger, ``-X perf``) is installed, OSError if the dump cannot be
     created.
     """
+    marked = _own_begin()
+    try:
+        _start(dir, engine, perf_map, ready_rings, ready_copies, release)
+    finally:
+        if marked:
+            _own_end()
+
+
+def _start(dir, engine, perf_map, ready_rings, ready_copies, release):
     if dir is not None and not _os.fspath(dir):
         raise ValueError("dir must name a directory, not %r" % (dir,))
     for name, v in (("ready_rings", ready_rings),
@@ -89,10 +108,52 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
 
 def stop():
     """Stop profiling and close the dump.  Returns True if it was active."""
-    was = _jitring.stop()
-    if _os._exit is _exit_flushing:
-        _os._exit = _real_exit
+    marked = _own_begin()
+    try:
+        was = _jitring.stop()
+        if _os._exit is _exit_flushing:
+            _os._exit = _real_exit
+    finally:
+        if marked:
+            _own_end()
     return was
+
+
+def _own_begin():
+    """Under record: name this thread OWN_NAME, keeping the name it had.
+    Returns whether it did (False: not under record, or named already)."""
+    global _own_name
+    if _own_name is not None or \
+            not _os.environ.get("JITRING_RECORD_PROCS"):
+        return False
+    try:
+        fd = _os.open(_COMM, _os.O_RDWR | _os.O_CLOEXEC)
+        try:
+            name = _os.read(fd, 64).rstrip(b"\n")
+            _os.write(fd, OWN_NAME)
+        finally:
+            _os.close(fd)
+    except OSError:
+        return False
+    _own_name = name
+    return True
+
+
+def _own_end():
+    """Give this thread back the name _own_begin() (or the .pth hook)
+    found."""
+    global _own_name
+    name, _own_name = _own_name, None
+    if name is None:
+        return
+    try:
+        fd = _os.open(_COMM, _os.O_WRONLY | _os.O_CLOEXEC)
+        try:
+            _os.write(fd, name)
+        finally:
+            _os.close(fd)
+    except OSError:
+        pass
 
 
 # JSON string escapes: the quote, the backslash, control characters
@@ -152,7 +213,10 @@ def _note_process(how, path=None):
 def _after_fork_child():
     # The library gives a fork child its own dump; name it too.
     if is_active():
+        marked = _own_begin()
         _note_process("fork")
+        if marked:
+            _own_end()
 
 
 def _before_fork():
@@ -167,3 +231,8 @@ def _before_fork():
 
 
 _os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)
+if _own_name is None and getattr(_sys, "orig_argv", [])[1:3] == \
+        ["-m", "jitring"]:
+    # record's runner started without the .pth hook (record
+    # --no-children): its thread is jitring's from here.
+    _own_begin()

@@ -97,6 +97,7 @@ def run_script(path):
     target).  Not runpy.run_path(), which imports pkgutil and more (most
     of python -m jitring's start-up)."""
     import __main__
+    import jitring
     try:
         with open(path, "rb") as f:
             source = f.read()
@@ -114,6 +115,7 @@ def run_script(path):
     g.update(__name__="__main__", __file__=path, __cached__=None,
              __doc__=None, __package__=None, __spec__=None,
              __loader__=None)
+    jitring._own_end()          # the program's from here
     exec(code, g)
 
 
@@ -139,7 +141,15 @@ def check(paths):
 
 
 def main():
+    import jitring
     argv = sys.argv[1:]
+    if argv and argv[0] in ("record", "report", "check"):
+        jitring._own_end()      # not a program's runner
+    else:
+        # Under record, this thread is jitring's until the program begins
+        # (run_script, or runpy for -m); named so already when the .pth
+        # hook or the package's import did.
+        jitring._own_begin()
     if argv and argv[0] == "record":
         from jitring import _record
         sys.exit(_record.main(argv[1:]))
@@ -148,7 +158,6 @@ def main():
         sys.exit(_report.main(argv[1:]))
     if argv and argv[0] == "check":
         check(argv[1:])
-    import jitring
     opts, (kind, target), args = parse(argv)
     if opts["engine"] not in ("rings", "mutex"):
         usage_error("--engine must be rings or mutex")
@@ -173,6 +182,7 @@ def main():
         import runpy
         sys.argv = [target] + args      # runpy puts the full path in
         sys.path[0] = os.getcwd()
+        jitring._own_end()      # the program's from here
         runpy._run_module_as_main(target, alter_argv=True)
 
 
