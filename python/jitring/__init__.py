@@ -24,20 +24,68 @@ Importing the module leaves the GIL of a free-threaded build disabled.
 import os as _os
 import sys as _sys
 
+# Under ``python -m jitring record`` ($JITRING_RECORD_PROCS set), the
+# thread that runs jitring's own work (the .pth hook, the runner up to the
+# program's first line, start(), stop()) carries OWN_NAME as its name
+# meanwhile, so that the profile can leave those samples out
+# (jitring._report).
+OWN_NAME = b"jitring-own"
+_COMM = "/proc/thread-self/comm"
+_own_name = None        # the thread's own name while it carries OWN_NAME
+
+
+def _own_begin():
+    """Under record: name this thread OWN_NAME, keeping the name it had.
+    Returns whether it did (False: not under record, or named already)."""
+    global _own_name
+    if _own_name is not None or \
+            not _os.environ.get("JITRING_RECORD_PROCS"):
+        return False
+    try:
+        fd = _os.open(_COMM, _os.O_RDWR | _os.O_CLOEXEC)
+        try:
+            name = _os.read(fd, 64).rstrip(b"\n")
+            _os.write(fd, OWN_NAME)
+        finally:
+            _os.close(fd)
+    except OSError:
+        return False
+    _own_name = name
+    return True
+
+
+def _own_end():
+    """Give this thread back the name _own_begin() (or the .pth hook)
+    found."""
+    global _own_name
+    name, _own_name = _own_name, None
+    if name is None:
+        return
+    try:
+        fd = _os.open(_COMM, _os.O_WRONLY | _os.O_CLOEXEC)
+        try:
+            _os.write(fd, name)
+        finally:
+            _os.close(fd)
+    except OSError:
+        pass
+
+
+if "_jitring_comm" not in _sys.__dict__ and \
+        getattr(_sys, "orig_argv", [])[1:3] == ["-m", "jitring"]:
+    # record's runner started without the .pth hook (record
+    # --no-children): its thread is jitring's from here.
+    _own_begin()
+
 from . import _jitring
 from ._jitring import flush, is_active, stats
 
 __all__ = ["start", "stop", "is_active", "flush", "stats"]
 
-# Under ``python -m jitring record`` ($JITRING_RECORD_PROCS set), the
-# thread that runs jitring's own work (the .pth hook, the runner up to the
-# program's first line, start(), stop()) carries OWN_NAME as its name
-# meanwhile, so that the profile can leave those samples out
-# (jitring._report).  The .pth hook names the thread before it imports
-# the package, and leaves the name it found here.
-OWN_NAME = b"jitring-own"
-_COMM = "/proc/thread-self/comm"
-_own_name = _sys.__dict__.pop("_jitring_comm", None)
+# The .pth hook named the thread before it imported the package, and left
+# the name it found here (taken once the extension has loaded: where it
+# does not, in a subinterpreter, the hook puts the name back itself).
+_own_name = _sys.__dict__.pop("_jitring_comm", _own_name)
 
 # os._exit as it was when jitring was imported.  Kept for good: a
 # reference to _exit_flushing taken during a session (``from os import
@@ -119,43 +167,6 @@ def stop():
     return was
 
 
-def _own_begin():
-    """Under record: name this thread OWN_NAME, keeping the name it had.
-    Returns whether it did (False: not under record, or named already)."""
-    global _own_name
-    if _own_name is not None or \
-            not _os.environ.get("JITRING_RECORD_PROCS"):
-        return False
-    try:
-        fd = _os.open(_COMM, _os.O_RDWR | _os.O_CLOEXEC)
-        try:
-            name = _os.read(fd, 64).rstrip(b"\n")
-            _os.write(fd, OWN_NAME)
-        finally:
-            _os.close(fd)
-    except OSError:
-        return False
-    _own_name = name
-    return True
-
-
-def _own_end():
-    """Give this thread back the name _own_begin() (or the .pth hook)
-    found."""
-    global _own_name
-    name, _own_name = _own_name, None
-    if name is None:
-        return
-    try:
-        fd = _os.open(_COMM, _os.O_WRONLY | _os.O_CLOEXEC)
-        try:
-            _os.write(fd, name)
-        finally:
-            _os.close(fd)
-    except OSError:
-        pass
-
-
 # JSON string escapes: the quote, the backslash, control characters
 # (DEL too, as json.dumps writes it).
 _JSON_ESC = {i: "\\u%04x" % i for i in list(range(32)) + [0x7f]}
@@ -231,8 +242,3 @@ def _before_fork():
 
 
 _os.register_at_fork(before=_before_fork, after_in_child=_after_fork_child)
-if _own_name is None and getattr(_sys, "orig_argv", [])[1:3] == \
-        ["-m", "jitring"]:
-    # record's runner started without the .pth hook (record
-    # --no-children): its thread is jitring's from here.
-    _own_begin()

@@ -330,15 +330,15 @@ def own_work(comm, frames):
     the program's: python/README.md, "What the profile leaves out"."""
     if comm in OWN_THREADS:
         return True
-    if comm[:1] == ":" and comm[1:].isdigit():
-        # perf's name for a thread whose name it has not seen: record's
-        # fork of the program, before it execs the interpreter.
-        return True
     inner = None        # the innermost Python frame
     for i, (s, d) in enumerate(frames):
         if s.startswith("py::"):
             inner = i
             break
+    if inner is None and comm[:1] == ":" and comm[1:].isdigit():
+        # perf's name for a thread whose name it has not seen: record's
+        # fork of the program, before it execs the interpreter.
+        return True
     # jitring's native code below it (or anywhere, with no Python
     # frame): start, stop, flush, the hook's lookup of a function's copy.
     if any(_own_dso(d) for s, d in frames[:inner]):
