@@ -24,10 +24,68 @@ Importing the module leaves the GIL of a free-threaded build disabled.
 import os as _os
 import sys as _sys
 
+# Under ``python -m jitring record`` ($JITRING_RECORD_PROCS set), the
+# thread that runs jitring's own work (the .pth hook, the runner up to the
+# program's first line, start(), stop()) carries OWN_NAME as its name
+# meanwhile, so that the profile can leave those samples out
+# (jitring._report).
+OWN_NAME = b"jitring-own"
+_COMM = "/proc/thread-self/comm"
+_own_name = None        # the thread's own name while it carries OWN_NAME
+
+
+def _own_begin():
+    """Under record: name this thread OWN_NAME, keeping the name it had.
+    Returns whether it did (False: not under record, or named already)."""
+    global _own_name
+    if _own_name is not None or \
+            not _os.environ.get("JITRING_RECORD_PROCS"):
+        return False
+    try:
+        fd = _os.open(_COMM, _os.O_RDWR | _os.O_CLOEXEC)
+        try:
+            name = _os.read(fd, 64).rstrip(b"\n")
+            _os.write(fd, OWN_NAME)
+        finally:
+            _os.close(fd)
+    except OSError:
+        return False
+    _own_name = name
+    return True
+
+
+def _own_end():
+    """Give this thread back the name _own_begin() (or the .pth hook)
+    found."""
+    global _own_name
+    name, _own_name = _own_name, None
+    if name is None:
+        return
+    try:
+        fd = _os.open(_COMM, _os.O_WRONLY | _os.O_CLOEXEC)
+        try:
+            _os.write(fd, name)
+        finally:
+            _os.close(fd)
+    except OSError:
+        pass
+
+
+if "_jitring_comm" not in _sys.__dict__ and \
+        getattr(_sys, "orig_argv", [])[1:3] == ["-m", "jitring"]:
+    # record's runner started without the .pth hook (record
+    # --no-children): its thread is jitring's from here.
+    _own_begin()
+
 from . import _jitring
 from ._jitring import flush, is_active, stats
 
 __all__ = ["start", "stop", "is_active", "flush", "stats"]
+
+# The .pth hook named the thread before it imported the package, and left
+# the name it found here (taken once the extension has loaded: where it
+# does not, in a subinterpreter, the hook puts the name back itself).
+_own_name = _sys.__dict__.pop("_jitring_comm", _own_name)
 
 # os._exit as it was when jitring was imported.  Kept for good: a
 # reference to _exit_flushing taken during a session (``from os import
@@ -72,6 +130,15 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
     (a debugger, ``-X perf``) is installed, OSError if the dump cannot be
     created.
     """
+    marked = _own_begin()
+    try:
+        _start(dir, engine, perf_map, ready_rings, ready_copies, release)
+    finally:
+        if marked:
+            _own_end()
+
+
+def _start(dir, engine, perf_map, ready_rings, ready_copies, release):
     if dir is not None and not _os.fspath(dir):
         raise ValueError("dir must name a directory, not %r" % (dir,))
     for name, v in (("ready_rings", ready_rings),
@@ -89,15 +156,48 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
 
 def stop():
     """Stop profiling and close the dump.  Returns True if it was active."""
-    was = _jitring.stop()
-    if _os._exit is _exit_flushing:
-        _os._exit = _real_exit
+    marked = _own_begin()
+    try:
+        was = _jitring.stop()
+        if _os._exit is _exit_flushing:
+            _os._exit = _real_exit
+    finally:
+        if marked:
+            _own_end()
     return was
 
 
 # (pid, list) of the lines _note_process() wrote: a fork child's pid
 # differs, so it still notes itself.
 _noted = set()
+
+# JSON string escapes: the quote, the backslash, control characters
+# (DEL too, as json.dumps writes it).
+_JSON_ESC = {i: "\\u%04x" % i for i in list(range(32)) + [0x7f]}
+_JSON_ESC.update({0x22: '\\"', 0x5c: "\\\\", 0x08: "\\b", 0x09: "\\t",
+                  0x0a: "\\n", 0x0c: "\\f", 0x0d: "\\r"})
+
+
+def _json_str(s):
+    """@s as a JSON string, ASCII only (json.dumps' output, without
+    importing json, re and enum into the profiled process): non-ASCII
+    characters as \\uXXXX, those above U+FFFF as a surrogate pair (a lone
+    surrogate as its own \\uXXXX, as json.dumps writes it)."""
+    s = s.translate(_JSON_ESC)
+    if not s.isascii():
+        out = []
+        for c in s:
+            n = ord(c)
+            if n < 0x80:
+                out.append(c)
+            elif n < 0x10000:
+                out.append("\\u%04x" % n)
+            else:
+                n -= 0x10000
+                out.append("\\u%04x\\u%04x" % (0xd800 | n >> 10,
+                                               0xdc00 | n & 0x3ff))
+        s = "".join(out)
+    return '"' + s + '"'
 
 
 def _note_process(how, path=None):
@@ -113,9 +213,9 @@ def _note_process(how, path=None):
         with open("/proc/self/cmdline", "rb") as f:
             argv = [a.decode(errors="replace")
                     for a in f.read().split(b"\0")[:-1]]
-        import json
-        line = json.dumps({"pid": _os.getpid(), "ppid": _os.getppid(),
-                           "how": how, "argv": argv}) + "\n"
+        line = '{"pid": %d, "ppid": %d, "how": %s, "argv": [%s]}\n' % (
+            _os.getpid(), _os.getppid(), _json_str(how),
+            ", ".join(_json_str(a) for a in argv))
         fd = _os.open(path, _os.O_WRONLY | _os.O_APPEND | _os.O_CREAT |
                       _os.O_CLOEXEC, 0o644)
         try:
@@ -129,7 +229,10 @@ def _note_process(how, path=None):
 def _after_fork_child():
     # The library gives a fork child its own dump; name it too.
     if is_active():
+        marked = _own_begin()
         _note_process("fork")
+        if marked:
+            _own_end()
 
 
 def _before_fork():

@@ -92,11 +92,13 @@ def parse(argv):
 
 
 def run_script(path):
-    """Run @path as python runs a script: in __main__, its real directory
-    first on sys.path (a symlinked script imports the modules next to its
-    target).  Not runpy.run_path(), which imports pkgutil and more (most
-    of python -m jitring's start-up)."""
+    """Run @path as python runs a script: in __main__, named by its path
+    made absolute (not resolved: python's name for it in __file__ and
+    tracebacks), its real directory first on sys.path (a symlinked script
+    imports the modules next to its target).  Not runpy.run_path(), which
+    imports pkgutil and more (most of python -m jitring's start-up)."""
     import __main__
+    import jitring
     try:
         with open(path, "rb") as f:
             source = f.read()
@@ -107,14 +109,83 @@ def run_script(path):
         sys.exit(2)
     sys.argv[0] = path
     sys.path[0] = os.path.dirname(os.path.realpath(path))
-    code = compile(source, path, "exec")
+    name = os.path.join(os.getcwd(), path)      # as is when absolute
+    fail = uncaught     # the script's globals are this module's: a local
     g = __main__.__dict__
     for k in [k for k in g if k not in ("__builtins__", "__name__")]:
         del g[k]
-    g.update(__name__="__main__", __file__=path, __cached__=None,
+    g.update(__name__="__main__", __file__=name, __cached__=None,
              __doc__=None, __package__=None, __spec__=None,
              __loader__=None)
-    exec(code, g)
+    jitring._own_end()          # the program's from here
+    try:
+        exec(compile(source, name, "exec"), g)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        # The script's frames only (none for a SyntaxError).
+        fail(e, e.__traceback__.tb_next)
+
+
+def run_module(target):
+    """Run @target as python -m does: through runpy, with its messages
+    ("No module named ...") and status."""
+    import runpy
+    import jitring
+    sys.path[0] = os.getcwd()
+    fail = uncaught     # the module's globals are this module's: a local
+    jitring._own_end()          # the program's from here
+    try:
+        runpy._run_module_as_main(target, alter_argv=True)
+    except SystemExit:
+        raise
+    except BaseException as e:
+        # From runpy's frames on, as python -m prints them.
+        fail(e, e.__traceback__.tb_next)
+
+
+def uncaught(exc, tb):
+    """What python does with an exception that its program let escape
+    (PyErr_Print): @exc's traceback made @tb, the frames of the program
+    only; sys.last_exc and the like set; sys.excepthook (the program's,
+    if it set one) called, with python's messages when it is missing or
+    fails; then exit status 1, or for KeyboardInterrupt, python's own exit
+    by SIGINT once the interpreter has finished.  Runs with the
+    program's globals (this module is __main__): imports its own."""
+    import sys
+    exc.with_traceback(tb)
+    sys.last_exc = sys.last_value = exc
+    sys.last_type, sys.last_traceback = type(exc), tb
+    hook = getattr(sys, "excepthook", None)
+    try:
+        sys.audit("sys.excepthook", hook, type(exc), exc, tb)
+        show = True
+    except RuntimeError:
+        show = False            # an audit hook's veto: python prints nothing
+    except Exception:
+        show = True
+    if show and hook is None:
+        sys.stderr.write("sys.excepthook is missing\n")
+        sys.__excepthook__(type(exc), exc, tb)
+    elif show:
+        try:
+            hook(type(exc), exc, tb)
+        except SystemExit:
+            raise
+        except BaseException as e:
+            if e.__context__ is exc:    # as if raised with none handled
+                e.__context__ = None
+            sys.stderr.write("Error in sys.excepthook:\n")
+            e.with_traceback(e.__traceback__.tb_next)   # the hook's own
+            sys.__excepthook__(type(e), e, e.__traceback__)
+            sys.stderr.write("\nOriginal exception was:\n")
+            sys.__excepthook__(type(exc), exc, tb)
+    if isinstance(exc, KeyboardInterrupt):
+        # Let it reach the interpreter (which then ends the process by
+        # SIGINT, as for a program of its own), printed already.
+        sys.excepthook = lambda *args: None
+        raise exc
+    sys.exit(1)
 
 
 def check(paths):
@@ -139,7 +210,15 @@ def check(paths):
 
 
 def main():
+    import jitring
     argv = sys.argv[1:]
+    if argv and argv[0] in ("record", "report", "check"):
+        jitring._own_end()      # not a program's runner
+    else:
+        # Under record, this thread is jitring's until the program begins
+        # (run_script, run_module); named so already when the .pth hook
+        # or the package's import did.
+        jitring._own_begin()
     if argv and argv[0] == "record":
         from jitring import _record
         sys.exit(_record.main(argv[1:]))
@@ -148,7 +227,6 @@ def main():
         sys.exit(_report.main(argv[1:]))
     if argv and argv[0] == "check":
         check(argv[1:])
-    import jitring
     opts, (kind, target), args = parse(argv)
     if opts["engine"] not in ("rings", "mutex"):
         usage_error("--engine must be rings or mutex")
@@ -164,16 +242,11 @@ def main():
         sys.exit("jitring: %s" % e)
     import atexit
     atexit.register(jitring.stop)
+    sys.argv = [target] + args          # for -m, runpy puts the path in
     if kind == "script":
-        sys.argv = [target] + args
         run_script(target)
     else:
-        # What python -m does, its messages ("No module named ...") and
-        # status included.
-        import runpy
-        sys.argv = [target] + args      # runpy puts the full path in
-        sys.path[0] = os.getcwd()
-        runpy._run_module_as_main(target, alter_argv=True)
+        run_module(target)
 
 
 if __name__ == "__main__":

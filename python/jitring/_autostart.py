@@ -7,9 +7,12 @@ Python process that inherits the variable -- subprocesses, multiprocessing
 spawn and forkserver children, gunicorn workers, pytest -- starts jitring
 before its first line, as PYTHONPERFSUPPORT=1 does for -X perf.  The dump
 goes to $JITRING_DIR, else /tmp; a fork child gets its own dump from the
-library.  A process that cannot start it (another eval-frame tool, a
-directory that does not exist) says why on stderr once and runs
-unprofiled.  JITRING_PROFILE=standby starts nothing: it sets the handler
+library; record's runner (``python -m jitring PROGRAM``) starts it
+itself, with its options.  Under record, the thread carries jitring's
+name (jitring.OWN_NAME) from the .pth line on while jitring starts (in
+the runner, until the program begins).  A process that cannot start it
+(another eval-frame tool, a directory that does not exist) says why on
+stderr once and runs unprofiled.  JITRING_PROFILE=standby starts nothing: it sets the handler
 that ``python -m jitring record --pid`` wakes (jitring._attach), for
 interpreters without sys.remote_exec.  A subinterpreter (which runs site, and so this hook, too)
 stays silent: jitring profiles the main interpreter only.  Unset, the
@@ -25,6 +28,7 @@ $JITRING_DIR is the user's and is never pruned.
 """
 
 import os
+import sys
 import time
 
 PRUNE_AGE = 24 * 3600
@@ -114,13 +118,33 @@ def _prune_tmp():
     prune("/tmp", now)
 
 
+def _runner():
+    """Whether this process is record's runner, ``python -m jitring ...
+    PROGRAM``: it starts jitring with its own options, and names the
+    thread back when the program begins (jitring.__main__)."""
+    argv = getattr(sys, "orig_argv", [])
+    return argv[1:3] == ["-m", "jitring"] and \
+        argv[3:4] not in (["record"], ["report"], ["check"])
+
+
 def _autostart():
     flag = os.environ.get("JITRING_PROFILE", "")
     if flag in ("", "0"):
         return
+    import jitring
+    if flag != "standby" and _runner():
+        return
+    try:
+        _begin(flag)
+    finally:
+        # The name the .pth hook gave the thread (under record) while
+        # jitring started.
+        jitring._own_end()
+
+
+def _begin(flag):
     if _subinterpreter():
         return
-    import sys
     if flag == "standby":
         # No hook, no dump: a signal handler that record --pid wakes.
         try:

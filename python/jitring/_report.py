@@ -29,7 +29,8 @@ frames of jitring's runner and of runpy above the program's first Python
 frame are left out, and so are the interpreter's own frames between two
 Python frames (the call machinery of every Python call).  Native frames
 below the innermost Python frame (C extensions, builtins, libc, the
-kernel) stay.
+kernel) stay.  Samples of jitring's own work (its start-up and stop, its
+threads, its native code: own_work()) are left out altogether.
 """
 
 import errno
@@ -454,17 +455,71 @@ def processes(out):
 
 # The package's modules: their frames are jitring's, never the program's.
 OWN = ("__init__.py", "__main__.py", "_autostart.py", "_record.py",
-       "_report.py", "_flame.py")
+       "_report.py", "_flame.py", "_attach.py")
+# The runner's frames (python -m jitring PROGRAM) that call the program:
+# in a sample of the program, they are above its first frame.
+RUNNER = ("<module>", "main", "run_script", "run_module")
+# Names of threads at work for jitring: jitring.OWN_NAME (a thread while
+# it starts or stops jitring, and the runner's until the program begins)
+# and the library's flush and write threads.
+OWN_THREADS = ("jitring-own", "jitring-flush", "jitring-write")
+
+
+def _package_frame(name):
+    """For a Python frame of jitring's package, (qualname, module file);
+    else None."""
+    qual, _, fn = name[4:].rpartition(":")
+    parts = fn.rsplit("/", 2)
+    if len(parts) == 3 and parts[1] == "jitring" and parts[2] in OWN:
+        return qual, parts[2]
+    return None
+
+
+def _runner_frame(where):
+    return where is not None and where[1] == "__main__.py" and \
+        where[0] in RUNNER
 
 
 def _own_frame(name):
     """A Python frame of jitring's package (its runner, its at-exit stop)
     or of runpy."""
     fn = name.rsplit(":", 1)[-1] if ":" in name else ""
-    parts = fn.rsplit("/", 2)
-    return ((len(parts) == 3 and parts[1] == "jitring" and
-             parts[2] in OWN) or fn.endswith("/runpy.py") or
-            fn == "<frozen runpy>")
+    return (_package_frame(name) is not None or
+            fn.endswith("/runpy.py") or fn == "<frozen runpy>")
+
+
+def _own_dso(dso):
+    """jitring's extension (libjitring is linked into it) or library."""
+    return os.path.basename(dso).startswith(("_jitring.", "libjitring"))
+
+
+def own_work(comm, frames):
+    """Whether a sample (@frames leaf first) is jitring's own work, not
+    the program's: python/README.md, "What the profile leaves out"."""
+    if comm in OWN_THREADS:
+        return True
+    inner = None        # the innermost Python frame
+    for i, (s, d) in enumerate(frames):
+        if s.startswith("py::"):
+            inner = i
+            break
+    if inner is None and comm[:1] == ":" and comm[1:].isdigit():
+        # perf's name for a thread whose name it has not seen: record's
+        # fork of the program, before it execs the interpreter.
+        return True
+    # jitring's native code below it (or anywhere, with no Python
+    # frame): start, stop, flush, the hook's lookup of a function's copy.
+    if any(_own_dso(d) for s, d in frames[:inner]):
+        return True
+    if inner is None:
+        return False
+    # A function of jitring's called by whatever (its at-exit stop, the
+    # fork hooks), or the runner at work of its own.
+    for s, d in frames[inner:]:
+        where = s.startswith("py::") and _package_frame(s)
+        if where and not _runner_frame(where):
+            return True
+    return _runner_frame(_package_frame(frames[inner][0]))
 
 
 def _interp_dso(dso):
@@ -501,7 +556,7 @@ def program_stack(frames):
         if s.startswith("py::"):
             if not _own_frame(s):
                 keep.append(s)
-        elif i < last and _interp_dso(d):
+        elif i < last and (_interp_dso(d) or _own_dso(d)):
             continue            # the call machinery between Python frames
         elif s == "_PyEval_EvalFrameDefault" and \
                 root_first[i - 1][0].startswith("py::"):
@@ -645,6 +700,8 @@ def summarize(samples, procs, top_pid):
     self_n, total_n = {}, {}
     for pid, comm, frames in samples:
         if top_pid is not None and pid != top_pid:
+            continue
+        if own_work(comm, frames):
             continue
         per_pid[pid] = per_pid.get(pid, 0) + 1
         comms.setdefault(pid, comm)
