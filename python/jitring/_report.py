@@ -644,30 +644,41 @@ def is_cut(frames):
 
 
 def cut_stacks(samples, top_pid, limit):
-    """(samples, cut, cut at the depth limit) of the profiled processes:
-    the last, cut stacks of @limit frames or more (perf's limit, less the
-    context markers it may count)."""
-    n = cut = deep = 0
+    """(samples, cut, cut at the depth limit, jitring's own) of the
+    profiled processes: the first three of the program's samples, the
+    third those whose stack holds @limit frames or more (perf's limit,
+    less the context markers it may count); the last, the samples left
+    out as jitring's own work (own_work())."""
+    n = cut = deep = own = 0
     for pid, comm, frames in samples:
         if top_pid is not None and pid != top_pid:
+            continue
+        if own_work(comm, frames):
+            own += 1
             continue
         n += 1
         if is_cut(frames):
             cut += 1
             if len(frames) >= limit - 2:
                 deep += 1
-    return n, cut, deep
+    return n, cut, deep, own
 
 
-def cut_note(meta, n, cut, deep):
-    """The lines that say how many stacks were cut and what would record
-    them whole; [] when none was."""
+def cut_note(meta, n, cut, deep, own=0):
+    """The lines that say how many samples were left out as jitring's
+    own work, and how many stacks were cut and what would record them
+    whole; [] when neither."""
+    lines = []
+    if own:
+        lines.append("%d sample%s of jitring's own work (its start, stop "
+                     "and bookkeeping in the program's processes) left "
+                     "out." % (own, "" if own == 1 else "s"))
     if not n or cut * 1000 < n:         # under 0.1 %
-        return []
+        return lines
     limit = meta.get("max_stack") or 127
-    lines = ["%.1f%% of samples have a cut stack (%s at the root of the "
-             "flame graph): the totals of the outer functions are too "
-             "low by up to that share." % (100.0 * cut / n, CUT)]
+    lines.append("%.1f%% of samples have a cut stack (%s at the root of "
+                 "the flame graph): the totals of the outer functions are "
+                 "too low by up to that share." % (100.0 * cut / n, CUT))
     if meta.get("call_graph") == "fp":
         if deep:
             lines.append(

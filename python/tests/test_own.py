@@ -135,12 +135,15 @@ def flame_names(path):
         page = f.read()
     m = re.search(r'<script type="application/json" id="jitring-data">'
                   r'(.*?)</script>', page, re.S)
+    # Names are in the root's table; each node's n and f index it.
+    root = json.loads(m.group(1)) if m else {}
+    table = root.get("t", [])
     names, todo = [], []
-    for proc in json.loads(m.group(1)).get("c", []) if m else []:
+    for proc in root.get("c", []):
         todo += proc.get("c", [])
     while todo:
         node = todo.pop()
-        names += [node.get("n", ""), node.get("f", "")]
+        names += [table[node["n"]], table[node["f"]] if "f" in node else ""]
         todo += node.get("c", [])
     return names
 
