@@ -365,21 +365,31 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
     keys = sample_keys(data)
     samples = []
     head, raw = None, []
+    # A deep program's recording is millions of frame lines, most of them
+    # repeats (the same return addresses): each distinct line is matched,
+    # split and escaped once.  Frames are then shared tuples.
+    rests, frames, escaped = {}, {}, {}
+
+    def frame(rest):
+        # "<sym> (<dso>)": the symbol may hold spaces.
+        sym, sep, dso = rest.rpartition(" (")
+        if not sep:
+            sym, dso = rest, ""
+        fr = frames[rest] = (sym.strip() or "[unknown]",
+                             dso.rstrip(")").strip())
+        return fr
+
+    def escaped_frame(fr):
+        e = escaped[fr] = (escape(fr[0]), escape(fr[1]))
+        return e
 
     def done():
-        stack = []
         if raw:
             raw[-1] = raw[-1].rstrip("\n")  # the blank line after it
-        for rest in raw:
-            # "<sym> (<dso>)": the symbol may hold spaces.
-            sym, sep, dso = rest.rpartition(" (")
-            if not sep:
-                sym, dso = rest, ""
-            stack.append((sym.strip() or "[unknown]",
-                          dso.rstrip(")").strip()))
+        stack = [frames.get(rest) or frame(rest) for rest in raw]
         if names:
             stack = names.resolve(head[2], head[3], stack)
-        stack = [(escape(s), escape(d)) for s, d in stack]
+        stack = [escaped.get(fr) or escaped_frame(fr) for fr in stack]
         samples.append((head[0], escape(head[1]), _inlined(stack)))
 
     def starts(line, after_blank):
@@ -414,9 +424,13 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
                 continue
             if head is None:
                 continue        # nothing perf.data knows of
-            m = FRAME.match(line)
-            if m:
-                raw.append(m.group(1) or "")
+            rest = rests.get(line)
+            if rest is None:
+                m = FRAME.match(line)
+                if m:
+                    rest = rests[line] = m.group(1) or ""
+            if rest is not None:
+                raw.append(rest)
             elif raw:
                 raw[-1] += "\n" + line     # a name's next line
         if head is not None:
@@ -643,27 +657,6 @@ def is_cut(frames):
     return True
 
 
-def cut_stacks(samples, top_pid, limit):
-    """(samples, cut, cut at the depth limit, jitring's own) of the
-    profiled processes: the first three of the program's samples, the
-    third those whose stack holds @limit frames or more (perf's limit,
-    less the context markers it may count); the last, the samples left
-    out as jitring's own work (own_work())."""
-    n = cut = deep = own = 0
-    for pid, comm, frames in samples:
-        if top_pid is not None and pid != top_pid:
-            continue
-        if own_work(comm, frames):
-            own += 1
-            continue
-        n += 1
-        if is_cut(frames):
-            cut += 1
-            if len(frames) >= limit - 2:
-                deep += 1
-    return n, cut, deep, own
-
-
 def cut_note(meta, n, cut, deep, own=0):
     """The lines that say how many samples were left out as jitring's
     own work, and how many stacks were cut and what would record them
@@ -704,28 +697,52 @@ def cut_note(meta, n, cut, deep, own=0):
     return lines
 
 
-def summarize(samples, procs, top_pid):
-    """(stacks, per_process, total, rows): stacks maps a root-first tuple
-    (the process first) to its count."""
+def _classify(comm, frames, limit):
+    """(the sample's program stack as a tuple, whether it was cut, whether
+    at perf's depth limit), or None for jitring's own work."""
+    if own_work(comm, frames):
+        return None
+    st = program_stack(frames)
+    cut = is_cut(frames)
+    if cut:
+        st.insert(0, CUT)
+    return tuple(st), cut, cut and len(frames) >= limit - 2
+
+
+def summarize(samples, procs, top_pid, limit=127):
+    """(stacks, per_process, total, rows, cut): stacks maps a root-first
+    tuple (the process first) to its count; cut is (the program's
+    samples, those cut, those cut at perf's depth limit of @limit frames
+    less the context markers it may count, jitring's own samples left
+    out) for cut_note()."""
     stacks, per_pid, comms = {}, {}, {}
     self_n, total_n = {}, {}
+    cut = deep = own = 0
+    # Samples of one stack are classified once: their frames are shared
+    # tuples (script()), and a profile repeats its stacks.
+    seen = {}
     for pid, comm, frames in samples:
         if top_pid is not None and pid != top_pid:
             continue
-        if own_work(comm, frames):
+        k = (comm, tuple(frames))
+        c = seen.get(k, seen)
+        if c is seen:
+            c = seen[k] = _classify(comm, frames, limit)
+        if c is None:
+            own += 1
             continue
+        key, was_cut, at_limit = c
+        cut += was_cut
+        deep += at_limit
         per_pid[pid] = per_pid.get(pid, 0) + 1
         comms.setdefault(pid, comm)
-        st = program_stack(frames)
-        if is_cut(frames):
-            st.insert(0, CUT)
-        key = tuple(st)
         stacks[(pid, key)] = stacks.get((pid, key), 0) + 1
-        py = [s for s in st if s.startswith("py::")]
+    for (pid, key), n in stacks.items():
+        py = [s for s in key if s.startswith("py::")]
         if py:
-            self_n[py[-1]] = self_n.get(py[-1], 0) + 1
+            self_n[py[-1]] = self_n.get(py[-1], 0) + n
             for name in set(py):
-                total_n[name] = total_n.get(name, 0) + 1
+                total_n[name] = total_n.get(name, 0) + n
     total = sum(per_pid.values())
     names = {pid: "%s [%d]" % (command_of(pid, comms[pid], procs), pid)
              for pid in per_pid}
@@ -736,7 +753,7 @@ def summarize(samples, procs, top_pid):
     rows = [(total_n[n], self_n.get(n, 0), n) for n in total_n]
     per = sorted(((n, pid, command_of(pid, comms[pid], procs))
                   for pid, n in per_pid.items()), key=lambda r: -r[0])
-    return folded, per, total, rows
+    return folded, per, total, rows, (total, cut, deep, own)
 
 
 def lost_line(out):
@@ -907,9 +924,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                              meta.get("inline"), fp)
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
-            folded, per, total, rows = summarize(samples, procs, top_pid)
-            cut = cut_stacks(samples, top_pid,
-                             meta.get("max_stack") or 127)
+            folded, per, total, rows, cut = summarize(
+                samples, procs, top_pid, meta.get("max_stack") or 127)
             write_outputs(out, meta, folded, total)
     except Interrupted as e:
         # Stopped while waiting for the lock: the outputs are the other
