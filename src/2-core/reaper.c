@@ -108,7 +108,8 @@ void jitring_reaper_thread_end(void)
 
 /*
  * Application tasks alive: 0 means none; 1 when this poll cannot tell
- * (a jitring thread began or ended meanwhile); -1 without /proc.
+ * (a jitring thread began or ended meanwhile, or /proc/self/task could
+ * not be read for now: out of descriptors, say); -1 without /proc.
  */
 static long app_tasks(void)
 {
@@ -123,7 +124,7 @@ static long app_tasks(void)
 	before = atomic_load_explicit(&own_threads, memory_order_seq_cst);
 	d = opendir("/proc/self/task");
 	if (!d)
-		return -1;
+		return errno == ENOENT ? -1 : 1;
 	while ((de = readdir(d))) {
 		long tid = strtol(de->d_name, NULL, 10);
 
@@ -257,9 +258,13 @@ static void main_left(void *arg)
 		reaper_start();
 }
 
+static void key_make(void);
+
 /* In a fork child only the forking thread is left: it is main now. */
 static void fork_child(void)
 {
+	/* Done already (it registered us); orders key_made before us. */
+	pthread_once(&key_once, key_make);
 	atomic_store_explicit(&own_threads, 0, memory_order_relaxed);
 	atomic_store_explicit(&main_gone, false, memory_order_relaxed);
 	atomic_store_explicit(&reaper_state, REAPER_NONE, memory_order_relaxed);

@@ -297,6 +297,11 @@ err_wait:
 		    what, jr->file.path);
 }
 
+/*
+ * Runs on the thread that called exit(): an application thread, or the
+ * reaper after main's pthread_exit() (reaper.c).  Never on a flusher or
+ * write thread, which it joins: neither ever calls exit().
+ */
 static void atexit_close(void)
 {
 	uint64_t deadline = jitring_clock_ns() + JR_EXIT_WAIT_NS;
