@@ -183,7 +183,6 @@ static void *reaper_main(void *arg)
 		ms = ms * 2 > JR_REAP_MAX_MS ? JR_REAP_MAX_MS : ms * 2;
 	}
 	unblock_fatal();
-	JITRING_TESTPOINT(reaper_exit, NULL);
 	exit(0);
 }
 
