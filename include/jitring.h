@@ -66,6 +66,26 @@
  * written stay the parent's.  The child keeps no descriptor of the parent's
  * files (so it never keeps them locked, see jitring_open()).  Not
  * async-signal-safe: see jitring_write().
+ *
+ * A main thread that leaves through pthread_exit() (in a fork child: the
+ * thread that forked) does not keep the process alive through jitring's
+ * threads, which never exit by themselves: once every other thread of the
+ * application has ended too, a "jitring-reaper" thread calls exit(0), as
+ * glibc's last thread would have, so atexit handlers run (jitring's
+ * finishes every open writer as at any exit, see jitring_close()), stdio
+ * is flushed and the status is 0.  That thread exists only after main's
+ * pthread_exit(), and only once a writer was opened; it checks
+ * /proc/self/task every 10 ms, backing off to every 250 ms.  jitring's
+ * threads block every signal; the reaper, once no application thread is
+ * left, unblocks those whose default action ends the process, so SIGTERM
+ * or Ctrl-C ends it even while the dump is being finished.  While an
+ * application thread lives, signals go to the application's threads as
+ * they would without jitring.  jitring learns of main's pthread_exit()
+ * when the library was loaded on the main thread (at start-up, or
+ * dlopen() there), or main called jitring_open(), or main had already
+ * left at a jitring_open(); a library dlopen()ed by another thread of a
+ * process whose main never calls jitring_open() and leaves later is not
+ * covered.
  */
 #ifndef JITRING_H
 #define JITRING_H
@@ -149,8 +169,8 @@ enum jitring_engine {
  * @level: one of JITRING_LOG_*.
  * @msg: NUL-terminated message without a trailing newline.
  *
- * Called from any thread, including the background flusher; must not call
- * back into jitring.
+ * Called from any thread, including the background flusher (and the
+ * reaper, see the top of this file); must not call back into jitring.
  */
 typedef void (*jitring_log_fn)(void *arg, int level, const char *msg);
 
@@ -654,7 +674,9 @@ JITRING_API int jitring_pause(struct jitring *jr);
  * way, the last write); past that it logs a warning and lets the process
  * end, and a dump still being written may then end in a torn entry.
  * _exit(2) or a crash loses what was not yet written, at most about
- * max_delay_ms.
+ * max_delay_ms.  A main thread that left through pthread_exit() gets the
+ * same once the application's other threads have ended: the process then
+ * exits with status 0 (see the top of this file).
  *
  * Context: any thread but the writer's own log hook; blocks; not
  * async-signal-safe.

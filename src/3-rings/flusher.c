@@ -95,6 +95,7 @@
 #include "futex.h"
 #include "perfmap.h"
 #include "pool.h"
+#include "reaper.h"
 #include "record.h"
 #include "rings.h"
 #include "testpoint.h"
@@ -560,6 +561,8 @@ static void *io_main(void *arg)
 	struct jr_merge *m = e->m;
 	uint32_t n = atomic_load_explicit(&m->written, memory_order_relaxed);
 
+	/* Counted as jitring's, not the application's (reaper.c). */
+	jitring_reaper_thread_begin();
 	pthread_setname_np(pthread_self(), "jitring-write");
 	/* Read after our join (io_stop()). */
 	m->io_tid = (pid_t)syscall(SYS_gettid);
@@ -612,6 +615,7 @@ static void *io_main(void *arg)
 		if (atomic_load_explicit(&m->fl_wait, memory_order_seq_cst))
 			jr_futex_wake(&m->written, 1);
 	}
+	jitring_reaper_thread_end();
 	return NULL;
 }
 
@@ -1502,6 +1506,8 @@ void *jitring_flusher_main(void *arg)
 	struct jr_rings *e = arg;
 	struct round_out o;
 
+	/* Counted as jitring's, not the application's (reaper.c). */
+	jitring_reaper_thread_begin();
 	pthread_setname_np(pthread_self(), "jitring-flush");
 	/* Read by jitring_rings_pause() after it joined us. */
 	e->flusher_tid = (pid_t)syscall(SYS_gettid);
@@ -1553,5 +1559,6 @@ void *jitring_flusher_main(void *arg)
 		}
 		flusher_sleep(e, &o);
 	}
+	jitring_reaper_thread_end();
 	return NULL;
 }

@@ -39,6 +39,7 @@
 #include "files.h"
 #include "internal.h"
 #include "perfmap.h"
+#include "reaper.h"
 #include "record.h"
 #include "rings.h"
 #include "testpoint.h"
@@ -274,6 +275,7 @@ static void exit_close(struct jitring *jr, uint64_t deadline)
 	} while (!atomic_compare_exchange_weak_explicit(
 		&jr->state, &s, JR_CLOSING, memory_order_seq_cst,
 		memory_order_relaxed));
+	JITRING_TESTPOINT(exit_close, jr);
 	what = "calls still inside the library";
 	if (users_wait(jr, deadline))
 		goto err_unlock;
@@ -295,6 +297,11 @@ err_wait:
 		    what, jr->file.path);
 }
 
+/*
+ * Runs on the thread that called exit(): an application thread, or the
+ * reaper after main's pthread_exit() (reaper.c).  Never on a flusher or
+ * write thread, which it joins: neither ever calls exit().
+ */
 static void atexit_close(void)
 {
 	uint64_t deadline = jitring_clock_ns() + JR_EXIT_WAIT_NS;
@@ -419,6 +426,9 @@ int jitring_open(const struct jitring_config *cfg, struct jitring **out)
 	if (ret)
 		goto err_file;
 	jitring_handles_add(jr);
+	/* A main thread that left by pthread_exit() ends the process once
+	 * only jitring's threads are left (reaper.c). */
+	jitring_reaper_open();
 	*out = jr;
 	return 0;
 
