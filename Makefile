@@ -242,11 +242,13 @@ bench-llvm: deps-bench deps-llvm build-release/build.ninja
 # the whole dump) next to the dwarf route, in one run; the fp route too on
 # FP_PYTHON, interpreters with frame pointers (default: the 3.13t of
 # scripts/build-python.sh --fp, which the build tree's module serves, and
-# the sid 3.15 venv `make test` leaves, where they exist).  bench/README.md.
+# the sid 3.15 venv `make test` leaves, where they exist).  Then real
+# programs (docutils from Debian's python3-docutils among them) with the
+# totals' truth, the finish and the folder.  bench/README.md.
 PY_CACHE := $(or $(JITRING_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/jitring)
 FP_PYTHON ?= $(wildcard $(PY_CACHE)/cpython-3.13.5-nogil-fp/bin/python3.13t \
 	$(CURDIR)/build/subprojects/jitring-python/tests/wheel-sid3.15/venv/bin/python)
-bench-record: build-py
+bench-record: build-py deps-bench
 	@py=$$(bash scripts/build-python.sh) || exit 1; \
 	PYTHONPATH=$(CURDIR)/build/subprojects/jitring-python \
 	$$py bench/python/bench_record.py --python $$py \

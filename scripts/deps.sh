@@ -16,7 +16,7 @@ set -euo pipefail
 
 core=(gcc g++ make pkg-config meson ninja-build python3 binutils
       libck-dev linux-perf)
-bench=(libbenchmark-dev valgrind gnuplot-nox)
+bench=(libbenchmark-dev valgrind gnuplot-nox python3-docutils)
 fuzz=(clang libclang-rt-14-dev clang-format)
 cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 python=(xz-utils zlib1g-dev libbz2-dev liblzma-dev libffi-dev)
