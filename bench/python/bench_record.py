@@ -201,7 +201,7 @@ def real_programs(a, scratch, py):
              "pools": ([script("pools", POOLS),
                         "300000" if a.quick else "3000000"], {})}
     doc = os.path.join(scratch, "doc.rst")
-    rst_document(doc, 300 if a.quick else 3000)
+    rst_document(doc, 70 if a.quick else 700)     # 100 KB / 1 MB
     dist = "/usr/lib/python3/dist-packages"
     progs["rst2html"] = ([script("rst2html", RST2HTML), doc],
                          {"PYTHONPATH": dist})
