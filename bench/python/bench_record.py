@@ -35,8 +35,9 @@ share of samples whose Python stack reaches a root (a module body or a
 thread's bootstrap: the stack is whole) against CPython 3.15's own
 sampler (profiling.sampling --mode cpu -a, where the interpreter has it),
 the share cut, the share with Python frames but none of the program's
-(start-up, and any of jitring's own work), the folder beyond perf's data
-file, and flame.html.
+(start-up, and any of jitring's own work), each of the samples with a
+Python frame (what the sampler sees), the folder beyond perf's data file,
+and flame.html.
 Usage: bench_record.py [--quick] [--routes a,b] [--python PY] [--real LIST]
 """
 
@@ -225,23 +226,29 @@ CUT = "[stack cut: outer frames not recorded]"
 
 
 def folded_shares(path, program):
-    """(rooted, cut, outside) shares in % of a recording's stacks.folded:
-    stacks whose Python frames reach a module body or a thread's
-    bootstrap; stacks under the cut frame; stacks with Python frames none
-    of which is in @program's files (a list of path suffixes; None: any
-    file counts as the program's)."""
+    """(rooted, cut, outside) shares in % of the samples of a
+    recording's stacks.folded that have a Python frame or a cut stack
+    (what a sampler of Python frames sees: the interpreter's start-up and
+    finalization are not in it): stacks whose Python frames reach a module
+    body or a thread's bootstrap; stacks under the cut frame; whole stacks
+    with Python frames none of which is in @program's file (a path suffix;
+    None: any file counts as the program's)."""
     n = rooted = cut = outside = 0
     with open(path) as f:
         for line in f:
             stack, _, c = line.rstrip("\n").rpartition(" ")
             c = int(c)
             frames = stack.split(";")[1:]
-            n += c
-            if frames[:1] == [CUT]:
-                cut += c
-            elif any(x.startswith(ROOT_FRAMES) for x in frames):
-                rooted += c
             py = [x for x in frames if x.startswith("py::")]
+            if frames[:1] == [CUT]:
+                n += c
+                cut += c
+                continue        # whose program frames may be cut off
+            if not py:
+                continue
+            n += c
+            if any(x.startswith(ROOT_FRAMES) for x in frames):
+                rooted += c
             if program and py and not any(
                     x.endswith(program) for x in py):
                 outside += c
@@ -256,7 +263,8 @@ def sampler_rooted(py, argv, env, cwd, scratch):
     bootstrap, or None where the interpreter has no sampler."""
     out = os.path.join(scratch, "sampler.txt")
     p = subprocess.run([py, "-m", "profiling.sampling", "run", "--collapsed",
-                        "-o", out, "-a", "--mode", "cpu"] + argv, env=env,
+                        "-o", out, "-a", "--subprocesses", "--mode", "cpu"] +
+                       argv, env=env,
                        cwd=cwd, capture_output=True, text=True)
     if p.returncode != 0 or not os.path.exists(out):
         return None
@@ -275,11 +283,41 @@ def sampler_rooted(py, argv, env, cwd, scratch):
     return 100.0 * rooted / n if n else None
 
 
+PTH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                   "python", "jitring-autostart.pth")
+
+
+def hook_python(py, scratch, env):
+    """(interpreter, env) that profile every Python process the program
+    starts, as an installed wheel does: @py as it is where jitring is
+    installed in it without $PYTHONPATH (its .pth hook on); else a venv of
+    @py whose .pth puts the package $PYTHONPATH finds on sys.path and
+    holds the hook's line (a build tree)."""
+    bare = dict(env)
+    bare.pop("PYTHONPATH", None)
+    if subprocess.run([py, "-c", "import jitring._jitring"], env=bare,
+                      capture_output=True).returncode == 0:
+        return py, bare
+    pkg = subprocess.run([py, "-c", "import jitring, os; print(os.path."
+                          "dirname(os.path.dirname(jitring.__file__)))"],
+                         env=env, capture_output=True, text=True,
+                         check=True).stdout.strip()
+    d = os.path.join(scratch, "venv-" + os.path.basename(py))
+    subprocess.run([py, "-m", "venv", "--without-pip", d], check=True)
+    vpy = os.path.join(d, "bin", "python")
+    site = subprocess.run([vpy, "-c", "import sysconfig; "
+                           "print(sysconfig.get_path('platlib'))"],
+                          capture_output=True, text=True,
+                          check=True).stdout.strip()
+    with open(PTH) as f:
+        hook = f.read().strip()
+    with open(os.path.join(site, "jitring-bench.pth"), "w") as f:
+        f.write(pkg + "\n" + hook + "\n")
+    return vpy, bare
+
+
 def run_real(a, py, scratch, env):
-    env = dict(env)
-    env.pop("PYTHONPATH", None) if not subprocess.run(
-        [py, "-c", "import jitring._jitring"], env=env,
-        capture_output=True).returncode == 0 else None
+    py, env = hook_python(py, scratch, env)
     progs = real_programs(a, scratch, py)
     print("\nreal programs on %s, record's defaults (%s):"
           % (os.path.basename(py), "fp" if keeps_fp(py) else "dwarf"))
