@@ -195,24 +195,43 @@ def hold(pid):
     import fcntl
     import time
     path = os.path.join(runtime_dir(), "attach-%d.lock" % pid)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW |
-                 os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        # The holder writes its pid just after it locks.
-        for _ in range(20):
-            holder = os.pread(fd, 32, 0).strip()
-            if holder:
-                break
-            time.sleep(0.05)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW |
+                     os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            break
+        # The holder before removed it as it let go (release()): lock
+        # the file that is there now.
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, b"%d\n" % os.getpid(), 0)
+                return fd
+        except FileNotFoundError:
+            pass
         os.close(fd)
-        raise AttachError("process %d has a window open already, by "
-                          "record process %s" % (pid, holder.decode(
-                              errors="replace") or "?"))
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, b"%d\n" % os.getpid(), 0)
-    return fd
+    # The holder writes its pid just after it locks.
+    for _ in range(20):
+        holder = os.pread(fd, 32, 0).strip()
+        if holder:
+            break
+        time.sleep(0.05)
+    os.close(fd)
+    raise AttachError("process %d has a window open already, by record "
+                      "process %s" % (pid, holder.decode(errors="replace")
+                                      or "?"))
+
+
+def release(pid, fd):
+    """Let go of hold(@pid)'s lock @fd, removing its file first (a record
+    waiting on it then takes a new one)."""
+    try:
+        os.unlink(os.path.join(runtime_dir(), "attach-%d.lock" % pid))
+    except (OSError, AttachError):
+        pass
+    os.close(fd)
 
 
 def standby_handler(signum, frame):
@@ -418,6 +437,12 @@ class Window:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+        if getattr(self, "sent", None):
+            # A request the target never took is not left for later.
+            try:
+                os.unlink(self.sent[0])
+            except OSError:
+                pass
         for n in ("answer", "start.py", "stop.py"):
             try:
                 os.unlink(os.path.join(self.dir, n))

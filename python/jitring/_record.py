@@ -676,7 +676,7 @@ def attach(opts, perf_bin):
                 shutil.rmtree(out, ignore_errors=True)
             raise
     finally:
-        os.close(lock)
+        _attach.release(opts.pid, lock)
 
 
 def unsafe_folder(path):
