@@ -373,17 +373,16 @@ def route(info):
 
 
 def _main_runs(pid):
-    """(voluntary context switches, CPU ticks) of @pid's main thread, or
-    None: how much it has run."""
+    """The voluntary context switches of @pid's main thread, or None: how
+    often it has waited and woken (a Python loop's sleep or select runs
+    the signal handlers each time it wakes; a call without timeout, or
+    C code that computes, does not wait again)."""
     try:
-        vol = int([l for l in _read("/proc/%d/task/%d/status" % (pid, pid))
-                   .splitlines() if l.startswith("voluntary_ctxt")][0]
-                  .split()[1])
-        f = _read("/proc/%d/task/%d/stat" % (pid, pid)).rsplit(")", 1)[1]
-        ticks = sum(int(x) for x in f.split()[11:13])
+        return int([l for l in _read("/proc/%d/task/%d/status"
+                                     % (pid, pid)).splitlines()
+                    if l.startswith("voluntary_ctxt")][0].split()[1])
     except (OSError, IndexError, ValueError):
         return None
-    return (vol, ticks)
 
 
 def _user(uid):
@@ -549,8 +548,8 @@ class Window:
         request is still there has run another handler for the signal."""
         path, before = self.sent
         now = _main_runs(self.pid)
-        if os.path.exists(path) and before and now and \
-                (now[0] - before[0] >= 3 or now[1] - before[1] >= 3):
+        if os.path.exists(path) and before is not None and \
+                now is not None and now - before >= 3:
             raise AttachError(
                 "process %d did not take the request, though its main "
                 "thread runs: its program has its own handler for signal "
