@@ -196,7 +196,7 @@ def test_privileged(t, py):
                             "recorded, or refused in one line naming "
                             "nobody (%.1f s)"
                             % (who, i, took),
-                            "%d %s" % (p.returncode, p.stderr[-600:]))
+                            "%s %s" % (p.returncode, p.stderr[-600:]))
             finally:
                 os.kill(rp, 9)
                 os.waitpid(rp, 0)
@@ -219,7 +219,7 @@ def test_durations(t, py, svc):
         t.check(p.returncode == 2 and "Traceback" not in p.stderr and
                 "--duration" in last[0] and not os.path.exists(out),
                 "--duration %s: exit 2, one error line, nothing made" % v,
-                "%d %s" % (p.returncode, p.stderr[-600:]))
+                "%s %s" % (p.returncode, p.stderr[-600:]))
     # The watcher's wait failing ends the window (in this process).
     import jitring
     from jitring import _attach
@@ -260,7 +260,7 @@ def test_second(t, py, svc):
         t.check(one_line(p) and str(first.pid) in p.stderr and took < 10,
                 "a second record --pid: refused at once (%.1f s), naming "
                 "the first's pid %d" % (took, first.pid),
-                "%d %s" % (p.returncode, p.stderr[-600:]))
+                "%s %s" % (p.returncode, p.stderr[-600:]))
     finally:
         first.send_signal(2)
         try:
