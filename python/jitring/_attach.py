@@ -22,8 +22,10 @@ Every file of a window that the target reads or writes (the scripts for
 sys.remote_exec, the answer FIFO, the standby request) lives in the
 runtime folder or in a folder made fresh in it for the window (mkdtemp:
 mode 0700), which no other user can write, whatever -o is: nobody can
-swap a script, forge an answer, or point a name at another file.  Both
-sides open those files with O_NOFOLLOW and check what they opened.
+swap a script, forge an answer, or point a name at another file.  record
+creates them O_EXCL|O_NOFOLLOW; the target opens the FIFO and the request
+with O_NOFOLLOW and checks what it opened (a script CPython reads
+itself).
 record attaches only to a process of its own user (root too: a service
 of another user writes its dump, which root would then read and write
 beside, in a folder that user can change); it holds a lock per target
