@@ -226,6 +226,39 @@ def hold(pid):
                                       or "?"))
 
 
+def _prune(run):
+    """Remove what records which are gone left in @run (killed in their
+    window: nothing of theirs ran after): their window folders, and lock
+    files no one holds (as release() does)."""
+    import fcntl
+    for n in os.listdir(run):
+        if n.startswith("attach-") and n.endswith(".lock"):
+            try:
+                fd = os.open(os.path.join(run, n), os.O_RDWR |
+                             os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                os.unlink(os.path.join(run, n))
+            except OSError:
+                pass
+            os.close(fd)
+            continue
+        parts = n.split("-")
+        if len(parts) != 3 or parts[0] != "window" or \
+                not parts[1].isdigit() or \
+                os.path.exists("/proc/%s" % parts[1]):
+            continue
+        d = os.path.join(run, n)
+        try:
+            for f in os.listdir(d):
+                os.unlink(os.path.join(d, f))
+            os.rmdir(d)
+        except OSError:
+            pass
+
+
 def release(pid, fd):
     """Let go of hold(@pid)'s lock @fd, removing its file first (a record
     waiting on it then takes a new one)."""
@@ -425,7 +458,10 @@ class Window:
         self.how = route(info)
         import tempfile
         self.fd = -1
-        self.dir = tempfile.mkdtemp(prefix="window-", dir=runtime_dir())
+        run = runtime_dir()
+        _prune(run)
+        self.dir = tempfile.mkdtemp(prefix="window-%d-" % os.getpid(),
+                                    dir=run)
         self.ack = os.path.join(self.dir, "answer")
         os.mkfifo(self.ack, 0o600)
         # Read-write: the FIFO never reports an end, and a write from the
