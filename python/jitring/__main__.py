@@ -206,7 +206,17 @@ def check(paths):
     if not tool:
         sys.exit("jitring check: jitring-dump not found (it is installed "
                  "with the package; or set $JITRING_DUMP)")
-    os.execv(tool, [tool, "--check", "--sorted"] + paths)
+    if len(paths) == 1:
+        os.execv(tool, [tool, "--check", "--sorted"] + paths)
+    # jitring-dump checks one file: each in turn, and which failed.
+    import subprocess
+    failed = [p for p in paths if subprocess.call(
+        [tool, "--check", "--sorted", p]) != 0]
+    if failed:
+        sys.stderr.write("jitring check: %d of %d failed: %s\n"
+                         % (len(failed), len(paths), ", ".join(failed)))
+        sys.exit(1)
+    sys.exit(0)
 
 
 def main():

@@ -151,13 +151,17 @@ def parser():
 
 
 def seconds(s):
+    from jitring._attach import DURATION_MAX
     try:
         v = float(s)
     except ValueError:
         v = 0.0
-    if not v > 0 or v != v or v == float("inf"):
-        raise argparse.ArgumentTypeError("needs a positive number of "
-                                         "seconds, not %r" % s)
+    # Not nan, inf, or past what a wait and the target's watcher can
+    # take (a week: longer windows are whole recordings).
+    if not 0 < v <= DURATION_MAX:
+        raise argparse.ArgumentTypeError("needs a number of seconds "
+                                         "above 0, up to %d (7 days), "
+                                         "not %r" % (DURATION_MAX, s))
     return v
 
 
@@ -653,16 +657,64 @@ def attach(opts, perf_bin):
     try:
         info = _attach.probe(opts.pid)
         how = _attach.route(info)
+        # Checked as resolved, and used so: no link on the way moves.
+        if opts.output is not None:
+            opts.output = os.path.realpath(opts.output)
+        why = unsafe_folder(opts.output if opts.output is not None else
+                            os.path.join(os.getcwd(), "jitring-record-"))
+        if why:
+            raise RecordError(why)
+        lock = _attach.hold(opts.pid)
     except _attach.AttachError as e:
         raise RecordError(str(e))
-    fresh = opts.output is None or not os.path.exists(opts.output)
-    out = out_dir(opts.output, opts.force)
     try:
-        return attach_window(opts, perf_bin, info, how, out)
-    except RecordError:
-        if fresh:       # a refusal leaves nothing behind
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+        fresh = opts.output is None or not os.path.exists(opts.output)
+        out = out_dir(opts.output, opts.force)
+        try:
+            return attach_window(opts, perf_bin, info, how, out)
+        except RecordError:
+            if fresh:       # a refusal leaves nothing behind
+                shutil.rmtree(out, ignore_errors=True)
+            raise
+    finally:
+        _attach.release(opts.pid, lock)
+
+
+def unsafe_folder(path):
+    """Why another user could change @path (the -o folder, there or to
+    be made) under record, or None: record and the target write there
+    by name, so every folder on the way must be this user's or root's,
+    and writable by no one else (one above it may be shared if sticky,
+    as /tmp is)."""
+    import pwd
+    import stat
+    euid, egid = os.geteuid(), os.getegid()
+    full = os.path.realpath(path)
+    d = "/"
+    for part in [""] + full.strip("/").split("/"):
+        d = os.path.join(d, part)
+        try:
+            st = os.lstat(d)
+        except FileNotFoundError:
+            return None         # record makes the rest
+        except OSError as e:
+            return "cannot check %s: %s" % (d, e.strerror)
+        shared = st.st_mode & 0o002 or \
+            (st.st_mode & 0o020 and st.st_gid != egid)
+        if st.st_uid not in (0, euid):
+            try:
+                who = pwd.getpwuid(st.st_uid).pw_name
+            except KeyError:
+                who = "uid %d" % st.st_uid
+            why = "is owned by %s" % who
+        elif shared and (d == full or not st.st_mode & stat.S_ISVTX):
+            why = "is writable by other users"
+        else:
+            continue
+        return ("the output folder %s cannot be used: %s %s, who could "
+                "swap the files record --pid writes there; choose one "
+                "only you can write (-o)" % (path, d, why))
+    return None
 
 
 def attach_window(opts, perf_bin, info, how, out):
