@@ -25,9 +25,12 @@ deps-clang:
 	@bash scripts/deps.sh fuzz
 
 # Best effort: without them the llvm suite skips (and says why).
+# LLVM 15 apart: without it only LLVM 14 programs get jitring's listener.
 deps-llvm:
 	-@bash scripts/deps.sh llvm || \
 		echo "jitring: no llvm-14-dev/postgresql-15; the llvm suite will skip"
+	-@bash scripts/deps.sh llvm15 || \
+		echo "jitring: no llvm-15-dev; no listener for LLVM 15 programs"
 
 # Best effort: without them the aarch64 trampoline test skips.
 deps-cross:
@@ -130,7 +133,7 @@ build-llvm15/build.ninja: | deps deps-llvm
 test-llvm15: build-llvm15/build.ninja
 	@if [ -x "$$(command -v llvm-config-15)" ]; then \
 		$(NINJA) -C build-llvm15 llvm/tests/orcjit tools/jitring-dump \
-			llvm/libjitring-llvm-perf.so; fi
+			llvm/libjitring-llvm-perf.so llvm/libjitring-llvm-perf-15.so; fi
 	@rm -f build-llvm15/meson-logs/testlog.json
 	-@$(MESON) test -C build-llvm15 --no-rebuild --num-processes 1 \
 		--print-errorlogs --suite llvm \
