@@ -6,9 +6,11 @@
  * C++ llvm::JITEventListener::createPerfJITEventListener(), and the two
  * calls through which a C-API ORC program (PostgreSQL's llvmjit.so) builds
  * its JIT, LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine() and
- * LLVMOrcCreateRTDyldObjectLinkingLayerWithSectionMemoryManager(), to give
- * it the layout perf needs to unwind through every JIT function
- * (layout.cpp).
+ * LLVMOrcCreateRTDyldObjectLinkingLayerWithSectionMemoryManager(), and
+ * the two through which a C++ MCJIT program (lli) does,
+ * llvm::EngineBuilder::setMCJITMemoryManager() and
+ * llvm::EngineBuilder::create(TargetMachine *), to give it the layout perf
+ * needs to unwind through every JIT function (layout.cpp).
  *
  * Preloaded, it lands in every process the environment reaches: shells,
  * scripts, helpers that never JIT.  So it is C and links only libc: no
@@ -39,6 +41,12 @@
 
 #define SHIM_API __attribute__((visibility("default")))
 #define CXX_CREATE "_ZN4llvm16JITEventListener26createPerfJITEventListenerEv"
+/* llvm::EngineBuilder::setMCJITMemoryManager(std::unique_ptr<
+ * RTDyldMemoryManager>) and llvm::EngineBuilder::create(TargetMachine *). */
+#define CXX_SET_MM                                                           \
+	"_ZN4llvm13EngineBuilder21setMCJITMemoryManagerESt10unique_ptrINS_"   \
+	"19RTDyldMemoryManagerESt14default_deleteIS2_EE"
+#define CXX_EB_CREATE "_ZN4llvm13EngineBuilder6createEPNS_13TargetMachineE"
 
 /* Filled once by resolve(); read-only afterwards. */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -46,9 +54,12 @@ static void *(*real_create)(void);
 static void *(*real_create_cxx)(void);
 static void *(*real_jtmb)(void *tm);
 static void *(*real_layer)(void *es);
+static void *(*real_set_mm)(void *self, void **mm);
+static void *(*real_eb_create)(void *self, void *tm);
 static void *(*be_listener)(int *err);
 static void (*be_prepare)(void *tm);
 static void *(*be_layer)(void *es);
+static void *(*be_wrap_mm)(void *mm);
 
 /*
  * The major version in a libLLVM file name: libLLVM-14.so.1 (Debian,
@@ -88,10 +99,14 @@ static void resolve(void)
 	real_layer = (void *(*)(void *))dlsym(
 		RTLD_NEXT,
 		"LLVMOrcCreateRTDyldObjectLinkingLayerWithSectionMemoryManager");
+	real_set_mm = (void *(*)(void *, void **))dlsym(RTLD_NEXT, CXX_SET_MM);
+	real_eb_create = (void *(*)(void *, void *))dlsym(RTLD_NEXT,
+							 CXX_EB_CREATE);
 
 	void *known = real_create ? (void *)real_create
 		      : real_create_cxx ? (void *)real_create_cxx
-		      : real_jtmb ? (void *)real_jtmb : (void *)real_layer;
+		      : real_jtmb ? (void *)real_jtmb
+		      : real_layer ? (void *)real_layer : (void *)real_set_mm;
 	if (known && dladdr(known, &di) && di.dli_fname) {
 		where = di.dli_fname;
 		major = llvm_major(where);
@@ -116,11 +131,14 @@ static void resolve(void)
 				h, "jitring_llvm_target_machine_prepare");
 			be_layer = (void *(*)(void *))dlsym(
 				h, "jitring_llvm_object_layer_create");
-			if (be_listener && be_prepare && be_layer)
+			be_wrap_mm = (void *(*)(void *))dlsym(
+				h, "jitring_llvm_perf_mcjit_memory_manager");
+			if (be_listener && be_prepare && be_layer && be_wrap_mm)
 				return;
 			be_listener = NULL;
 			be_prepare = NULL;
 			be_layer = NULL;
+			be_wrap_mm = NULL;
 		}
 	}
 	if (!where)
@@ -187,4 +205,29 @@ LLVMOrcCreateRTDyldObjectLinkingLayerWithSectionMemoryManager(void *es)
 {
 	pthread_once(&once, resolve);
 	return be_layer ? be_layer(es) : real_layer(es);
+}
+
+/*
+ * MCJIT through EngineBuilder (lli): the same layout.  A unique_ptr
+ * argument is passed by address (Itanium C++ ABI: not trivially
+ * copyable); its pointer is replaced by the wrapper, which owns the
+ * program's memory manager, and the caller destroys the emptied
+ * unique_ptr as it would have.
+ */
+SHIM_API void *set_mm_cxx(void *self, void **mm) __asm__(CXX_SET_MM);
+SHIM_API void *set_mm_cxx(void *self, void **mm)
+{
+	pthread_once(&once, resolve);
+	if (be_wrap_mm && *mm)
+		*mm = be_wrap_mm(*mm);
+	return real_set_mm(self, mm);
+}
+
+SHIM_API void *eb_create_cxx(void *self, void *tm) __asm__(CXX_EB_CREATE);
+SHIM_API void *eb_create_cxx(void *self, void *tm)
+{
+	pthread_once(&once, resolve);
+	if (be_prepare)
+		be_prepare(tm);
+	return real_eb_create(self, tm);
 }
