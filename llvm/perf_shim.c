@@ -15,7 +15,7 @@
  * Preloaded, it lands in every process the environment reaches: shells,
  * scripts, helpers that never JIT.  So it is C and links only libc: no
  * libLLVM, no C++ runtime, no jitring, no constructor.  The first call of
- * one of the four names finds the libLLVM that defines the real one
+ * one of these names finds the libLLVM that defines the real one
  * (dlsym(RTLD_NEXT) and dladdr()), reads its major version from its file
  * name (libLLVM-14.so.1; libLLVM.so.18.1 from LLVM 18 on), and dlopens
  * libjitring-llvm-perf-<major>.so from this library's own folder: the
