@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: bench-record ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser deps-llvm bench-llvm test-llvm15 build demo test test-unit test-asan test-tsan \
+.PHONY: bench-record ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser deps-llvm bench-llvm bench-llvm-preload test-llvm15 build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python wheel test-python-newer
 
@@ -239,6 +239,14 @@ bench-llvm: deps-bench deps-llvm build-release/build.ninja
 	@d=$$(mktemp -d /dev/shm/jitring-llvm-bench.XXXXXX) && \
 	build-release/llvm/bench/listener_driver --objects 1024 --dir $$d \
 		| tee bench/results/llvm-listener.txt; rc=$$?; rm -rf $$d; exit $$rc
+
+# What preloading libjitring-llvm-perf.so costs processes that never ask
+# for LLVM's listener: peak RSS and start-up of /bin/true, python3 -c pass
+# and sh -c :, with and without it.
+bench-llvm-preload:
+	$(NINJA) -C build llvm/libjitring-llvm-perf.so
+	bash bench/llvm_preload.sh build/llvm/libjitring-llvm-perf.so \
+		| tee bench/results/llvm-preload.txt
 
 # What `python -m jitring record` costs at 20,000 / 100,000 fresh functions
 # and on an 8-thread job: the route before it (perf inject on
