@@ -43,8 +43,8 @@
 #define CXX_CREATE "_ZN4llvm16JITEventListener26createPerfJITEventListenerEv"
 /* llvm::EngineBuilder::setMCJITMemoryManager(std::unique_ptr<
  * RTDyldMemoryManager>) and llvm::EngineBuilder::create(TargetMachine *). */
-#define CXX_SET_MM                                                           \
-	"_ZN4llvm13EngineBuilder21setMCJITMemoryManagerESt10unique_ptrINS_"   \
+#define CXX_SET_MM                                                             \
+	"_ZN4llvm13EngineBuilder21setMCJITMemoryManagerESt10unique_ptrINS_"    \
 	"19RTDyldMemoryManagerESt14default_deleteIS2_EE"
 #define CXX_EB_CREATE "_ZN4llvm13EngineBuilder6createEPNS_13TargetMachineE"
 
@@ -95,18 +95,25 @@ static void resolve(void)
 					     "LLVMCreatePerfJITEventListener");
 	real_create_cxx = (void *(*)(void))dlsym(RTLD_NEXT, CXX_CREATE);
 	real_jtmb = (void *(*)(void *))dlsym(
-		RTLD_NEXT, "LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine");
+		RTLD_NEXT,
+		"LLVMOrcJITTargetMachineBuilderCreateFromTargetMachine");
 	real_layer = (void *(*)(void *))dlsym(
 		RTLD_NEXT,
 		"LLVMOrcCreateRTDyldObjectLinkingLayerWithSectionMemoryManager");
 	real_set_mm = (void *(*)(void *, void **))dlsym(RTLD_NEXT, CXX_SET_MM);
-	real_eb_create = (void *(*)(void *, void *))dlsym(RTLD_NEXT,
-							 CXX_EB_CREATE);
+	real_eb_create =
+		(void *(*)(void *, void *))dlsym(RTLD_NEXT, CXX_EB_CREATE);
 
-	void *known = real_create ? (void *)real_create
-		      : real_create_cxx ? (void *)real_create_cxx
-		      : real_jtmb ? (void *)real_jtmb
-		      : real_layer ? (void *)real_layer : (void *)real_set_mm;
+	/* Any of them names the libLLVM: the first one found. */
+	void *known = (void *)real_create;
+	if (!known)
+		known = (void *)real_create_cxx;
+	if (!known)
+		known = (void *)real_jtmb;
+	if (!known)
+		known = (void *)real_layer;
+	if (!known)
+		known = (void *)real_set_mm;
 	if (known && dladdr(known, &di) && di.dli_fname) {
 		where = di.dli_fname;
 		major = llvm_major(where);
@@ -142,15 +149,18 @@ static void resolve(void)
 		}
 	}
 	if (!where)
-		fprintf(stderr, "jitring-llvm-perf: no libLLVM in this process "
-				"(LLVM linked statically?); jitring's listener "
-				"is built for LLVM " JITRING_LLVM_VERSIONS
-				"; using LLVM's perf listener\n");
+		fprintf(stderr,
+			"jitring-llvm-perf: no libLLVM in this process "
+			"(LLVM linked statically?); jitring's listener "
+			"is built for LLVM %s; using LLVM's perf "
+			"listener\n",
+			JITRING_LLVM_VERSIONS);
 	else
-		fprintf(stderr, "jitring-llvm-perf: this process uses LLVM %d "
-				"(%s); jitring's listener is built for LLVM "
-				JITRING_LLVM_VERSIONS " (%s); using LLVM's perf "
-				"listener\n", major, where,
+		fprintf(stderr,
+			"jitring-llvm-perf: this process uses LLVM %d "
+			"(%s); jitring's listener is built for LLVM %s "
+			"(%s); using LLVM's perf listener\n",
+			major, where, JITRING_LLVM_VERSIONS,
 			why ? why : "none for this file name");
 }
 
@@ -170,9 +180,11 @@ static void *listener(void *(*const *real)(void))
 		if (l)
 			return l;
 		if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
-			fprintf(stderr, "jitring-llvm-perf: cannot open the "
-					"jitdump (%s); using LLVM's perf "
-					"listener\n", strerror(-err));
+			fprintf(stderr,
+				"jitring-llvm-perf: cannot open the "
+				"jitdump (%s); using LLVM's perf "
+				"listener\n",
+				strerror(-err));
 	}
 	return *real ? (*real)() : NULL;
 }
