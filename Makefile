@@ -124,8 +124,9 @@ test: build-py deps-cross deps-browser
 	@$(PY) scripts/test-summary.py --expect-suite python build/meson-logs/testlog.json
 
 # The llvm suite again, with the listener built against LLVM 15
-# (scripts/llvm15.ini); only what the suite needs is built.  pg_perf skips
-# there: PostgreSQL 15's JIT uses LLVM 14.
+# (scripts/llvm15.ini); only what the suite needs is built (the preload's
+# listener for every LLVM installed: lli_perf runs lli-14 too).  pg_perf
+# skips there: PostgreSQL 15's JIT uses LLVM 14.
 build-llvm15/build.ninja: | deps deps-llvm
 	$(MESON) setup build-llvm15 --native-file scripts/llvm15.ini \
 		-Dtestpoints=false -Dbench=disabled
@@ -133,7 +134,9 @@ build-llvm15/build.ninja: | deps deps-llvm
 test-llvm15: build-llvm15/build.ninja
 	@if [ -x "$$(command -v llvm-config-15)" ]; then \
 		$(NINJA) -C build-llvm15 llvm/tests/orcjit tools/jitring-dump \
-			llvm/libjitring-llvm-perf.so llvm/libjitring-llvm-perf-15.so; fi
+			llvm/libjitring-llvm-perf.so $$(for v in 14 15; do \
+			[ -x "$$(command -v llvm-config-$$v)" ] && \
+			echo llvm/libjitring-llvm-perf-$$v.so; done); fi
 	@rm -f build-llvm15/meson-logs/testlog.json
 	-@$(MESON) test -C build-llvm15 --no-rebuild --num-processes 1 \
 		--print-errorlogs --suite llvm \
