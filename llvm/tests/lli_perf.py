@@ -8,7 +8,8 @@ build made a listener for, comma-separated: 14,15)
 For each of them whose lli-<major> is installed, -jit-kind=mcjit: the
 dump passes jitring-dump --check --sorted; each of the four functions has
 a CODE_LOAD with UNWINDING_INFO; and the samples in chain_hot have
-chain_b, chain_a and main above them, in that order (MCJIT calls the
+chain_b, chain_a and main above them, in that order, and lli's frames in
+libLLVM above main (MCJIT calls the
 listener before it relocates the object, and lays its functions out back
 to back: the preload's layout and the relocated FDEs are what make this
 hold).  -jit-kind=orc-lazy: lli 14 and 15 never ask for a perf listener
@@ -56,13 +57,19 @@ def mcjit(t, scratch, build, v, preload, dumptool, chain):
     i = run(['perf', 'inject', '--jit', '-i', data, '-o', jdata])
     if not t.check(i.returncode == 0, '%s: perf inject --jit' % tag):
         return
-    hot = [[sym for sym, _ in s] for s in perf_samples(jdata)
-           if s[0][0] == 'chain_hot']
-    full = [s for s in hot if s[1:4] == ['chain_b', 'chain_a', 'main']]
+    hot = [s for s in perf_samples(jdata) if s[0][0] == 'chain_hot']
+    full = [s for s in hot
+            if [sym for sym, _ in s[1:4]] == ['chain_b', 'chain_a', 'main']]
+    # Past main, lli's own frames (llvm::MCJIT::runFunction in libLLVM).
+    native = [s for s in full if len(s) > 4 and 'jitted-' not in s[4][1]
+              and 'libLLVM' in s[4][1]]
     t.check(len(hot) >= 50, '%s: %d samples in chain_hot' % (tag, len(hot)))
     t.check(hot and len(full) >= 0.95 * len(hot),
             '%s: %d of %d samples in chain_hot have chain_b, chain_a, '
             'main above them' % (tag, len(full), len(hot)))
+    t.check(hot and len(native) >= 0.95 * len(hot),
+            '%s: %d of %d have libLLVM\'s frames above main' %
+            (tag, len(native), len(hot)))
 
 
 def orc_lazy(t, scratch, v, preload, chain):
