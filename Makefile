@@ -9,7 +9,7 @@ NINJA ?= ninja
 PY ?= python3
 JOBS ?= 2
 
-.PHONY: bench-record ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser deps-llvm bench-llvm test-llvm15 build demo test test-unit test-asan test-tsan \
+.PHONY: bench-record ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser deps-llvm bench-llvm bench-llvm-preload test-llvm15 build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
 	test-python-gil bench-python wheel test-python-newer
 
@@ -25,9 +25,12 @@ deps-clang:
 	@bash scripts/deps.sh fuzz
 
 # Best effort: without them the llvm suite skips (and says why).
+# LLVM 15 apart: without it only LLVM 14 programs get jitring's listener.
 deps-llvm:
 	-@bash scripts/deps.sh llvm || \
 		echo "jitring: no llvm-14-dev/postgresql-15; the llvm suite will skip"
+	-@bash scripts/deps.sh llvm15 || \
+		echo "jitring: no llvm-15-dev; no listener for LLVM 15 programs"
 
 # Best effort: without them the aarch64 trampoline test skips.
 deps-cross:
@@ -121,8 +124,9 @@ test: build-py deps-cross deps-browser
 	@$(PY) scripts/test-summary.py --expect-suite python build/meson-logs/testlog.json
 
 # The llvm suite again, with the listener built against LLVM 15
-# (scripts/llvm15.ini); only what the suite needs is built.  pg_perf skips
-# there: PostgreSQL 15's JIT uses LLVM 14.
+# (scripts/llvm15.ini); only what the suite needs is built (the preload's
+# listener for every LLVM installed: lli_perf runs lli-14 too).  pg_perf
+# skips there: PostgreSQL 15's JIT uses LLVM 14.
 build-llvm15/build.ninja: | deps deps-llvm
 	$(MESON) setup build-llvm15 --native-file scripts/llvm15.ini \
 		-Dtestpoints=false -Dbench=disabled
@@ -130,7 +134,9 @@ build-llvm15/build.ninja: | deps deps-llvm
 test-llvm15: build-llvm15/build.ninja
 	@if [ -x "$$(command -v llvm-config-15)" ]; then \
 		$(NINJA) -C build-llvm15 llvm/tests/orcjit tools/jitring-dump \
-			llvm/libjitring-llvm-perf.so; fi
+			llvm/libjitring-llvm-perf.so $$(for v in 14 15; do \
+			[ -x "$$(command -v llvm-config-$$v)" ] && \
+			echo llvm/libjitring-llvm-perf-$$v.so; done); fi
 	@rm -f build-llvm15/meson-logs/testlog.json
 	-@$(MESON) test -C build-llvm15 --no-rebuild --num-processes 1 \
 		--print-errorlogs --suite llvm \
@@ -236,6 +242,14 @@ bench-llvm: deps-bench deps-llvm build-release/build.ninja
 	@d=$$(mktemp -d /dev/shm/jitring-llvm-bench.XXXXXX) && \
 	build-release/llvm/bench/listener_driver --objects 1024 --dir $$d \
 		| tee bench/results/llvm-listener.txt; rc=$$?; rm -rf $$d; exit $$rc
+
+# What preloading libjitring-llvm-perf.so costs processes that never ask
+# for LLVM's listener: peak RSS and start-up of /bin/true, python3 -c pass
+# and sh -c :, with and without it.
+bench-llvm-preload:
+	$(NINJA) -C build llvm/libjitring-llvm-perf.so
+	bash bench/llvm_preload.sh build/llvm/libjitring-llvm-perf.so \
+		| tee bench/results/llvm-preload.txt
 
 # What `python -m jitring record` costs at 20,000 / 100,000 fresh functions
 # and on an 8-thread job: the route before it (perf inject on

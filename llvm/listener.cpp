@@ -8,9 +8,14 @@
 //    addresses from the LoadedObjectInfo's section load addresses, or from
 //    the debug object (getObjectForDebug, whose sections carry their load
 //    addresses) when the object has a line table.
-//  - unwinding: the object's .eh_frame as RuntimeDyld loaded and relocated
-//    it in memory (ORC calls listeners after the object is finalised, so
-//    every pc_begin there is the run-time address).  jitring takes one CIE
+//  - unwinding: the object's .eh_frame as RuntimeDyld loaded it in
+//    memory, each FDE's pc_begin taken from the object's relocation of
+//    that field (the load address of the symbol it names, plus the
+//    addend): ORC calls listeners once the object is relocated, but MCJIT
+//    calls them before RuntimeDyld::resolveRelocations(), when every
+//    pc_begin in memory still holds the unrelocated field.  The
+//    relocations give the same address in both.  Only pc_begin is
+//    relocated: the CIE and FDE are final as loaded.  jitring takes one CIE
 //    with augmentation "zR" and one FDE with pcrel|sdata4 pointers, so
 //    each function's CIE and FDE are re-encoded in that form: the call
 //    frame instructions are copied as they are (LLVM emits no
@@ -32,6 +37,7 @@
 #include <llvm/DebugInfo/DWARF/DWARFContext.h>
 #include <llvm/ExecutionEngine/JITEventListener.h>
 #include <llvm/ExecutionEngine/RuntimeDyld.h>
+#include <llvm/Object/ELFObjectFile.h>
 #include <llvm/Object/ObjectFile.h>
 #include <llvm/Object/SymbolSize.h>
 
@@ -189,8 +195,18 @@ bool parse_cie(const uint8_t *c, Cie &cie)
 	return true;
 }
 
+// What the relocations of .eh_frame make of the field at `offset`: the
+// run-time address the field points to (S + A), sorted by offset.
+struct Reloc {
+	uint64_t offset;
+	uint64_t target;
+};
+
 // Every FDE of a loaded .eh_frame, with its run-time pc range, sorted.
-void index_fdes(const uint8_t *base, uint64_t size, std::vector<Fde> &out)
+// pc_begin comes from `relocs` where one covers the field, else from
+// memory (an object RuntimeDyld has already relocated).
+void index_fdes(const uint8_t *base, uint64_t size,
+		const std::vector<Reloc> &relocs, std::vector<Fde> &out)
 {
 	const uint8_t *p = base, *end = base + size;
 	while (end - p >= 8) {
@@ -208,10 +224,19 @@ void index_fdes(const uint8_t *base, uint64_t size, std::vector<Fde> &out)
 			    cie.fde_enc != kPeOmit) {
 				const uint8_t *q = p + 8;
 				uint64_t pc, range;
+				auto r = std::lower_bound(
+					relocs.begin(), relocs.end(),
+					uint64_t(q - base),
+					[](const Reloc &x, uint64_t o) {
+						return x.offset < o;
+					});
+				bool rel = r != relocs.end() &&
+					   r->offset == uint64_t(q - base);
 				if (read_ptr(q, rec_end, cie.fde_enc, true, pc) &&
 				    read_ptr(q, rec_end, cie.fde_enc & 0x0f,
 					     false, range))
-					out.push_back({pc, range, c, p});
+					out.push_back({rel ? r->target : pc, range,
+						       c, p});
 			}
 		}
 		p = rec_end;
@@ -303,6 +328,67 @@ bool reencode(const Fde &f, uint64_t size, std::vector<uint8_t> &b)
 	b.insert(b.end(), q, fend);
 	close_record(b, fde);
 	return b.size() <= JITRING_EH_FRAME_MAX;
+}
+
+// The run-time address each relocation of an ELF object's .eh_frame puts
+// in its field: the load address of the symbol's section, plus the
+// symbol's offset in it, plus the addend.  Only pc_begin fields (and
+// personality/LSDA pointers, which the re-encoder leaves out) are
+// relocated.  Nothing for other formats: their .eh_frame is read as
+// loaded.
+void eh_frame_relocs(const object::ObjectFile &obj,
+		     const RuntimeDyld::LoadedObjectInfo &info,
+		     std::vector<Reloc> &out)
+{
+	if (!isa<object::ELFObjectFileBase>(&obj))
+		return;
+	for (const object::SectionRef &rs : obj.sections()) {
+		Expected<object::section_iterator> target =
+			rs.getRelocatedSection();
+		if (!target) {
+			consumeError(target.takeError());
+			continue;
+		}
+		if (*target == obj.section_end())
+			continue;
+		Expected<StringRef> name = (*target)->getName();
+		if (!name) {
+			consumeError(name.takeError());
+			continue;
+		}
+		if (*name != ".eh_frame")
+			continue;
+		for (const object::RelocationRef &rel : rs.relocations()) {
+			object::symbol_iterator sym = rel.getSymbol();
+			if (sym == obj.symbol_end())
+				continue;
+			Expected<object::section_iterator> sec =
+				sym->getSection();
+			Expected<uint64_t> addr = sym->getAddress();
+			Expected<int64_t> addend =
+				object::ELFRelocationRef(rel).getAddend();
+			if (!sec || !addr || !addend) {
+				if (!sec)
+					consumeError(sec.takeError());
+				if (!addr)
+					consumeError(addr.takeError());
+				if (!addend)
+					consumeError(addend.takeError());
+				continue;
+			}
+			if (*sec == obj.section_end())
+				continue;
+			uint64_t load = info.getSectionLoadAddress(**sec);
+			if (!load)
+				continue;
+			out.push_back({rel.getOffset(),
+				       load + *addr - (*sec)->getAddress() +
+					       uint64_t(*addend)});
+		}
+	}
+	std::sort(out.begin(), out.end(), [](const Reloc &a, const Reloc &b) {
+		return a.offset < b.offset;
+	});
 }
 
 class Listener final : public JITEventListener {
@@ -421,7 +507,9 @@ void Listener::notifyObjectLoaded(ObjectKey, const object::ObjectFile &obj,
 	objects_.fetch_add(1, std::memory_order_relaxed);
 
 	std::vector<Fde> fdes;
+	std::vector<Reloc> relocs;
 	bool has_lines = false;
+	eh_frame_relocs(obj, info, relocs);
 	for (const object::SectionRef &sec : obj.sections()) {
 		Expected<StringRef> name = sec.getName();
 		if (!name) {
@@ -433,7 +521,7 @@ void Listener::notifyObjectLoaded(ObjectKey, const object::ObjectFile &obj,
 			if (at && sec.getSize())
 				index_fdes(reinterpret_cast<const uint8_t *>(
 						   uintptr_t(at)),
-					   sec.getSize(), fdes);
+					   sec.getSize(), relocs, fdes);
 		} else if (*name == ".debug_line") {
 			has_lines = true;
 		}

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Install the Debian 12 packages jitring needs, only those missing.
-# Usage: scripts/deps.sh [core|bench|fuzz|cross|python|browser|llvm|all]   (default: core)
+# Usage: scripts/deps.sh [core|bench|fuzz|cross|python|browser|llvm|llvm15|all]   (default: core)
 # cross: an aarch64 cross compiler and qemu-user, for the aarch64
 # trampoline test (tests/cross/run-aarch64.sh), which skips without them.
 # python: what scripts/build-python.sh needs to build CPython from source
@@ -9,9 +9,10 @@
 # the tests and the runner use).
 # browser: a headless browser for the flame graph page's test
 # (python/tests/test_flame.py), which skips without it.
-# llvm: LLVM 14 for the listener in llvm/ (and 15, for make test-llvm15),
-# and PostgreSQL 15 (its JIT uses LLVM 14) as the listener's real client in
-# the llvm suite.
+# llvm: LLVM 14 for the listener in llvm/, and PostgreSQL 15 (its JIT uses
+# LLVM 14) as the listener's real client in the llvm suite.
+# llvm15: LLVM 15 (Debian 12's llvm-15-dev), for a second listener that the
+# preloaded library picks in LLVM 15 programs (lli-15), and make test-llvm15.
 set -euo pipefail
 
 core=(gcc g++ make pkg-config meson ninja-build python3 binutils
@@ -21,7 +22,8 @@ fuzz=(clang libclang-rt-14-dev clang-format)
 cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 python=(xz-utils zlib1g-dev libbz2-dev liblzma-dev libffi-dev)
 browser=(chromium)
-llvm=(llvm-14-dev llvm-15-dev postgresql-15)
+llvm=(llvm-14-dev postgresql-15)
+llvm15=(llvm-15-dev)
 
 want=("${core[@]}")
 case "${1:-core}" in
@@ -32,8 +34,9 @@ cross) want+=("${cross[@]}") ;;
 python) want+=("${python[@]}") ;;
 browser) want+=("${browser[@]}") ;;
 llvm) want+=("${llvm[@]}") ;;
-all) want+=("${bench[@]}" "${fuzz[@]}" "${cross[@]}" "${python[@]}" "${browser[@]}" "${llvm[@]}") ;;
-*) echo "usage: $0 [core|bench|fuzz|cross|python|browser|llvm|all]" >&2; exit 2 ;;
+llvm15) want+=("${llvm15[@]}") ;;
+all) want+=("${bench[@]}" "${fuzz[@]}" "${cross[@]}" "${python[@]}" "${browser[@]}" "${llvm[@]}" "${llvm15[@]}") ;;
+*) echo "usage: $0 [core|bench|fuzz|cross|python|browser|llvm|llvm15|all]" >&2; exit 2 ;;
 esac
 
 missing=()

@@ -106,7 +106,12 @@ def main(t):
     # The postgres user must reach the preloaded libraries.
     libdir = os.path.join(scratch, 'lib')
     os.mkdir(libdir)
-    for f in [preload, os.path.join(build, 'src', 'libjitring.so.0')]:
+    # The preloaded shim dlopens the listener built for the server's LLVM
+    # from its own folder.
+    backends = glob.glob(os.path.join(build, 'llvm',
+                                      'libjitring-llvm-perf-*.so'))
+    for f in [preload, os.path.join(build, 'src', 'libjitring.so.0')] + \
+            backends:
         shutil.copy(f, libdir, follow_symlinks=True)
     os.chmod(libdir, 0o755)
 
