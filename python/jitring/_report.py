@@ -35,6 +35,7 @@ threads, its native code: own_work()) are left out altogether.
 
 import errno
 import fcntl
+import functools
 import json
 import os
 import re
@@ -479,6 +480,8 @@ RUNNER = ("<module>", "main", "run_script", "run_module")
 OWN_THREADS = ("jitring-own", "jitring-flush", "jitring-write")
 
 
+# Pure, and called for every frame of every sample: cached.
+@functools.lru_cache(maxsize=None)
 def _package_frame(name):
     """For a Python frame of jitring's package, (qualname, module file);
     else None."""
@@ -494,6 +497,7 @@ def _runner_frame(where):
         where[0] in RUNNER
 
 
+@functools.lru_cache(maxsize=None)
 def _own_frame(name):
     """A Python frame of jitring's package (its runner, its at-exit stop)
     or of runpy."""
@@ -502,6 +506,7 @@ def _own_frame(name):
             fn.endswith("/runpy.py") or fn == "<frozen runpy>")
 
 
+@functools.lru_cache(maxsize=None)
 def _own_dso(dso):
     """jitring's extension (libjitring is linked into it) or library."""
     return os.path.basename(dso).startswith(("_jitring.", "libjitring"))
@@ -536,11 +541,13 @@ def own_work(comm, frames):
     return _runner_frame(_package_frame(frames[inner][0]))
 
 
+@functools.lru_cache(maxsize=None)
 def _interp_dso(dso):
     base = os.path.basename(dso)
     return base.startswith(("python", "libpython"))
 
 
+@functools.lru_cache(maxsize=None)
 def label(sym, dso):
     """A frame's name: a Python function as jitring named it, a native
     one with its file's name (perf's "[unknown]", "[kernel]" as they
