@@ -632,11 +632,22 @@ class WindowWait:
         self.signum = signum
         raise KeyboardInterrupt
 
-    def wait(self, duration):
+    def wait(self, duration, win=None):
+        """Until @duration (None: a signal) is over; with @win, whose
+        start may still be unanswered, its late answer read meanwhile (an
+        error ends the window: AttachError)."""
         import threading
         old = {s: signal.signal(s, self.stop) for s in FORWARDED}
+        end = None if duration is None else time.monotonic() + duration
         try:
-            threading.Event().wait(duration)
+            while True:
+                left = 3600.0 if end is None else end - time.monotonic()
+                if left <= 0:
+                    break
+                if win is None or win.answer is not None:
+                    threading.Event().wait(None if end is None else left)
+                    break
+                win.poll(min(left, 1.0))
         except KeyboardInterrupt:
             pass
         finally:
@@ -681,20 +692,34 @@ def attach_window(opts, perf_bin, info, how, out):
                               % (opts.pid, opts.event, p.why()))
         try:
             win = _attach.Window(info, out, limit, procs)
-            win.start()
+            a = win.start()
         except _attach.AttachError as e:
             raise RecordError(str(e))
         sys.stderr.write("jitring record: attached to process %d (%s); "
-                         "%s\n" % (opts.pid, how,
-                                   "for %g s" % opts.duration
-                                   if opts.duration else
-                                   "Ctrl-C ends the window"))
-        WindowWait().wait(opts.duration)
+                         "%s%s\n" % (opts.pid, how,
+                                     "for %g s" % opts.duration
+                                     if opts.duration else
+                                     "Ctrl-C ends the window",
+                                     "; its answer is still to come (no "
+                                     "thread of it runs Python yet)"
+                                     if a.get("pending") else ""))
+        late = None
+        try:
+            WindowWait().wait(opts.duration, win)
+        except _attach.AttachError as e:
+            late = e
         try:
             win.stop()
         except _attach.AttachError as e:
             sys.stderr.write("jitring record: %s (it stops by itself, "
                              "record being gone)\n" % e)
+        if late is not None:
+            raise RecordError(str(late))
+        if win.answer is None:
+            sys.stderr.write("jitring record: process %d ran no Python in "
+                             "the window: jitring did not start there\n"
+                             % opts.pid)
+        meta["answered"] = win.answer is not None
     finally:
         if win:
             win.close()
