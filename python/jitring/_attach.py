@@ -37,8 +37,8 @@ of record's process: a line on the FIFO (record's stop), its end (record
 gone), record's exit, or the window's limit (its --duration plus
 LIMIT_SLACK seconds, or LIMIT_UNBOUNDED without one) makes it call
 jitring.stop(), which closes the dump whole.  A fork child started in the
-window runs such a thread of its own and stops with the window; a child
-that execs is not profiled (the window changes no environment).
+window is left out of it (its jitring stops at the fork: _child_fork());
+a child that execs is not profiled (the window changes no environment).
 """
 
 import _thread
@@ -74,13 +74,16 @@ def _answer(ack, **kw):
         os.close(fd)
 
 
-def _watcher(pidfd, wake, limit, stopfd=-1, ack=None, child=False):
+def _watcher(pidfd, wake, limit, stopfd=-1, ack=None):
     import select
     import jitring
     # The whole thread is jitring's: its samples are left out.
     try:
-        with open("/proc/thread-self/comm", "wb") as f:
-            f.write(jitring.OWN_NAME)
+        fd = os.open("/proc/thread-self/comm", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, jitring.OWN_NAME)
+        finally:
+            os.close(fd)
     except OSError:
         pass
     fds = [wake] + [fd for fd in (pidfd, stopfd) if fd >= 0]
@@ -88,13 +91,12 @@ def _watcher(pidfd, wake, limit, stopfd=-1, ack=None, child=False):
         r, _, _ = select.select(fds, [], [], limit)
     except (OSError, ValueError):
         r = []
-    # record's stop (a line on the window's stop FIFO, never read here so
-    # that a fork child's watcher sees it too, or its end of the FIFO
-    # closed), record gone, or the limit passed.  A wake: target_stop()
-    # stops, or a later window took over; a fork child stops either way.
-    if child or wake not in r:
+    # record's stop (a line on the window's stop FIFO, or its end: record
+    # gone), record's exit, or the limit passed.  A wake: target_stop()
+    # stops, or a later window took over.
+    if wake not in r:
         was = jitring.stop()
-        if stopfd in r and ack and not child:
+        if stopfd in r and ack:
             _answer(ack, ok=True, stopped=bool(was))
     for fd in (pidfd, wake, stopfd):
         if fd >= 0:
@@ -104,29 +106,25 @@ def _watcher(pidfd, wake, limit, stopfd=-1, ack=None, child=False):
                 pass
 
 
-def _child_watch():
-    """A fork child of a process with an open window: the child's jitring
-    (its own dump, beside the parent's) stops when the window ends, as the
-    parent's does; the parent's watcher thread is not in the child."""
+def _child_fork():
+    """A fork child of a process with an open window is left out of it:
+    its jitring (a dump of its own, beside the parent's) stops here, in
+    the forking thread.  The child cannot watch the window's end itself: a
+    new thread in a fork child of a threaded process can wait forever on a
+    lock a thread the child does not have held at the fork."""
     global _watch
     w, _watch = _watch, None
     if w is None:
         return
-    import jitring
-    fds = [os.dup(fd) if fd >= 0 else -1 for fd in w[2]]
-    try:
-        os.close(w[1])
-    except OSError:
-        pass
-    if not jitring.is_active():
-        for fd in fds:
-            if fd >= 0:
+    for fd in (w[1],) + tuple(w[2]):
+        if fd >= 0:
+            try:
                 os.close(fd)
-        return
-    import threading
-    threading.Thread(target=_watcher, args=(fds[0], fds[1], w[3], fds[2],
-                                            None, True),
-                     name="jitring-attach", daemon=True).start()
+            except OSError:
+                pass
+    import jitring
+    if jitring.is_active():
+        jitring.stop()
 
 
 def _stop_watch():
@@ -175,7 +173,7 @@ def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1):
                                                 ack),
                          name="jitring-attach", daemon=True)
     t.start()
-    # The descriptors a fork child's watcher takes copies of.
+    # The descriptors a fork child closes.
     _watch = (t, wake_w, (pidfd, wake_r, stopfd), limit)
     _answer(ack, ok=True, was_active=False)
 
@@ -272,7 +270,7 @@ def standby():
     signal.signal(STANDBY_SIGNAL, standby_handler)
 
 
-os.register_at_fork(after_in_child=_child_watch)
+os.register_at_fork(after_in_child=_child_fork)
 
 
 # ---- record's side ------------------------------------------------------
