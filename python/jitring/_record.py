@@ -726,9 +726,36 @@ def attach_window(opts, perf_bin, info, how, out):
         perf_rc = p.stop()
     meta["seconds"] = time.time() - meta["started"]
     meta["perf_status"] = perf_rc
+    if how == "as-is":
+        copy_live_dump(opts.pid, out)
     _report.claim_grown(out, ())
     _report.write_meta(out, meta)
     return out, meta
+
+
+def copy_live_dump(pid, out):
+    """A service whose jitring was on before record came writes its dump
+    where it chose, and goes on writing it: the recording takes a copy of
+    what it holds now (perf.data's marker is pointed at the copy when the
+    recording is finished), so that finishing, and any later report,
+    works on the copy and never on the service's file."""
+    name = "jit-%d.dump" % pid
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            paths = {l.split(None, 5)[5].strip() for l in f
+                     if l.rstrip().endswith("/" + name)}
+    except (OSError, IndexError):
+        return
+    for src in sorted(paths):
+        dst = os.path.join(out, name)
+        if os.path.exists(dst) or not os.path.isfile(src):
+            continue
+        try:
+            shutil.copyfile(src, dst + ".tmp")
+            os.replace(dst + ".tmp", dst)
+        except OSError:
+            pass
+        break
 
 
 def main(argv):
