@@ -96,6 +96,7 @@ def _watcher(pidfd, wake, limit, stopfd=-1, ack=None):
     # stops, or a later window took over.
     if wake not in r:
         was = jitring.stop()
+        _forget(wake)
         if stopfd in r and ack:
             _answer(ack, ok=True, stopped=bool(was))
     for fd in (pidfd, wake, stopfd):
@@ -104,6 +105,21 @@ def _watcher(pidfd, wake, limit, stopfd=-1, ack=None):
                 os.close(fd)
             except OSError:
                 pass
+
+
+def _forget(wake):
+    """The watcher of @wake stopped by itself: its window is over, and its
+    wake pipe's other end is closed now, not at the next window."""
+    global _watch
+    with _request_lock:
+        w = _watch
+        if w is None or w[2][1] != wake:
+            return
+        _watch = None
+    try:
+        os.close(w[1])
+    except OSError:
+        pass
 
 
 def _child_fork():
@@ -129,12 +145,16 @@ def _child_fork():
 
 def _stop_watch():
     global _watch
-    if _watch is None:
-        return
-    thread, wake_w = _watch[:2]
-    _watch = None
+    with _request_lock:     # against _forget()
+        if _watch is None:
+            return
+        thread, wake_w = _watch[:2]
+        _watch = None
     try:
         os.write(wake_w, b"x")
+    except OSError:
+        pass            # EPIPE: the watcher is gone already
+    try:
         os.close(wake_w)
     except OSError:
         pass
