@@ -363,7 +363,11 @@ def test_live_dump(t, py, newer):
         time.sleep(0.5)
         ino = os.stat(dump).st_ino
         bad = []
-        for i, after in enumerate((0.3, 0.9, 1.6, 3.0)):
+        # Where to kill record: once a file of its finishing is there (and
+        # a while after), or a time after its window.
+        points = (("perf-inject.log", 0.0), ("perf-inject.log", 0.2),
+                  ("perf.jit.data", 0.0), (None, 1.5))
+        for i, (when, after) in enumerate(points):
             out = os.path.join(t.scratch, "live%d" % i)
             p = subprocess.Popen([py, "-m", "jitring", "record", "-o", out,
                                   "--pid", str(svc.pid), "--duration",
@@ -371,7 +375,11 @@ def test_live_dump(t, py, newer):
                                  stderr=subprocess.PIPE, text=True,
                                  env=dict(os.environ, HOME=t.scratch))
             p.stderr.readline()
-            time.sleep(0.5 + after)
+            end = time.monotonic() + 60
+            while when and p.poll() is None and time.monotonic() < end \
+                    and not os.path.exists(os.path.join(out, when)):
+                time.sleep(0.002)
+            time.sleep(after + (0.5 if when is None else 0.0))
             p.kill()
             p.communicate()
             for step in ("killed", "report"):
@@ -383,7 +391,7 @@ def test_live_dump(t, py, newer):
                 if st is None or st.st_ino != ino or \
                         os.path.exists(dump + ".full") or \
                         profiling(svc.pid) == []:
-                    bad.append((after, step, st and st.st_ino,
+                    bad.append((when, after, step, st and st.st_ino,
                                 os.listdir(d)))
         t.check(not bad, "record killed at 4 points of its finishing, and "
                 "report after: the service's dump in place, the same file, "
