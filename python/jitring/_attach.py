@@ -662,14 +662,23 @@ class Window:
 
     def _send(self):
         pid = self.pid
-        d = _request_dir(pid)
+        try:
+            theirs = os.stat("/proc/%d" % pid).st_uid != os.getuid()
+        except OSError:
+            theirs = False
+        # A service of another user (record as root) cannot read a file in
+        # record's private folder: its script goes in the recording's
+        # folder then, where a request run after the folder is removed
+        # makes CPython print "Can't open debugger script" there.
+        d = self.out if theirs and self.how == "remote" else \
+            _request_dir(pid)
         req = {"nonce": self.nonce, "rpid": os.getpid(),
                "rstart": _start_time(os.getpid()), "stop": self.stop_path,
                "out": self.out, "ack": self.ack, "limit": self.limit,
                "procs": self.procs}
         if self.how == "remote":
             # Emptied ones of targets that are gone.
-            for n in os.listdir(d):
+            for n in [] if theirs else os.listdir(d):
                 if n.startswith("attach-") and n.endswith(".py") and \
                         n[7:-3].isdigit() and \
                         not os.path.exists("/proc/" + n[7:-3]):
@@ -677,7 +686,8 @@ class Window:
                         os.unlink(os.path.join(d, n))
                     except OSError:
                         pass
-            script = os.path.join(d, "attach-%d.py" % pid)
+            script = os.path.join(d, "%sattach-%d.py"
+                                  % ("." if theirs else "", pid))
             _write_atomic(script, REQUEST % req)
             self.request = script
             try:
