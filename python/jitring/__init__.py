@@ -34,12 +34,14 @@ _COMM = "/proc/thread-self/comm"
 _own_name = None        # the thread's own name while it carries OWN_NAME
 
 
-def _own_begin():
+def _own_begin(attached=False):
     """Under record: name this thread OWN_NAME, keeping the name it had.
-    Returns whether it did (False: not under record, or named already)."""
+    @attached: in a process record --pid attached to, which has no
+    $JITRING_RECORD_PROCS.  Returns whether it did (False: not under
+    record, or named already)."""
     global _own_name
-    if _own_name is not None or \
-            not _os.environ.get("JITRING_RECORD_PROCS"):
+    if _own_name is not None or not (
+            attached or _os.environ.get("JITRING_RECORD_PROCS")):
         return False
     try:
         fd = _os.open(_COMM, _os.O_RDWR | _os.O_CLOEXEC)

@@ -3,27 +3,35 @@
 for a window, and leave it as it was.
 
 Two sides.  record's side (probe(), Window) finds out what PID is, asks it
-to start jitring, waits for its answer, and at the end of the window asks
-it to stop.  The target's side (target_start(), target_stop(), and the
-watcher thread) runs inside PID, at its next safe point:
+to start jitring, and at the end of the window asks it to stop.  The
+target's side (target_request(), target_start(), and the watcher thread)
+runs inside PID, in whichever of its threads next runs Python:
 
-  CPython 3.14 and later: sys.remote_exec(PID, script) (PEP 768) runs a
-      two-line script that calls target_start() or target_stop().
+  CPython 3.14 and later: sys.remote_exec(PID, script) (PEP 768) asks the
+      main thread, and send_all_threads() every other thread, to run a
+      script that holds the whole request; it lives in
+      /tmp/jitring-<uid>/attach-<pid>.py and is emptied when the window
+      ends, so that a thread that runs it later runs nothing.
   3.12, 3.13: a process started with JITRING_PROFILE=standby has jitring's
       handler for STANDBY_SIGNAL (a real-time signal, SIGRTMIN+7), and
       nothing else: no hook, no dump, no thread.  record writes its request
-      to /tmp/jitring-<uid>/standby-<pid>.json (the user's runtime folder:
-      mode 0700, owned by the user) and sends the signal; the handler
-      reads the request and calls the same functions.
+      to /tmp/jitring-<uid>/standby-<pid>.json and sends the signal to the
+      main thread (tgkill), where Python runs signal handlers: a wait of
+      the main thread (a lock, select, pause) returns EINTR, runs the
+      handler, and waits again.
   A process whose jitring is already on (JITRING_PROFILE=1, or
       jitring.start() in its code) is recorded as it is, and left on.
 
-Every file of a window that the target reads or writes (the scripts for
-sys.remote_exec, the answer FIFO, the standby request) lives in the
-runtime folder or in a folder made fresh in it for the window (mkdtemp:
-mode 0700), which no other user can write, whatever -o is: nobody can
-swap a script, forge an answer, or point a name at another file.  record
-creates them O_EXCL|O_NOFOLLOW; the target opens the FIFO and the request
+Every file of a window that the target reads or writes lives in the
+user's runtime folder, /tmp/jitring-<uid> (mode 0700, owned by the user,
+checked with lstat), or in a folder made fresh in it for the window
+(Window.dir, mkdtemp: mode 0700), never in -o: the request script and the
+standby request in the runtime folder, the answer FIFO and the stop FIFO
+in the window's folder.  No other user can write there, whatever -o is:
+nobody can swap a script, forge an answer or a stop, or point a name at
+another file.  record creates its files O_EXCL|O_NOFOLLOW (a request is
+written to a new name in the window's folder, then renamed over the one
+the target reads); the target opens the FIFOs and the standby request
 with O_NOFOLLOW and checks what it opened (a script CPython reads
 itself).
 record attaches only to a process of its own user (root too: a service
@@ -32,15 +40,27 @@ beside, in a folder that user can change); it holds a lock per target
 (RUNTIME/attach-<pid>.lock, naming its pid) for the window, so a second
 record on the same process is refused at once.
 
-The target answers on the FIFO (one JSON line); record waits for it at
-most ANSWER_SECONDS.  While the window is open, a
-daemon thread in the target ("jitring-attach") waits on a pidfd of
-record's process: if record dies, is killed, or the window's limit
-(its --duration plus LIMIT_SLACK seconds, or LIMIT_UNBOUNDED without one)
-passes, or the thread fails in any way, it calls jitring.stop(), which
-closes the dump whole.
+Each window has a nonce and a stop FIFO.  A request does something only
+while record (its pid and start time) is alive and that FIFO is there,
+and only once (the first thread to run it); otherwise it does nothing and
+prints nothing.  The target answers on the answer FIFO (one JSON line);
+record waits START_WAIT for it, then opens the window with the answer
+still to come (a process none of whose threads runs Python starts when
+one does).
+
+While the window is open, a daemon thread in the target ("jitring-attach",
+named jitring-own as the thread that runs a request is meanwhile, so that
+the profile leaves jitring's work out) waits on the stop FIFO and a pidfd
+of record's process: a line on the FIFO (record's stop), its end (record
+gone), record's exit, the window's limit (its --duration plus LIMIT_SLACK
+seconds, or LIMIT_UNBOUNDED without one or with one it cannot use), or
+any failure of the wait makes it call jitring.stop(), which closes the
+dump whole.  A fork child started in the window is left out of it (its
+jitring stops at the fork: _child_fork()); a child that execs is not
+profiled (the window changes no environment).
 """
 
+import _thread
 import json
 import os
 import signal
@@ -56,7 +76,10 @@ DURATION_MAX = 7 * 24 * 3600.0     # record --duration's most
 
 # ---- the target's side --------------------------------------------------
 
-_watch = None       # (thread, wake fd) of the open window
+# (thread, wake fd, (pidfd, wake read fd, stop fd), limit) of the open
+# window, under _request_lock where it is taken.
+_watch = None
+_request_lock = _thread.allocate_lock()
 
 
 def _answer(ack, **kw):
@@ -79,21 +102,37 @@ def _answer(ack, **kw):
         os.close(fd)
 
 
-def _watcher(pidfd, wake, limit):
+def _watcher(pidfd, wake, limit, stopfd=-1, ack=None):
     import select
     import jitring
-    fds = [wake] + ([pidfd] if pidfd >= 0 else [])
     r = []
     try:
+        # The whole thread is jitring's: its samples are left out.
+        try:
+            fd = os.open("/proc/thread-self/comm",
+                         os.O_WRONLY | os.O_CLOEXEC)
+            try:
+                os.write(fd, jitring.OWN_NAME)
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+        fds = [wake] + [fd for fd in (pidfd, stopfd) if fd >= 0]
         r, _, _ = select.select(fds, [], [], limit)
     except Exception:
         pass
     finally:
-        # Record is gone, the limit passed, or the wait failed (a limit
-        # select cannot take, anything): the window never stays open.
+        # record's stop (a line on the window's stop FIFO, or its end:
+        # record gone), record's exit, the limit passed, or the wait
+        # failed (a limit select cannot take, anything): the window never
+        # stays open.  A wake: target_stop() stops, or a later window took
+        # over.
         if wake not in r:
-            jitring.stop()
-    for fd in (pidfd, wake):
+            was = jitring.stop()
+            _forget(wake)
+            if stopfd in r and ack:
+                _answer(ack, ok=True, stopped=bool(was))
+    for fd in (pidfd, wake, stopfd):
         if fd >= 0:
             try:
                 os.close(fd)
@@ -101,22 +140,59 @@ def _watcher(pidfd, wake, limit):
                 pass
 
 
+def _forget(wake):
+    """The watcher of @wake stopped by itself: its window is over, and its
+    wake pipe's other end is closed now, not at the next window."""
+    global _watch
+    with _request_lock:
+        w = _watch
+        if w is None or w[2][1] != wake:
+            return
+        _watch = None
+    try:
+        os.close(w[1])
+    except OSError:
+        pass
+
+
+def _child_fork():
+    """A fork child of a process with an open window is left out of it:
+    its jitring (a dump of its own, beside the parent's) stops here, in
+    the forking thread.  The child cannot watch the window's end itself: a
+    new thread in a fork child of a threaded process can wait forever on a
+    lock a thread the child does not have held at the fork."""
+    global _watch
+    w, _watch = _watch, None
+    if w is None:
+        return
+    # The window's descriptors are left open (close-on-exec): the watcher
+    # may have closed them in the parent, and their numbers be reused.
+    import jitring
+    if jitring.is_active():
+        jitring.stop()
+
+
 def _stop_watch():
     global _watch
-    if _watch is None:
-        return
-    thread, wake_w = _watch
-    _watch = None
+    with _request_lock:     # against _forget()
+        if _watch is None:
+            return
+        thread, wake_w = _watch[:2]
+        _watch = None
     try:
         os.write(wake_w, b"x")
+    except OSError:
+        pass            # EPIPE: the watcher is gone already
+    try:
         os.close(wake_w)
     except OSError:
         pass
     thread.join(5)
 
 
-def target_start(out, ack, record_pid, limit, procs=None):
-    """In the target: start jitring with its dump in @out, watched."""
+def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1):
+    """In the target: start jitring with its dump in @out, watched (and
+    stopped by a line on @stopfd, the window's stop FIFO, where given)."""
     global _watch
     try:
         import jitring
@@ -144,11 +220,61 @@ def target_start(out, ack, record_pid, limit, procs=None):
     _stop_watch()
     if not 0 < limit <= DURATION_MAX + LIMIT_SLACK:     # nan, inf, huge
         limit = LIMIT_UNBOUNDED
-    t = threading.Thread(target=_watcher, args=(pidfd, wake_r, limit),
+    t = threading.Thread(target=_watcher, args=(pidfd, wake_r, limit, stopfd,
+                                                ack),
                          name="jitring-attach", daemon=True)
+    # Before the thread runs: it may stop, and _forget() it, at once.
+    _watch = (t, wake_w, (pidfd, wake_r, stopfd), limit)
     t.start()
-    _watch = (t, wake_w)
     _answer(ack, ok=True, was_active=False)
+    return True         # @stopfd is the watcher's now
+
+
+_answered = set()     # the nonces of the windows this process answered
+
+
+def _record_alive(pid, start):
+    """Whether process @pid is the one that started at @start (clock
+    ticks since boot, /proc/PID/stat's 22nd field)."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return int(f.read().rsplit(b")", 1)[1].split()[19]) == start
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def target_request(nonce, record_pid, record_start, stop, out, ack, limit,
+                   procs=None):
+    """In the target: record's request to open window @nonce, run by the
+    first thread that gets it (others, and a request whose window is over
+    or whose record is gone, do nothing, and print nothing)."""
+    import jitring
+    with _request_lock:
+        if nonce in _answered:
+            return
+        _answered.add(nonce)
+    if not _record_alive(record_pid, record_start):
+        return
+    marked = jitring._own_begin(True)
+    try:
+        # The window's stop FIFO: there while the window is open.  Only
+        # record's FIFO (record runs as this user, or as root), never a
+        # file that a name was swapped for.
+        try:
+            fd = os.open(stop, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC |
+                         os.O_NOFOLLOW)
+        except OSError:
+            return
+        st = os.fstat(fd)
+        if not stat.S_ISFIFO(st.st_mode) or \
+                st.st_uid not in (os.geteuid(), 0):
+            os.close(fd)
+            return
+        if not target_start(out, ack, record_pid, limit, procs, fd):
+            os.close(fd)        # not watched: it did not start
+    finally:
+        if marked:
+            jitring._own_end()
 
 
 def target_stop(ack):
@@ -229,9 +355,18 @@ def hold(pid):
 def _prune(run):
     """Remove what records which are gone left in @run (killed in their
     window: nothing of theirs ran after): their window folders, and lock
-    files no one holds (as release() does)."""
+    files no one holds (as release() does); and the (emptied) request
+    scripts of targets that are gone."""
     import fcntl
     for n in os.listdir(run):
+        if n.startswith("attach-") and n.endswith(".py") and \
+                n[7:-3].isdigit():
+            if not os.path.exists("/proc/" + n[7:-3]):
+                try:
+                    os.unlink(os.path.join(run, n))
+                except OSError:
+                    pass
+            continue
         if n.startswith("attach-") and n.endswith(".lock"):
             try:
                 fd = os.open(os.path.join(run, n), os.O_RDWR |
@@ -290,7 +425,11 @@ def standby_handler(signum, frame):
         os.unlink(path)
     except (OSError, ValueError):
         return
-    if req.get("action") == "start":
+    if req.get("action") == "request":
+        target_request(req["nonce"], int(req["record_pid"]),
+                       int(req["record_start"]), req["stop"], req["out"],
+                       req["ack"], float(req["limit"]), req.get("procs"))
+    elif req.get("action") == "start":
         target_start(req["out"], req["ack"], int(req["record_pid"]),
                      float(req["limit"]), req.get("procs"))
     elif req.get("action") == "stop":
@@ -300,6 +439,9 @@ def standby_handler(signum, frame):
 def standby():
     """JITRING_PROFILE=standby: wait for record --pid, with no hook."""
     signal.signal(STANDBY_SIGNAL, standby_handler)
+
+
+os.register_at_fork(after_in_child=_child_fork)
 
 
 # ---- record's side ------------------------------------------------------
@@ -444,10 +586,204 @@ def _ptrace_hint():
     return hint
 
 
+# The request sys.remote_exec has the target run: whole in the script's
+# text (the target reads the file when a thread runs it, maybe long after:
+# the file stays, emptied once the window is over).  It does nothing, and
+# prints nothing, unless record (its pid and start time) is alive and the
+# window's stop FIFO is there.
+REQUEST = """\
+def _jitring_request():
+    import os
+    try:
+        with open("/proc/%(rpid)d/stat", "rb") as f:
+            if int(f.read().rsplit(b")", 1)[1].split()[19]) != %(rstart)d:
+                return
+        if not os.path.exists(%(stop)r):
+            return
+    except Exception:
+        return
+    try:
+        from jitring._attach import target_request
+    except ImportError as e:
+        import json, sys
+        try:
+            fd = os.open(%(ack)r, os.O_WRONLY | os.O_NONBLOCK |
+                         os.O_NOFOLLOW)
+            try:
+                st = os.fstat(fd)
+                if (st.st_mode & 0o170000) == 0o010000 and \\
+                        st.st_uid in (os.geteuid(), 0):
+                    os.write(fd, (json.dumps({"ok": False, "why": "import",
+                        "error": str(e), "python": sys.executable,
+                        "path": sys.path}) + "\\n").encode())
+            finally:
+                os.close(fd)
+        except OSError:
+            pass
+        return
+    target_request(%(nonce)r, %(rpid)d, %(rstart)d, %(stop)r, %(out)r,
+                   %(ack)r, %(limit)r, %(procs)r)
+try:
+    _jitring_request()
+except Exception:
+    pass
+del _jitring_request
+"""
+
+# How long start() waits for the target's answer before the window opens
+# with the answer still to come (a target whose threads all wait runs the
+# request when one of them next runs Python), and how long stop() waits
+# for a start that may be under way when the window ends unanswered.
+START_WAIT = 2.0
+STOP_GRACE = 1.0
+# How long the main thread has to answer (3.14+) before every other thread
+# is asked too.
+MAIN_WAIT = 0.3
+
+
+def _start_time(pid):
+    with open("/proc/%d/stat" % pid, "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[19])
+
+
+def _signal(pid, sig):
+    """@sig to @pid's main thread (tgkill), which runs Python's signal
+    handlers: a blocking call of its (a lock, select, pause) returns EINTR
+    there, where a process-directed signal may land on another thread."""
+    import ctypes
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.tgkill(pid, pid, int(sig)) == 0:
+            return
+        err = ctypes.get_errno()
+    except (AttributeError, OSError):
+        err = 0
+    if err:
+        raise OSError(err, os.strerror(err))
+    os.kill(pid, sig)
+
+
+# PEP 768's protocol, for the threads sys.remote_exec does not name (it
+# names the main thread only, and CPython does not export the call that
+# takes a thread: _PySysRemoteDebug_SendExec is hidden in 3.14 and 3.15).
+# _Py_DebugOffsets, at the start of _PyRuntime (ELF section .PyRuntime), is
+# all uint64_t after its 8-byte cookie; its size per version, from
+# Include/internal/pycore_debug_offsets.h, and the fields used here:
+# runtime_state.interpreters_head @40, interpreter_state.threads_head @72,
+# threads_main @80, thread_state.next @192; debugger_support, its last six.
+_DEBUG_OFFSETS_SIZE = {(3, 14): 760, (3, 15): 888}
+_PLEASE_STOP_BIT = 1 << 5
+
+
+def _elf_runtime(path):
+    """The .PyRuntime section's address in @path, less its first PT_LOAD's
+    (the load bias' reference); None where it has none."""
+    import struct
+    try:
+        with open(path, "rb") as f:
+            h = f.read(64)
+            if h[:4] != b"\x7fELF" or h[4] != 2 or h[5] != 1:
+                return None     # 64-bit little-endian only
+            phoff, shoff = struct.unpack_from("<QQ", h, 32)
+            phent, phnum, shent, shnum, shstr = struct.unpack_from(
+                "<HHHHH", h, 54)
+            f.seek(phoff)
+            ph = f.read(phent * phnum)
+            first = None
+            for i in range(phnum):
+                typ, _, off, vaddr = struct.unpack_from("<IIQQ", ph,
+                                                        i * phent)
+                if typ == 1 and off == 0:
+                    first = vaddr
+                    break
+            f.seek(shoff)
+            sh = f.read(shent * shnum)
+            soff, ssize = struct.unpack_from("<QQ", sh, shstr * shent + 24)
+            f.seek(soff)
+            names = f.read(ssize)
+            for i in range(shnum):
+                name, = struct.unpack_from("<I", sh, i * shent)
+                if names[name:names.index(b"\0", name)] == b".PyRuntime":
+                    addr, = struct.unpack_from("<Q", sh, i * shent + 16)
+                    return None if first is None else addr - first
+    except (OSError, ValueError, struct.error):
+        return None
+    return None
+
+
+def send_all_threads(pid, script, ver):
+    """Ask every thread of @pid but the main one (sys.remote_exec's) to
+    run @script at its next eval-breaker check, as sys.remote_exec asks
+    the main thread.  Returns how many threads; raises OSError or
+    ValueError where the target cannot be read as expected (the main
+    thread's request stands alone then).
+
+    Not stopped meanwhile (a stop would show in a job-control shell): a
+    thread that exits between the walk and the write could have its freed
+    state written to, a window of microseconds that sys.remote_exec has on
+    the main thread's eval_breaker as well."""
+    import struct
+    size = _DEBUG_OFFSETS_SIZE.get(tuple(ver))
+    if size is None:
+        raise ValueError("no _Py_DebugOffsets layout for %d.%d" % ver)
+    path = os.fsencode(script) + b"\0"
+    bases = {}
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and int(parts[2], 16) == 0 and \
+                    "python" in os.path.basename(parts[5].strip()):
+                bases.setdefault(parts[5].strip(),
+                                 int(parts[0].split("-")[0], 16))
+    runtime = None
+    for name, start in bases.items():
+        rel = _elf_runtime(name)
+        if rel is not None:
+            runtime = start + rel
+            break
+    if runtime is None:
+        raise ValueError("no .PyRuntime in process %d's maps" % pid)
+    fd = os.open("/proc/%d/mem" % pid, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        def u64(addr):
+            b = os.pread(fd, 8, addr)
+            if len(b) != 8:
+                raise ValueError("short read at %#x" % addr)
+            return struct.unpack("<Q", b)[0]
+        off = os.pread(fd, size, runtime)
+        if len(off) != size or off[:8] != b"xdebugpy":
+            raise ValueError("no _Py_DebugOffsets at %#x" % runtime)
+        q = struct.unpack_from("<%dQ" % ((size - 8) // 8), off, 8)
+        if (q[0] >> 16) != (ver[0] << 8 | ver[1]):
+            raise ValueError("_Py_DebugOffsets of version %#x" % q[0])
+
+        def o(at):
+            return q[(at - 8) // 8]
+        breaker, support, _, pending, spath, ssize = q[-6:]
+        if len(path) > ssize:
+            raise ValueError("script path too long")
+        interp = u64(runtime + o(40))
+        main = u64(interp + o(80))
+        t, n = u64(interp + o(72)), 0
+        while t and n < 100000:
+            if t != main:
+                os.pwrite(fd, path, t + support + spath)
+                os.pwrite(fd, struct.pack("<i", 1), t + support + pending)
+                os.pwrite(fd, struct.pack("<Q", u64(t + breaker) |
+                                          _PLEASE_STOP_BIT), t + breaker)
+                n += 1
+            t = u64(t + o(192))
+        return n
+    finally:
+        os.close(fd)
+
+
 class Window:
     """One attach window on a probed target: start(), then stop().  Its
     answers come on a FIFO in a folder of its own (self.dir), made fresh
-    in the runtime folder; @out gets the dump."""
+    in the runtime folder; its stop is a line on another FIFO there, read
+    by the target's watcher thread (no Python needed in the target's other
+    threads); @out gets the dump."""
 
     def __init__(self, info, out, limit, procs=None):
         self.info = info
@@ -457,64 +793,100 @@ class Window:
         self.procs = procs
         self.how = route(info)
         import tempfile
-        self.fd = -1
+        self.fd = self.stop_fd = -1
+        self.request = None     # the request's file while it may run
+        self.sent = None        # (request, main thread's runs, when)
         run = runtime_dir()
         _prune(run)
         self.dir = tempfile.mkdtemp(prefix="window-%d-" % os.getpid(),
                                     dir=run)
+        self.nonce = os.urandom(8).hex()
         self.ack = os.path.join(self.dir, "answer")
+        self.stop_path = os.path.join(self.dir, "stop")
         os.mkfifo(self.ack, 0o600)
         # Read-write: the FIFO never reports an end, and a write from the
         # target never waits.
         self.fd = os.open(self.ack, os.O_RDWR | os.O_NONBLOCK |
                           os.O_CLOEXEC | os.O_NOFOLLOW)
+        os.mkfifo(self.stop_path, 0o600)
+        # Held open until close(): the target's watcher sees its end (record
+        # gone) when no writer is left.
+        self.stop_fd = os.open(self.stop_path, os.O_RDWR | os.O_NONBLOCK |
+                               os.O_CLOEXEC | os.O_NOFOLLOW)
+        self.answer = None      # the start's answer, once it came
+        self.stopped = None     # the stop's answer
+        self.buf = b""
         self.started = False
 
     def close(self):
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if getattr(self, "sent", None):
-            # A request the target never took is not left for later.
-            try:
-                os.unlink(self.sent[0])
-            except OSError:
-                pass
-        for n in ("answer", "start.py", "stop.py"):
-            try:
-                os.unlink(os.path.join(self.dir, n))
-            except OSError:
-                pass
+        """The request voided (a standby request the target never took
+        removed), the FIFOs closed, the window's folder removed."""
+        self._void()
+        for fd in (self.fd, self.stop_fd):
+            if fd >= 0:
+                os.close(fd)
+        self.fd = self.stop_fd = -1
         try:
+            for n in os.listdir(self.dir):
+                os.unlink(os.path.join(self.dir, n))
             os.rmdir(self.dir)
         except OSError:
             pass
 
-    def _ask(self, action):
+    def _write(self, path, text):
+        """@text as the whole of @path, at once: written to a new name in
+        the window's folder (O_EXCL|O_NOFOLLOW), then renamed over @path
+        (in the runtime folder: the same file system, this user's)."""
+        tmp = os.path.join(self.dir, "request.tmp")
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        with os.fdopen(_create(tmp), "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+
+    def _void(self):
+        """From here, a request not yet run does nothing (its script is
+        emptied: a thread that runs it later finds a file, and no code; a
+        standby request is removed)."""
+        p, self.request = self.request, None
+        if p is None:
+            return
+        try:
+            if self.how == "remote":
+                self._write(p, "")
+            else:
+                os.unlink(p)
+        except OSError:
+            pass
+
+    def _send(self):
+        import time
         pid = self.pid
+        # The target is of record's user (route()): it reads the request
+        # in the runtime folder.
+        run = runtime_dir()
+        req = {"nonce": self.nonce, "rpid": os.getpid(),
+               "rstart": _start_time(os.getpid()), "stop": self.stop_path,
+               "out": self.out, "ack": self.ack, "limit": self.limit,
+               "procs": self.procs}
         if self.how == "remote":
-            call = ("target_start(%r, %r, %d, %r, %r)"
-                    % (self.out, self.ack, os.getpid(), self.limit,
-                       self.procs) if action == "start" else
-                    "target_stop(%r)" % self.ack)
-            script = os.path.join(self.dir, "%s.py" % action)
-            with os.fdopen(_create(script, 0o600), "w") as f:
-                f.write("try:\n"
-                        "    from jitring._attach import target_start, "
-                        "target_stop\n"
-                        "except ImportError as e:\n"
-                        "    import sys, os, json\n"
-                        "    fd = os.open(%r, os.O_WRONLY | os.O_NONBLOCK"
-                        " | os.O_NOFOLLOW)\n"
-                        "    os.write(fd, (json.dumps({'ok': False, 'why': "
-                        "'import', 'error': str(e), 'python': "
-                        "sys.executable, 'path': sys.path}) + '\\n')"
-                        ".encode())\n"
-                        "    os.close(fd)\n"
-                        "else:\n"
-                        "    %s\n" % (self.ack, call))
+            script = os.path.join(run, "attach-%d.py" % pid)
+            self._write(script, REQUEST % req)
+            self.request = script
             try:
                 sys.remote_exec(pid, script)
+                # The main thread first, as sys.remote_exec asks: a service
+                # whose other threads start jitring in turn keeps, in each
+                # of their malloc arenas, what jitring.start() took (sid's
+                # 3.14: +10 MB VmRSS over 24 windows on 8 server threads,
+                # then flat; the main thread alone: flat).
+                if self._wait(MAIN_WAIT) is None:
+                    try:
+                        send_all_threads(pid, script, self.info["version"])
+                    except (OSError, ValueError):
+                        pass    # the main thread's request stands alone
             except PermissionError:
                 raise AttachError("ptrace is not permitted on process %d: "
                                   "%s" % (pid, _ptrace_hint()))
@@ -532,59 +904,78 @@ class Window:
                 raise AttachError("sys.remote_exec(%d) failed: %s"
                                   % (pid, msg))
         else:
-            runtime_dir()
             path = standby_request_path(pid)
-            req = {"action": action, "ack": self.ack}
-            if action == "start":
-                req.update(out=self.out, record_pid=os.getpid(),
-                           limit=self.limit, procs=self.procs)
-            tmp = os.path.join(self.dir, "request.tmp")
-            with os.fdopen(_create(tmp), "w") as f:
-                json.dump(req, f)
-            # Both in the runtime folder: the rename is this user's.
-            os.replace(tmp, path)
-            self.sent = (path, _main_runs(pid))
+            req.update(action="request", record_pid=req.pop("rpid"),
+                       record_start=req.pop("rstart"))
+            self._write(path, json.dumps(req))
+            self.request = path
+            self.sent = (path, _main_runs(pid), time.monotonic())
             try:
-                os.kill(pid, STANDBY_SIGNAL)
+                _signal(pid, STANDBY_SIGNAL)
             except ProcessLookupError:
                 raise AttachError("no process %d" % pid)
             except PermissionError:
                 raise AttachError("process %d is not yours: attaching "
                                   "needs the same user" % pid)
-        return self._wait()
 
-    def _wait(self):
+    def _wait(self, seconds, stop=False):
+        """The start's answer (@stop: the stop's), waiting at most
+        @seconds; None if it has not come."""
         import select
         import time
-        end = time.monotonic() + ANSWER_SECONDS
-        buf = b""
-        while b"\n" not in buf:
+        end = time.monotonic() + seconds
+        while True:
+            while b"\n" in self.buf:
+                line, self.buf = self.buf.split(b"\n", 1)
+                try:
+                    a = json.loads(line)
+                except ValueError:
+                    continue
+                if "stopped" in a:
+                    self.stopped = a
+                elif self.answer is None:
+                    self.answer = a
+            got = self.stopped if stop else self.answer
             left = end - time.monotonic()
-            if left <= 0:
-                raise AttachError(
-                    "process %d did not answer within %d s (its main "
-                    "thread runs the request at its next Python bytecode: "
-                    "is it blocked in a call without timeout, or "
-                    "stopped?)" % (self.pid, ANSWER_SECONDS))
+            if got is not None or left <= 0 or self.fd < 0:
+                return got
             r, _, _ = select.select([self.fd], [], [], min(left, 0.5))
             if not r:
                 if not os.path.exists("/proc/%d" % self.pid):
                     raise AttachError("process %d exited" % self.pid)
-                if self.how == "standby" and \
-                        end - time.monotonic() < ANSWER_SECONDS - 2:
+                if not stop:
                     self._taken()
                 continue
             try:
-                buf += os.read(self.fd, 1 << 16)
+                self.buf += os.read(self.fd, 1 << 16)
             except BlockingIOError:
-                continue
-        return json.loads(buf.split(b"\n", 1)[0])
+                pass
+
+    def _check(self, a):
+        if a.get("ok"):
+            self.started = not a.get("was_active")
+            return a
+        self._void()
+        if a.get("why") == "import":
+            raise AttachError(
+                "jitring cannot be imported in process %d (%s): %s; "
+                "its sys.path: %s" % (self.pid, a.get("python"),
+                                      a.get("error"),
+                                      ":".join(a.get("path") or [])))
+        raise AttachError("jitring did not start in process %d: %s"
+                          % (self.pid, a.get("error")))
 
     def _taken(self):
-        """Two seconds after the standby signal: a main thread that has
-        run since (a Python loop gets to the handler at once) while the
-        request is still there has run another handler for the signal."""
-        path, before = self.sent
+        """From two seconds after the standby signal: a main thread that
+        has run since (a Python loop gets to the handler at once) while
+        the request is still there has run another handler for the
+        signal."""
+        import time
+        if self.sent is None or self.request is None:
+            return
+        path, before, when = self.sent
+        if time.monotonic() - when < START_WAIT:
+            return
         now = _main_runs(self.pid)
         if os.path.exists(path) and before is not None and \
                 now is not None and now - before >= 3:
@@ -595,23 +986,46 @@ class Window:
                 % (self.pid, int(STANDBY_SIGNAL)))
 
     def start(self):
+        """Ask the target to start; its answer, or {'ok': True,
+        'pending': True} where none came within START_WAIT (the window
+        is open: the target starts when one of its threads runs Python,
+        and poll() sees the answer)."""
         if self.how == "as-is":
             return {"ok": True, "was_active": True}
-        a = self._ask("start")
-        if not a.get("ok"):
-            if a.get("why") == "import":
-                raise AttachError(
-                    "jitring cannot be imported in process %d (%s): %s; "
-                    "its sys.path: %s" % (self.pid, a.get("python"),
-                                          a.get("error"),
-                                          ":".join(a.get("path") or [])))
-            raise AttachError("jitring did not start in process %d: %s"
-                              % (self.pid, a.get("error")))
-        self.started = not a.get("was_active")
-        return a
+        self._send()
+        a = self._wait(START_WAIT)
+        if a is None:
+            self._taken()
+            return {"ok": True, "pending": True}
+        return self._check(a)
+
+    def poll(self, seconds=0.0):
+        """A late start's answer, once (None: none yet, or given
+        already); raises AttachError if it says jitring did not start."""
+        if self.how == "as-is" or self.answer is not None:
+            return None
+        a = self._wait(seconds)
+        return None if a is None else self._check(a)
 
     def stop(self):
-        if not self.started:
+        """End the window: the request voided, then the stop line.
+        Returns the stop's answer, or None where nothing had started."""
+        if self.how == "as-is" or self.stop_fd < 0:
+            return None
+        self._void()
+        try:
+            os.write(self.stop_fd, b"stop\n")
+        except OSError:
+            pass
+        if self.answer is None and self._wait(STOP_GRACE) is None:
+            return None         # never ran; void from here on
+        if not self.answer.get("ok") or self.answer.get("was_active"):
             return None
         self.started = False
-        return self._ask("stop")
+        a = self._wait(ANSWER_SECONDS, stop=True)
+        if a is None:
+            raise AttachError(
+                "process %d did not answer its stop within %d s (it stops "
+                "by itself once record is gone)"
+                % (self.pid, ANSWER_SECONDS))
+        return a

@@ -240,7 +240,10 @@ def restore(out, paths=()):
     fulls += [os.path.join(out, n) for n in os.listdir(out)
               if n.endswith(FULL) and DUMP_NAME.match(n[:-len(FULL)])]
     for f in fulls:
-        if os.path.exists(f):
+        # Never over a dump some process writes (a full dump beside one is
+        # then left as it is).
+        if os.path.exists(f) and not (os.path.exists(f[:-len(FULL)]) and
+                                      written(f[:-len(FULL)])):
             os.replace(f, f[:-len(FULL)])
 
 
@@ -290,19 +293,52 @@ def marked_dumps(pd):
     return dumps, paths
 
 
+def written(path):
+    """Whether a process still writes the dump at @path: the library
+    holds a write lock on it (an OFD lock, or flock where the kernel has
+    none) while its session is on, or until exit without release."""
+    import fcntl
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+    except OSError:
+        return True         # not ours to move
+    try:
+        for lock, unlock in ((lambda: fcntl.lockf(fd, fcntl.LOCK_EX |
+                                                  fcntl.LOCK_NB),
+                              lambda: fcntl.lockf(fd, fcntl.LOCK_UN)),
+                             (lambda: fcntl.flock(fd, fcntl.LOCK_EX |
+                                                  fcntl.LOCK_NB),
+                              lambda: fcntl.flock(fd, fcntl.LOCK_UN))):
+            try:
+                lock()
+            except OSError:
+                return True
+            unlock()
+        return False
+    finally:
+        os.close(fd)
+
+
 def reduce(out, perf_data):
     """Give perf inject only the JIT code the samples can reach: each dump
     perf.data's marker mmaps name (where perf inject will open it) is
     moved aside to <dump>.full and a dump of the reached functions' groups
-    written in its place; restore(out) undoes it.  Returns {path: (loads,
-    kept)}; raises PerfDataError or DumpError where perf.data or a dump
-    cannot be read (the caller then injects the full dumps)."""
+    written in its place; restore(out) undoes it.  Only dumps in @out that
+    no process writes any more: a live dump (a service's own, its jitring
+    on before record came) is never moved, and is given whole.  Returns
+    {path: (loads, kept)}; raises PerfDataError or DumpError where
+    perf.data or a dump cannot be read (the caller then injects the full
+    dumps)."""
     from jitring import _perfdata
     restore(out)
     stats = {}
+    here = os.path.realpath(out)
     with _perfdata.PerfData(perf_data) as pd, no_gc():
         dumps, paths = marked_dumps(pd)
-        found = referenced(pd, dumps)
+        paths = {pid: p for pid, p in paths.items()
+                 if os.path.dirname(os.path.realpath(p)) == here and
+                 not written(p)}
+        found = referenced(pd, {pid: dumps[pid] for pid in paths})
     for pid, path in paths.items():
         d, keep = dumps[pid], found.get(pid, set())
         full = path + FULL

@@ -637,11 +637,22 @@ class WindowWait:
         self.signum = signum
         raise KeyboardInterrupt
 
-    def wait(self, duration):
+    def wait(self, duration, win=None):
+        """Until @duration (None: a signal) is over; with @win, whose
+        start may still be unanswered, its late answer read meanwhile (an
+        error ends the window: AttachError)."""
         import threading
         old = {s: signal.signal(s, self.stop) for s in FORWARDED}
+        end = None if duration is None else time.monotonic() + duration
         try:
-            threading.Event().wait(duration)
+            while True:
+                left = 3600.0 if end is None else end - time.monotonic()
+                if left <= 0:
+                    break
+                if win is None or win.answer is not None:
+                    threading.Event().wait(None if end is None else left)
+                    break
+                win.poll(min(left, 1.0))
         except KeyboardInterrupt:
             pass
         finally:
@@ -734,29 +745,70 @@ def attach_window(opts, perf_bin, info, how, out):
                               % (opts.pid, opts.event, p.why()))
         try:
             win = _attach.Window(info, out, limit, procs)
-            win.start()
+            a = win.start()
         except _attach.AttachError as e:
             raise RecordError(str(e))
         sys.stderr.write("jitring record: attached to process %d (%s); "
-                         "%s\n" % (opts.pid, how,
-                                   "for %g s" % opts.duration
-                                   if opts.duration else
-                                   "Ctrl-C ends the window"))
-        WindowWait().wait(opts.duration)
+                         "%s%s\n" % (opts.pid, how,
+                                     "for %g s" % opts.duration
+                                     if opts.duration else
+                                     "Ctrl-C ends the window",
+                                     "; its answer is still to come (no "
+                                     "thread of it runs Python yet)"
+                                     if a.get("pending") else ""))
+        late = None
+        try:
+            WindowWait().wait(opts.duration, win)
+        except _attach.AttachError as e:
+            late = e
         try:
             win.stop()
         except _attach.AttachError as e:
             sys.stderr.write("jitring record: %s (it stops by itself, "
                              "record being gone)\n" % e)
+        if late is not None:
+            raise RecordError(str(late))
+        if win.answer is None:
+            sys.stderr.write("jitring record: process %d ran no Python in "
+                             "the window: jitring did not start there\n"
+                             % opts.pid)
+        meta["answered"] = win.answer is not None
     finally:
         if win:
             win.close()
         perf_rc = p.stop()
     meta["seconds"] = time.time() - meta["started"]
     meta["perf_status"] = perf_rc
+    if how == "as-is":
+        copy_live_dump(opts.pid, out)
     _report.claim_grown(out, ())
     _report.write_meta(out, meta)
     return out, meta
+
+
+def copy_live_dump(pid, out):
+    """A service whose jitring was on before record came writes its dump
+    where it chose, and goes on writing it: the recording takes a copy of
+    what it holds now (perf.data's marker is pointed at the copy when the
+    recording is finished), so that finishing, and any later report,
+    works on the copy and never on the service's file."""
+    name = "jit-%d.dump" % pid
+    try:
+        with open("/proc/%d/maps" % pid) as f:
+            paths = {l.split(None, 5)[5].strip() for l in f
+                     if l.rstrip().endswith("/" + name)}
+    except (OSError, IndexError):
+        return
+    for src in sorted(paths):
+        dst = os.path.join(out, name)
+        if os.path.exists(dst) or not os.path.isfile(src):
+            continue
+        try:
+            shutil.copyfile(src, dst + ".tmp")
+            os.replace(dst + ".tmp", dst)
+        except OSError:
+            pass
+        break
 
 
 def main(argv):

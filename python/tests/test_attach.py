@@ -72,7 +72,7 @@ SERVICE = textwrap.dedent("""
     print(srv.server_address[1], flush=True)
     # The main thread in a sleep loop, as a service's main loop: requests
     # run there at its next bytecode (sys.remote_exec and the standby
-    # signal both), which a wait without timeout would never reach.
+    # signal both); test_attach_reach.py has main threads that wait.
     import time
     while True:
         time.sleep(0.1)

@@ -257,8 +257,11 @@ if [ "$mode" = sid3.15 ]; then
 fi
 # record --pid through sys.remote_exec (3.14 and later).
 case "$mode" in
-sid*) suite py_attach test_attach.py
-      suite py_attach_safety test_attach_safety.py ;;
+sid*)
+	suite py_attach test_attach.py
+	suite py_attach_safety test_attach_safety.py
+	suite py_attach_reach test_attach_reach.py
+	;;
 esac
 # The flame graph page from the installed package's inlined web assets.
 suite py_flame test_flame.py

@@ -1,0 +1,430 @@
+# SPDX-License-Identifier: MIT
+"""python -m jitring record --pid: services whose main thread waits, requests
+that come too late, children, and a service's own dump.
+
+CPython 3.14 and later are reached through sys.remote_exec and jitring's
+send to every other thread; older ones are started with
+JITRING_PROFILE=standby (the signal goes to the main thread).
+
+ 1. main thread in thread.join(), Event.wait(), signal.pause(), an idle
+    asyncio server, a worker thread running handle_fn: each window
+    answered within 2 s, its dump naming handle_fn;
+ 2. no thread runs Python (the main thread reads stdin, nothing else):
+    the window opens (start() does not wait for an answer), and once the
+    service runs Python in it, jitring starts there;
+ 3. a request left behind (its window closed unanswered, or its record
+    killed with SIGKILL): once the service runs Python again, nothing
+    starts and nothing is printed on its stderr;
+ 4. a child forked during a window is left out of it (its jitring stops
+    at the fork), and 5 s after the window neither the service nor the
+    child profiles;
+ 5. through real perf: record --pid on a service whose main thread waits
+    names handle_fn, and none of jitring's attach functions;
+ 6. a service whose jitring was already on: record --pid killed with
+    SIGKILL at several points of its finishing, and report run after it:
+    the service's dump stays whole, in place (the same file), growing.
+Skips (77) where perf cannot record (5 and 6 only).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import jrtest
+
+SERVICE = textwrap.dedent("""
+    import os, signal, sys, threading, time
+    shape = sys.argv[1]
+
+    def handle_fn(n):
+        s = 0
+        for i in range(n):
+            s += i * i
+        return s
+
+    def worker():
+        # "quiet": a service with little to do, where jitring's own work
+        # would show most.
+        n, pause = (3000, 0.01) if shape == "quiet" else (20000, 0.005)
+        while True:
+            handle_fn(n)
+            time.sleep(pause)
+
+    def on_usr1(signum, frame):
+        # A Python handler: the waiting main thread runs Python here.
+        for _ in range(50):
+            handle_fn(20000)
+    signal.signal(signal.SIGUSR1, on_usr1)
+    if shape not in ("stdin", "gate"):
+        threading.Thread(target=worker, daemon=True).start()
+    print("ready", flush=True)
+    if shape == "join":
+        t = threading.Thread(target=threading.Event().wait)
+        t.start()
+        t.join()
+    elif shape in ("event", "quiet"):
+        threading.Event().wait()
+    elif shape == "pause":
+        while True:
+            signal.pause()
+    elif shape == "asyncio":
+        import asyncio
+        async def main():
+            await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+            await asyncio.Event().wait()
+        asyncio.run(main())
+    elif shape == "gate":
+        # The standby signal held back until a line comes: a request
+        # that waits, as one to a main thread that runs no Python.
+        sig = signal.SIGRTMIN + 7
+        signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
+        sys.stdin.readline()
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        worker()
+    elif shape in ("stdin", "fork"):
+        for line in sys.stdin:
+            if line.strip() == "run":
+                for _ in range(50):
+                    handle_fn(20000)
+            elif line.strip() == "fork":
+                if os.fork() == 0:
+                    worker()
+                print("forked", flush=True)
+""")
+
+
+class Service:
+    def __init__(self, py, shape, env):
+        self.p = subprocess.Popen([py, "-c", SERVICE, shape],
+                                  stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=env, text=True)
+        self.ready = self.p.stdout.readline().strip() == "ready"
+        self.pid = self.p.pid
+
+    def send(self, line):
+        self.p.stdin.write(line + "\n")
+        self.p.stdin.flush()
+
+    def stop(self):
+        self.p.kill()
+        _, err = self.p.communicate()
+        return err
+
+
+def profiling(pid):
+    """What of @pid profiles: jitring's threads, and its dump's mapping."""
+    what = []
+    try:
+        for tid in os.listdir("/proc/%d/task" % pid):
+            try:
+                with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                    name = f.read().strip()
+            except OSError:
+                continue
+            if name.startswith("jitring"):
+                what.append(name)
+        with open("/proc/%d/maps" % pid) as f:
+            what += [line.split()[-1] for line in f
+                     if "jit-%d.dump" % pid in line]
+    except OSError:
+        pass
+    return what
+
+
+def children(pid):
+    try:
+        with open("/proc/%d/task/%d/children" % (pid, pid)) as f:
+            return [int(x) for x in f.read().split()]
+    except OSError:
+        return []
+
+
+def env_for(newer, **kw):
+    env = dict(os.environ)
+    for k in ("PYTHONPATH", "JITRING_PROFILE", "JITRING_DIR"):
+        env.pop(k, None)
+    if not newer:
+        env["JITRING_PROFILE"] = "standby"
+    env.update(kw)
+    return env
+
+
+def names_handle(out):
+    dumps = jrtest.dumps(out)
+    return len(dumps) >= 1 and jrtest.check_dump(dumps[0])[0] and any(
+        x.startswith("py::handle_fn:") for x in jrtest.load_names(dumps[0]))
+
+
+def test_shapes(t, py, newer):
+    from jitring import _attach
+    for shape in ("join", "event", "pause", "asyncio"):
+        svc = Service(py, shape, env_for(newer))
+        try:
+            time.sleep(0.2)
+            out = os.path.join(t.scratch, "shape-" + shape)
+            os.mkdir(out)
+            w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+            t0 = time.monotonic()
+            try:
+                a = w.start()
+                took = time.monotonic() - t0
+                time.sleep(0.5)
+                w.stop()
+            except _attach.AttachError as e:
+                a, took = {"error": str(e)}, time.monotonic() - t0
+            finally:
+                w.close()
+            t.check(a.get("ok") and not a.get("pending") and took < 2.0 and
+                    names_handle(out),
+                    "main thread in %s: answered in %.2f s, handle_fn "
+                    "named" % (shape, took), (a, os.listdir(out)))
+        finally:
+            err = svc.stop()
+        t.check(not err, shape + ": nothing on the service's stderr", err)
+
+
+def test_no_python(t, py, newer):
+    """No thread runs Python: the window opens at once, and jitring starts
+    when the service runs Python in it."""
+    from jitring import _attach
+    if not newer:
+        t.skip_part("no thread runs Python",
+                    "standby's signal makes the main thread run Python")
+        return
+    svc = Service(py, "stdin", env_for(newer))
+    try:
+        time.sleep(0.2)
+        out = os.path.join(t.scratch, "nopython")
+        os.mkdir(out)
+        w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+        try:
+            t0 = time.monotonic()
+            a = w.start()
+            took = time.monotonic() - t0
+            svc.send("run")
+            late = w.poll(5.0)
+            time.sleep(0.3)
+            svc.send("run")
+            time.sleep(0.3)
+            w.stop()
+        finally:
+            w.close()
+        t.check(a.get("pending") and took < 3.0,
+                "no thread runs Python: the window opens after %.2f s" % took,
+                a)
+        t.check(late and late.get("ok") and names_handle(out),
+                "and jitring starts once the service runs Python",
+                (late, os.listdir(out)))
+    finally:
+        err = svc.stop()
+    t.check(not err, "nothing on the service's stderr", err)
+
+
+# A record that sends its request, says so, and waits to be killed.
+FAKE_RECORD = textwrap.dedent("""
+    import os, sys, time
+    from jitring import _attach
+    w = _attach.Window(_attach.probe(int(sys.argv[1])), sys.argv[2], 60.0)
+    w._send()
+    print("sent", flush=True)
+    time.sleep(600)
+""")
+
+
+def test_void(t, py, newer):
+    """Requests that outlive their window do nothing later."""
+    from jitring import _attach
+    shape = "stdin" if newer else "gate"
+    wake = "run" if newer else ""
+    # The window closed unanswered (3.14+: record gives up on it).
+    if newer:
+        svc = Service(py, shape, env_for(newer))
+        try:
+            time.sleep(0.2)
+            out = os.path.join(t.scratch, "void-closed")
+            os.mkdir(out)
+            w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+            try:
+                a = w.start()
+                w.stop()
+            finally:
+                w.close()
+            import shutil
+            shutil.rmtree(out)
+            svc.send(wake)
+            time.sleep(1.5)
+            left = profiling(svc.pid)
+        finally:
+            err = svc.stop()
+        t.check(a.get("pending") and not left and not err,
+                "a window closed unanswered: its request, run later, "
+                "starts nothing, prints nothing", (a, left, err))
+    # Its record killed (SIGKILL) before the service ran it.
+    svc = Service(py, shape, env_for(newer))
+    try:
+        time.sleep(0.2)
+        out = os.path.join(t.scratch, "void-killed")
+        os.mkdir(out)
+        rec = subprocess.Popen([py, "-c", FAKE_RECORD, str(svc.pid), out],
+                               stdout=subprocess.PIPE, text=True,
+                               env=dict(os.environ))
+        sent = rec.stdout.readline().strip() == "sent"
+        rec.kill()
+        rec.wait()
+        svc.send(wake)
+        time.sleep(1.5)
+        left = profiling(svc.pid)
+    finally:
+        err = svc.stop()
+    t.check(sent and not left and not err and not jrtest.dumps(out),
+            "record killed before the service ran its request: nothing "
+            "starts, nothing printed", (sent, left, err))
+
+
+def test_children(t, py, newer):
+    from jitring import _attach
+    svc = Service(py, "fork", env_for(newer))
+    try:
+        time.sleep(0.2)
+        out = os.path.join(t.scratch, "children")
+        os.mkdir(out)
+        w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+        try:
+            a = w.start()
+            svc.send("fork")
+            forked = svc.p.stdout.readline().strip() == "forked"
+            time.sleep(0.5)
+            kids = children(svc.pid)
+            on = [profiling(k) for k in kids]
+            w.stop()
+        finally:
+            w.close()
+        end = time.monotonic() + 5
+        while time.monotonic() < end and (
+                profiling(svc.pid) or any(profiling(k) for k in kids)):
+            time.sleep(0.1)
+        left = [profiling(svc.pid)] + [profiling(k) for k in kids]
+        t.check(a.get("ok") and forked and kids and not any(on),
+                "a child forked in the window is left out of it",
+                (a, kids, on))
+        t.check(not any(left),
+                "5 s after the window, neither the service nor its child "
+                "profiles", left)
+    finally:
+        for k in children(svc.pid):
+            try:
+                os.kill(k, signal.SIGKILL)
+            except OSError:
+                pass
+        svc.stop()
+
+
+def test_record_own(t, py, newer):
+    from test_record import perf_usable, sections, has
+    why = perf_usable()
+    if why:
+        t.skip_part("record --pid through perf", why)
+        return
+    svc = Service(py, "quiet", env_for(newer))
+    try:
+        time.sleep(0.2)
+        out = os.path.join(t.scratch, "rec-own")
+        p = subprocess.run([py, "-m", "jitring", "record", "-o", out,
+                            "--pid", str(svc.pid), "--duration", "1"],
+                           capture_output=True, text=True, timeout=300,
+                           env=dict(os.environ, HOME=t.scratch))
+        s = sections(p.stdout)
+        tables = "\n".join(str(v) for v in s.values())
+        own = [f for f in ("target_start", "target_stop", "target_request",
+                           "standby_handler", "_watcher", "_jitring_request")
+               if f in tables]
+        t.check(p.returncode == 0 and has(s["total"], "handle_fn") and
+                not own,
+                "record --pid, a quiet service, its main thread waiting: "
+                "handle_fn named, none of jitring's attach functions",
+                (own, p.stdout[-1500:], p.stderr[-600:]))
+    finally:
+        svc.stop()
+
+
+def test_live_dump(t, py, newer):
+    """A service whose jitring was on: record killed while it finishes,
+    then report: the service's dump whole and in place each time."""
+    from test_record import perf_usable
+    why = perf_usable()
+    if why:
+        t.skip_part("record --pid killed while it finishes", why)
+        return
+    d = os.path.join(t.scratch, "live")
+    os.mkdir(d)
+    svc = Service(py, "event", env_for(newer, JITRING_PROFILE="1",
+                                       JITRING_DIR=d))
+    dump = os.path.join(d, "jit-%d.dump" % svc.pid)
+    try:
+        time.sleep(0.5)
+        ino = os.stat(dump).st_ino
+        bad = []
+        # Where to kill record: once a file of its finishing is there (and
+        # a while after), or a time after its window.
+        points = (("perf-inject.log", 0.0), ("perf-inject.log", 0.2),
+                  ("perf.jit.data", 0.0), (None, 1.5))
+        for i, (when, after) in enumerate(points):
+            out = os.path.join(t.scratch, "live%d" % i)
+            p = subprocess.Popen([py, "-m", "jitring", "record", "-o", out,
+                                  "--pid", str(svc.pid), "--duration",
+                                  "0.5"], stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.PIPE, text=True,
+                                 env=dict(os.environ, HOME=t.scratch))
+            p.stderr.readline()
+            end = time.monotonic() + 60
+            while when and p.poll() is None and time.monotonic() < end \
+                    and not os.path.exists(os.path.join(out, when)):
+                time.sleep(0.002)
+            time.sleep(after + (0.5 if when is None else 0.0))
+            p.kill()
+            p.communicate()
+            for step in ("killed", "report"):
+                if step == "report" and os.path.isdir(out):
+                    subprocess.run([py, "-m", "jitring", "report", out],
+                                   capture_output=True, timeout=300,
+                                   env=dict(os.environ, HOME=t.scratch))
+                st = os.stat(dump) if os.path.exists(dump) else None
+                if st is None or st.st_ino != ino or \
+                        os.path.exists(dump + ".full") or \
+                        profiling(svc.pid) == []:
+                    bad.append((when, after, step, st and st.st_ino,
+                                os.listdir(d)))
+        t.check(not bad, "record killed at 4 points of its finishing, and "
+                "report after: the service's dump in place, the same file, "
+                "still written", bad)
+    finally:
+        svc.stop()
+    t.check(jrtest.check_dump(dump)[0], "and whole once the service exits",
+            jrtest.check_dump(dump))
+
+
+def main(t):
+    import jitring
+    site = os.path.dirname(os.path.dirname(os.path.abspath(
+        jitring.__file__)))
+    if os.path.exists(os.path.join(site, "jitring-autostart.pth")):
+        py = sys.executable
+    else:
+        py = jrtest.hook_venv(t, True)
+    newer = sys.version_info >= (3, 14)
+    t0 = time.monotonic()
+    test_shapes(t, py, newer)
+    test_no_python(t, py, newer)
+    test_void(t, py, newer)
+    test_children(t, py, newer)
+    test_record_own(t, py, newer)
+    test_live_dump(t, py, newer)
+    print("%.1f s" % (time.monotonic() - t0))
+
+
+if __name__ == "__main__":
+    jrtest.Test().run(main)
