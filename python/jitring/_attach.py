@@ -8,10 +8,13 @@ target's side (target_request(), target_start(), and the watcher thread)
 runs inside PID, in whichever of its threads next runs Python:
 
   CPython 3.14 and later: sys.remote_exec(PID, script) (PEP 768) asks the
-      main thread, and send_all_threads() every other thread, to run a
-      script that holds the whole request; it lives in
-      /tmp/jitring-<uid>/attach-<pid>.py and is emptied when the window
-      ends, so that a thread that runs it later runs nothing.
+      main thread, and, where it has not answered in MAIN_WAIT,
+      send_all_threads() every other thread (the whole process stopped
+      with ptrace meanwhile; where it cannot be, the main thread's
+      request stands alone), to run a script that holds the whole
+      request; it lives in /tmp/jitring-<uid>/attach-<pid>.py and is
+      emptied when the window ends, so that a thread that runs it later
+      runs nothing.
   3.12, 3.13: a process started with JITRING_PROFILE=standby has jitring's
       handler for STANDBY_SIGNAL (a real-time signal, SIGRTMIN+7), and
       nothing else: no hook, no dump, no thread.  record writes its request
@@ -711,17 +714,104 @@ def _elf_runtime(path):
     return None
 
 
+# ptrace(2) requests and waitpid's flag for threads (<sys/ptrace.h>,
+# <sys/wait.h>): the same numbers on every Linux architecture.
+_PTRACE_DETACH = 17
+_PTRACE_SEIZE = 0x4206
+_PTRACE_INTERRUPT = 0x4207
+_WALL = 0x40000000
+_PTRACE_EVENT_STOP = 128
+_HELD_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP,
+                 signal.SIGQUIT}
+
+
+def _ptrace_fn():
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    fn = libc.ptrace
+    fn.restype = ctypes.c_long
+    fn.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p,
+                   ctypes.c_void_p]
+
+    def call(req, tid, data=0):
+        ctypes.set_errno(0)
+        if fn(req, tid, None, data or None) == -1:
+            return ctypes.get_errno() or -1
+        return 0
+    return call
+
+
+def _seize_all(pid, ptrace):
+    """Stop every thread of @pid: PTRACE_SEIZE then PTRACE_INTERRUPT each,
+    and its stop waited for, until a listing of /proc/PID/task shows no
+    thread not stopped yet (one that ran may have started another).  A
+    seized thread stops in a ptrace stop, not a group stop: its process's
+    parent (a job-control shell) sees nothing.  Returns {tid: signal to
+    give back at the detach (one that arrived meanwhile), or 0}; raises
+    OSError, every thread detached again, where a thread cannot be seized
+    (a thread that exits meanwhile is left out)."""
+    import errno
+    held = {}
+    gone = set()
+    try:
+        while True:
+            try:
+                tids = [int(t) for t in os.listdir("/proc/%d/task" % pid)]
+            except FileNotFoundError:
+                raise ProcessLookupError(errno.ESRCH, "no process %d" % pid)
+            new = [t for t in tids if t not in held and t not in gone]
+            if not new:
+                return held
+            for tid in new:
+                err = ptrace(_PTRACE_SEIZE, tid)
+                if err == errno.ESRCH:
+                    gone.add(tid)       # exiting
+                    continue
+                if err:
+                    raise OSError(err, "PTRACE_SEIZE of thread %d: %s"
+                                  % (tid, os.strerror(err)))
+                # Seized: from here it must be stopped before it can be
+                # detached, so wait for it whatever comes.
+                ptrace(_PTRACE_INTERRUPT, tid)
+                try:
+                    _, st = os.waitpid(tid, _WALL)
+                except ChildProcessError:
+                    gone.add(tid)
+                    continue
+                if not os.WIFSTOPPED(st):
+                    gone.add(tid)       # it exited: nothing to detach
+                    continue
+                # A signal-delivery stop holds its signal: given back at
+                # the detach.  The interrupt's own stop holds none.
+                held[tid] = 0 if st >> 16 == _PTRACE_EVENT_STOP else \
+                    os.WSTOPSIG(st)
+    except BaseException:
+        _detach_all(held, ptrace)
+        raise
+
+
+def _detach_all(held, ptrace):
+    for tid, sig in held.items():
+        ptrace(_PTRACE_DETACH, tid, sig)
+    held.clear()
+
+
 def send_all_threads(pid, script, ver):
     """Ask every thread of @pid but the main one (sys.remote_exec's) to
     run @script at its next eval-breaker check, as sys.remote_exec asks
     the main thread.  Returns how many threads; raises OSError or
-    ValueError where the target cannot be read as expected (the main
-    thread's request stands alone then).
+    ValueError where the target cannot be read as expected, or where one
+    of its threads cannot be stopped (no other thread is written to then:
+    the main thread's request stands alone).
 
-    Not stopped meanwhile (a stop would show in a job-control shell): a
-    thread that exits between the walk and the write could have its freed
-    state written to, a window of microseconds that sys.remote_exec has on
-    the main thread's eval_breaker as well."""
+    Every thread of @pid is stopped meanwhile (_seize_all(): a ptrace
+    stop, which its parent does not see), and let go in any case: no
+    thread can exit, and have its freed state written to, between the
+    walk of the thread list and the writes, nor change its eval breaker
+    under the read-modify-write.  If record dies meanwhile the kernel
+    detaches them.  A thread stopped in a call that the kernel does not
+    restart (epoll_wait, sigtimedwait...) gets EINTR, as after a stop of
+    a debugger: Python retries those calls."""
     import struct
     size = _DEBUG_OFFSETS_SIZE.get(tuple(ver))
     if size is None:
@@ -743,7 +833,10 @@ def send_all_threads(pid, script, ver):
             break
     if runtime is None:
         raise ValueError("no .PyRuntime in process %d's maps" % pid)
+    ptrace = _ptrace_fn()
     fd = os.open("/proc/%d/mem" % pid, os.O_RDWR | os.O_CLOEXEC)
+    held = {}
+    mask = None
     try:
         def u64(addr):
             b = os.pread(fd, 8, addr)
@@ -762,6 +855,11 @@ def send_all_threads(pid, script, ver):
         breaker, support, _, pending, spath, ssize = q[-6:]
         if len(path) > ssize:
             raise ValueError("script path too long")
+        # Ctrl-C and the like wait until every thread is let go.
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+        held = _seize_all(pid, ptrace)
+        # Every thread stopped: the list, and each state on it, stay as
+        # they are until the detach.
         interp = u64(runtime + o(40))
         main = u64(interp + o(80))
         t, n = u64(interp + o(72)), 0
@@ -775,6 +873,9 @@ def send_all_threads(pid, script, ver):
             t = u64(t + o(192))
         return n
     finally:
+        _detach_all(held, ptrace)
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.close(fd)
 
 
