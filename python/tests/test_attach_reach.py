@@ -22,7 +22,12 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
     names handle_fn, and none of jitring's attach functions;
  6. a service whose jitring was already on: record --pid killed with
     SIGKILL at several points of its finishing, and report run after it:
-    the service's dump stays whole, in place (the same file), growing.
+    the service's dump stays whole, in place (the same file), growing;
+ 7. 3.14 and later: a thread-per-request HTTP service (its threads come
+    and go all the time) whose main thread joins a thread, asked by a
+    client thread without pause through 10 windows, each sent to every
+    thread with the whole process stopped: every answer right, the
+    service alive after, each window's dump valid.
 Skips (77) where perf cannot record (5 and 6 only).
 """
 
@@ -58,8 +63,28 @@ SERVICE = textwrap.dedent("""
         for _ in range(50):
             handle_fn(20000)
     signal.signal(signal.SIGUSR1, on_usr1)
-    if shape not in ("stdin", "gate"):
+    if shape not in ("stdin", "gate", "http"):
         threading.Thread(target=worker, daemon=True).start()
+    if shape == "http":
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                body = str(handle_fn(int(self.path[1:]))).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        print("ready", flush=True)
+        print(server.server_address[1], flush=True)
+        t = threading.Thread(target=server.serve_forever)
+        t.start()
+        t.join()
     print("ready", flush=True)
     if shape == "join":
         t = threading.Thread(target=threading.Event().wait)
@@ -407,6 +432,89 @@ def test_live_dump(t, py, newer):
             jrtest.check_dump(dump))
 
 
+def test_thread_per_request(t, py, newer):
+    """Threads that exit all the time while record writes to every
+    thread's state: each is stopped meanwhile, so none is written to
+    after it is gone."""
+    import http.client
+    import random
+    import threading
+    from jitring import _attach
+    if not newer:
+        t.skip_part("a thread-per-request service",
+                    "standby asks the main thread only")
+        return
+    svc = Service(py, "http", env_for(newer))
+    port = int(svc.p.stdout.readline())
+    stats = {"asked": 0, "wrong": [], "done": False}
+    sends = []
+
+    def client():
+        while not stats["done"]:
+            n = random.randrange(100, 3000)
+            try:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+                c.request("GET", "/%d" % n)
+                got = c.getresponse().read().decode()
+                c.close()
+            except OSError as e:
+                got = repr(e)
+            stats["asked"] += 1
+            if got != str(sum(i * i for i in range(n))):
+                stats["wrong"].append((n, got))
+
+    real = _attach.send_all_threads
+
+    def counted(pid, script, ver):
+        try:
+            n = real(pid, script, ver)
+        except (OSError, ValueError) as e:
+            sends.append(repr(e))
+            raise
+        sends.append(n)
+        return n
+    _attach.send_all_threads = counted
+    c = threading.Thread(target=client)
+    c.start()
+    bad, outs = [], []
+    try:
+        for i in range(10):
+            out = os.path.join(t.scratch, "http%d" % i)
+            os.mkdir(out)
+            outs.append(out)
+            w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+            try:
+                a = w.start()
+                time.sleep(0.3)
+                w.stop()
+            except _attach.AttachError as e:
+                a = {"error": str(e)}
+            finally:
+                w.close()
+            if not a.get("ok") or a.get("pending"):
+                bad.append((i, a))
+    finally:
+        _attach.send_all_threads = real
+        stats["done"] = True
+        c.join()
+    alive = svc.p.poll() is None
+    err = svc.stop()
+    t.check(not bad, "a thread-per-request service, 10 windows: each "
+            "answered", bad)
+    t.check(sends and all(isinstance(n, int) and n >= 1 for n in sends),
+            "each sent to every thread, the process stopped meanwhile",
+            sends)
+    t.check(stats["asked"] > 50 and not stats["wrong"],
+            "%d requests meanwhile: every answer right" % stats["asked"],
+            stats["wrong"][:5])
+    t.check(alive and not err, "the service alive after, nothing on its "
+            "stderr", err)
+    invalid = [(o, jrtest.dumps(o)) for o in outs
+               if not jrtest.dumps(o) or
+               not all(jrtest.check_dump(d)[0] for d in jrtest.dumps(o))]
+    t.check(not invalid, "each window's dump valid", invalid)
+
+
 def main(t):
     import jitring
     site = os.path.dirname(os.path.dirname(os.path.abspath(
@@ -421,6 +529,7 @@ def main(t):
     test_no_python(t, py, newer)
     test_void(t, py, newer)
     test_children(t, py, newer)
+    test_thread_per_request(t, py, newer)
     test_record_own(t, py, newer)
     test_live_dump(t, py, newer)
     print("%.1f s" % (time.monotonic() - t0))
