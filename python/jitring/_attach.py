@@ -742,14 +742,16 @@ def _ptrace_fn():
 
 
 def _seize_all(pid, ptrace):
-    """Stop every thread of @pid: PTRACE_SEIZE then PTRACE_INTERRUPT each,
-    and its stop waited for, until a listing of /proc/PID/task shows no
-    thread not stopped yet (one that ran may have started another).  A
-    seized thread stops in a ptrace stop, not a group stop: its process's
-    parent (a job-control shell) sees nothing.  Returns {tid: signal to
-    give back at the detach (one that arrived meanwhile), or 0}; raises
-    OSError, every thread detached again, where a thread cannot be seized
-    (a thread that exits meanwhile is left out)."""
+    """Stop every thread of @pid: PTRACE_SEIZE then PTRACE_INTERRUPT each
+    thread of a listing of /proc/PID/task, then wait for their stops (all
+    at once: the first stopped waits for the last no longer than its own
+    scheduling), again until a listing shows no thread not stopped yet
+    (one that ran may have started another).  A seized thread stops in a
+    ptrace stop, not a group stop: its process's parent (a job-control
+    shell) sees nothing.  Returns {tid: signal to give back at the detach
+    (one that arrived meanwhile), or 0}; raises OSError, every thread
+    detached again, where a thread cannot be seized (a thread that exits
+    meanwhile is left out)."""
     import errno
     held = {}
     gone = set()
@@ -762,17 +764,21 @@ def _seize_all(pid, ptrace):
             new = [t for t in tids if t not in held and t not in gone]
             if not new:
                 return held
+            seized, failed = [], None
             for tid in new:
                 err = ptrace(_PTRACE_SEIZE, tid)
                 if err == errno.ESRCH:
                     gone.add(tid)       # exiting
-                    continue
-                if err:
-                    raise OSError(err, "PTRACE_SEIZE of thread %d: %s"
-                                  % (tid, os.strerror(err)))
-                # Seized: from here it must be stopped before it can be
-                # detached, so wait for it whatever comes.
-                ptrace(_PTRACE_INTERRUPT, tid)
+                elif err:
+                    failed = OSError(err, "PTRACE_SEIZE of thread %d: %s"
+                                     % (tid, os.strerror(err)))
+                    break
+                else:
+                    ptrace(_PTRACE_INTERRUPT, tid)
+                    seized.append(tid)
+            # A seized thread must be stopped before it can be detached:
+            # wait for each, whatever comes.
+            for tid in seized:
                 try:
                     _, st = os.waitpid(tid, _WALL)
                 except ChildProcessError:
@@ -785,6 +791,8 @@ def _seize_all(pid, ptrace):
                 # the detach.  The interrupt's own stop holds none.
                 held[tid] = 0 if st >> 16 == _PTRACE_EVENT_STOP else \
                     os.WSTOPSIG(st)
+            if failed:
+                raise failed
     except BaseException:
         _detach_all(held, ptrace)
         raise
