@@ -27,7 +27,9 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
     and go all the time) whose main thread joins a thread, asked by a
     client thread without pause through 10 windows, each sent to every
     thread with the whole process stopped: every answer right, the
-    service alive after, each window's dump valid.
+    service alive after, each window's dump valid; its threads seized
+    and let go, and, one thread refusing the seize, every thread let go
+    and the request sent to none.
 Skips (77) where perf cannot record (5 and 6 only).
 """
 
@@ -515,6 +517,73 @@ def test_thread_per_request(t, py, newer):
     t.check(not invalid, "each window's dump valid", invalid)
 
 
+def tracing(pid):
+    """{tid: (state, tracer pid)} of @pid's threads."""
+    what = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                st = dict(l.split(":", 1) for l in f if ":" in l)
+        except OSError:
+            continue
+        what[int(tid)] = (st["State"].split()[0], int(st["TracerPid"]))
+    return what
+
+
+def test_seize(t, py, newer):
+    """send_all_threads()'s stop: every thread stopped while held, every
+    one let go after, and none written to where one refuses."""
+    import errno
+    from jitring import _attach
+    if not newer:
+        t.skip_part("the threads' stop", "standby asks the main thread only")
+        return
+    svc = Service(py, "event", env_for(newer))
+    try:
+        time.sleep(0.2)
+        ptrace = _attach._ptrace_fn()
+        held = _attach._seize_all(svc.pid, ptrace)
+        during = tracing(svc.pid)
+        seized = set(held)
+        _attach._detach_all(held, ptrace)
+        time.sleep(0.05)
+        after = tracing(svc.pid)
+        t.check(during and seized == set(during) and
+                all(s == "t" and tr == os.getpid()
+                    for s, tr in during.values()) and
+                all(s != "t" and tr == 0 for s, tr in after.values()),
+                "every thread stopped (a ptrace stop) while held, every "
+                "one let go after", (during, after))
+        calls = []
+
+        def refusing(req, tid, data=0):
+            if req == _attach._PTRACE_SEIZE:
+                calls.append(tid)
+                if len(calls) == 2:
+                    return errno.EPERM
+            return ptrace(req, tid, data)
+        real = _attach._ptrace_fn
+        _attach._ptrace_fn = lambda: refusing
+        try:
+            _attach.send_all_threads(svc.pid, "/nonexistent/jitring.py",
+                                     sys.version_info[:2])
+            refused = False
+        except OSError:
+            refused = True
+        finally:
+            _attach._ptrace_fn = real
+        time.sleep(0.5)
+        after = tracing(svc.pid)
+        t.check(refused and all(s != "t" and tr == 0
+                                for s, tr in after.values()),
+                "one thread refusing the seize: every thread let go",
+                (refused, after))
+    finally:
+        err = svc.stop()
+    t.check(not err, "and the request sent to none (nothing on the "
+            "service's stderr)", err)
+
+
 def main(t):
     import jitring
     site = os.path.dirname(os.path.dirname(os.path.abspath(
@@ -530,6 +599,7 @@ def main(t):
     test_void(t, py, newer)
     test_children(t, py, newer)
     test_thread_per_request(t, py, newer)
+    test_seize(t, py, newer)
     test_record_own(t, py, newer)
     test_live_dump(t, py, newer)
     print("%.1f s" % (time.monotonic() - t0))
