@@ -104,45 +104,8 @@ work()
 print("hello")
 """
 
-DEEP = """import sys
-
-
-class Parser:
-    def __init__(self, text):
-        self.text, self.i = text, 0
-
-    def expr(self):
-        v = self.term()
-        while self.i < len(self.text) and self.text[self.i] == "+":
-            self.i += 1
-            v += self.term()
-        return v
-
-    def term(self):
-        v = self.factor()
-        while self.i < len(self.text) and self.text[self.i] == "*":
-            self.i += 1
-            v *= self.factor()
-        return v
-
-    def factor(self):
-        if self.text[self.i] == "(":
-            self.i += 1
-            v = self.expr()
-            self.i += 1
-            return v
-        j = self.i
-        while self.i < len(self.text) and self.text[self.i].isdigit():
-            self.i += 1
-        return int(self.text[j:self.i])
-
-
-text = "1"
-for _ in range(20):
-    text = "(" + text + "+1*1+" + "+".join(["1"] * 40) + ")"
-for _ in range(int(sys.argv[1])):
-    Parser(text).expr()
-"""
+# The parser 60 Python frames deep that test_record.py's deep case runs.
+DEEP = os.path.join(os.path.dirname(PERF_PROG), "deep_prog.py")
 
 RST2HTML = """import sys
 from docutils.core import publish_file
@@ -197,8 +160,7 @@ def real_programs(a, scratch, py):
             f.write(text)
         return path
     progs = {"hello": ([script("hello", HELLO)], {}),
-             "deep-60": ([script("deep", DEEP),
-                          "300" if a.quick else "3000"], {}),
+             "deep-60": ([DEEP, "20", "300" if a.quick else "3000"], {}),
              "pools": ([script("pools", POOLS),
                         "300000" if a.quick else "3000000"], {})}
     doc = os.path.join(scratch, "doc.rst")

@@ -122,6 +122,44 @@ PTH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..",
                    "jitring-autostart.pth")
 
 
+def perf_usable():
+    """None where perf records cpu-clock here; else why not (a skip's
+    reason)."""
+    perf = shutil.which("perf")
+    if not perf:
+        return "perf is not installed"
+    p = subprocess.run([perf, "record", "-e", "cpu-clock", "-o",
+                        os.devnull, "true"], capture_output=True, text=True)
+    if p.returncode != 0:
+        return "'perf record -e cpu-clock true' fails: " + \
+            p.stderr.strip()[-200:]
+    return None
+
+
+def record_python(t):
+    """(python, env) for running `python -m jitring record` as a user
+    would: the test skips where perf cannot record; python is this
+    interpreter where jitring is installed in it (a wheel, its .pth hook
+    active), else a venv of it with the hook (hook_venv); env has HOME in
+    the scratch folder, no $JITRING_PROFILE and no $PYTHONPATH (the .pth
+    finds the package), and the venv's bin first on $PATH."""
+    why = perf_usable()
+    if why:
+        t.skip(why)
+    import jitring
+    site = os.path.dirname(os.path.dirname(os.path.abspath(
+        jitring.__file__)))
+    if os.path.exists(os.path.join(site, "jitring-autostart.pth")):
+        py = sys.executable         # an installed wheel, its .pth active
+    else:
+        py = hook_venv(t, True)
+    env = dict(os.environ, HOME=t.scratch)
+    env.pop("JITRING_PROFILE", None)
+    env.pop("PYTHONPATH", None)     # the venv's .pth finds the package
+    env["PATH"] = os.path.dirname(py) + os.pathsep + env.get("PATH", "")
+    return py, env
+
+
 def hook_venv(t, with_hook=True, name=None):
     """A venv of the interpreter under test whose .pth puts the jitring
     package under test on sys.path and, with_hook, holds the line the

@@ -106,18 +106,6 @@ SMALL = textwrap.dedent('''
 ''')
 
 
-def perf_usable():
-    perf = shutil.which("perf")
-    if not perf:
-        return "perf is not installed"
-    p = subprocess.run([perf, "record", "-e", "cpu-clock", "-o",
-                        os.devnull, "true"], capture_output=True, text=True)
-    if p.returncode != 0:
-        return "'perf record -e cpu-clock true' fails: " + \
-            p.stderr.strip()[-200:]
-    return None
-
-
 def jitring_cmd(args):
     return [sys.executable, "-m", "jitring"] + args
 
@@ -614,7 +602,7 @@ def part(t, what, fn, *args):
 
 
 def main(t):
-    why = perf_usable()
+    why = jrtest.perf_usable()
     if why:
         t.skip(why)
     seed = int(os.environ.get("JITRING_FUZZ_SEED", "20261128"))

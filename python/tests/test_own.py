@@ -100,19 +100,6 @@ MODULE = """
 """
 
 
-def perf_usable():
-    import shutil
-    perf = shutil.which("perf")
-    if not perf:
-        return "perf is not installed"
-    p = subprocess.run([perf, "record", "-e", "cpu-clock", "-o",
-                        os.devnull, "true"], capture_output=True, text=True)
-    if p.returncode != 0:
-        return "'perf record -e cpu-clock true' fails: " + \
-            p.stderr.strip()[-200:]
-    return None
-
-
 def table_rows(out):
     """The function column of both tables."""
     rows, on = [], False
@@ -251,7 +238,7 @@ def main(t):
     for k in ("JITRING_PROFILE", "PYTHONPATH", "JITRING_RECORD_PROCS",
               "JITRING_DIR"):
         env.pop(k, None)
-    why = perf_usable()
+    why = jrtest.perf_usable()
     if why:
         t.skip_part("own work under record", why)
     else:

@@ -66,6 +66,7 @@ import textwrap
 import time
 
 import jrtest
+from jrtest import perf_usable  # noqa: F401 (test_attach's)
 
 TREE = textwrap.dedent("""
     import multiprocessing as mp, os, subprocess, sys
@@ -222,19 +223,6 @@ def fake_tool(t, name, body, tool="perf"):
         f.write("#!/bin/sh\n" + body)
     os.chmod(os.path.join(d, tool), 0o755)
     return d
-
-
-def perf_usable():
-    import shutil
-    perf = shutil.which("perf")
-    if not perf:
-        return "perf is not installed"
-    p = subprocess.run([perf, "record", "-e", "cpu-clock", "-o",
-                        os.devnull, "true"], capture_output=True, text=True)
-    if p.returncode != 0:
-        return "'perf record -e cpu-clock true' fails: " + \
-            p.stderr.strip()[-200:]
-    return None
 
 
 class Rec:
@@ -781,52 +769,9 @@ def test_reuse(t, r):
             p.stdout[-1500:])
 
 
-# A recursive-descent parser: each nesting level is three Python frames
-# (expr, term, factor), so 20 levels are 60 frames under main and
-# <module>, as deep as docutils' parser gets.
-DEEP = textwrap.dedent("""
-    import sys
-
-    class Parser:
-        def __init__(self, text):
-            self.text, self.i = text, 0
-
-        def expr(self):
-            v = self.term()
-            while self.i < len(self.text) and self.text[self.i] == "+":
-                self.i += 1
-                v += self.term()
-            return v
-
-        def term(self):
-            v = self.factor()
-            while self.i < len(self.text) and self.text[self.i] == "*":
-                self.i += 1
-                v *= self.factor()
-            return v
-
-        def factor(self):
-            if self.text[self.i] == "(":
-                self.i += 1
-                v = self.expr()
-                self.i += 1
-                return v
-            j = self.i
-            while self.i < len(self.text) and self.text[self.i].isdigit():
-                self.i += 1
-            return int(self.text[j:self.i])
-
-    def main(depth, rounds):
-        text = "1"
-        for _ in range(depth):
-            text = "(" + text + "+1*1+" + "+".join(["1"] * 40) + ")"
-        t = 0
-        for _ in range(rounds):
-            t += Parser(text).expr()
-        print(t)
-
-    main(int(sys.argv[1]), int(sys.argv[2]))
-""")
+# A recursive-descent parser 60 Python frames deep (deep_prog.py).
+DEEP = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                    "deep_prog.py")
 
 CUT = "[stack cut: outer frames not recorded]"
 
@@ -866,7 +811,7 @@ def test_deep(t, r):
     """A program 60 Python frames deep: its <module> holds the samples
     (the program's root, as in CPython 3.15's sampler), or the stacks
     perf cut are said, with their share, and under a root of their own."""
-    prog = r.script("deep.py", DEEP)
+    prog = DEEP
     p = subprocess.run([r.py, "-c", "import jitring._record as m; "
                         "print(m.keeps_frame_pointers())"],
                        capture_output=True, text=True, env=r.env)
@@ -961,20 +906,7 @@ def test_fp(t, r):
 
 
 def main(t):
-    why = perf_usable()
-    if why:
-        t.skip(why)
-    import jitring
-    site = os.path.dirname(os.path.dirname(os.path.abspath(
-        jitring.__file__)))
-    if os.path.exists(os.path.join(site, "jitring-autostart.pth")):
-        py = sys.executable         # an installed wheel, its .pth active
-    else:
-        py = jrtest.hook_venv(t, True)
-    env = dict(os.environ, HOME=t.scratch)
-    env.pop("JITRING_PROFILE", None)
-    env.pop("PYTHONPATH", None)     # the venv's .pth finds the package
-    env["PATH"] = os.path.dirname(py) + os.pathsep + env.get("PATH", "")
+    py, env = jrtest.record_python(t)
     r = Rec(t, py, env)
     only = sys.argv[1:]
     tests = [("tree", test_tree), ("signals", test_signals),

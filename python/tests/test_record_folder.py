@@ -77,18 +77,6 @@ PLANTED = ("server.log", "perf.data.2024", "flamegraph.svg",
            "flame-old.png")
 
 
-def perf_usable():
-    perf = shutil.which("perf")
-    if not perf:
-        return "perf is not installed"
-    p = subprocess.run([perf, "record", "-e", "cpu-clock", "-o",
-                        os.devnull, "true"], capture_output=True, text=True)
-    if p.returncode != 0:
-        return "'perf record -e cpu-clock true' fails: " + \
-            p.stderr.strip()[-200:]
-    return None
-
-
 class Rec:
     def __init__(self, t, py, env):
         self.t, self.py, self.env = t, py, env
@@ -316,20 +304,7 @@ def test_report_errors(t, r):
 
 
 def main(t):
-    why = perf_usable()
-    if why:
-        t.skip(why)
-    import jitring
-    site = os.path.dirname(os.path.dirname(os.path.abspath(
-        jitring.__file__)))
-    if os.path.exists(os.path.join(site, "jitring-autostart.pth")):
-        py = sys.executable         # an installed wheel, its .pth active
-    else:
-        py = jrtest.hook_venv(t, True)
-    env = dict(os.environ, HOME=t.scratch)
-    env.pop("JITRING_PROFILE", None)
-    env.pop("PYTHONPATH", None)     # the venv's .pth finds the package
-    env["PATH"] = os.path.dirname(py) + os.pathsep + env.get("PATH", "")
+    py, env = jrtest.record_python(t)
     r = Rec(t, py, env)
     only = sys.argv[1:]
     for name, fn in (("full", test_full_disk), ("force", test_force),
