@@ -86,11 +86,14 @@ static struct jitring *c_jr;
 /* Tids of the child's application threads (main excluded). */
 static _Atomic pid_t app_tids[N_THREADS + 2];
 static _Atomic unsigned app_ready;
-static _Atomic unsigned polls;
 static int status_fd = -1; /* the child's end of the pipe to the parent */
+#ifdef JITRING_TESTPOINTS
+/* What the testpoint hook does: set by the cases that use it. */
+static _Atomic unsigned polls;
 static _Atomic int park_exit_close;
 static _Atomic int tell_polls;
 static _Atomic int fail_start;
+#endif
 
 static pid_t c_gettid(void)
 {
