@@ -116,10 +116,10 @@ def parser():
                    help="open the flame graph in a web browser")
     p.add_argument("--keep-debug", action="store_true",
                    help="let perf use ~/.debug as its build-id cache "
-                   "(default: DIR/.debug)")
+                   "(default: none)")
     p.add_argument("--call-graph", choices=("auto", "dwarf", "fp"),
                    default="auto",
-                   help="how perf records stacks: dwarf (an 8 KiB stack "
+                   help="how perf records stacks: dwarf (a stack "
                    "copy per sample, then perf inject), fp (frame "
                    "pointers: no copies, no inject; the interpreter must "
                    "keep them), auto (default): fp where the interpreter "
@@ -206,8 +206,7 @@ def parse(argv):
 def clear(path, names):
     """Remove @names (the folder's manifest: files record or report
     wrote) from @path, then the manifest: each only where it is a regular
-    file, or .debug a folder (perf's build-id cache); a symlink or
-    anything else in its place is left alone."""
+    file; a symlink or anything else in its place is left alone."""
     import stat
     for n in sorted(names) + [_report.MANIFEST]:
         f = os.path.join(path, n)
@@ -215,8 +214,6 @@ def clear(path, names):
             st = os.lstat(f)
             if stat.S_ISREG(st.st_mode):
                 os.unlink(f)
-            elif stat.S_ISDIR(st.st_mode) and n == ".debug":
-                shutil.rmtree(f)
         except FileNotFoundError:
             continue
         except OSError as e:

@@ -58,7 +58,7 @@ LOCK = ".jitring-lock"
 # The names record and report write under (a user's file of one of them
 # would be overwritten); besides, the dumps and images of GROWN.
 NAMES = (META, PROCS, MANIFEST, LOCK, "perf.data", "perf-record.log",
-         "perf-script.log", ".debug") + OUTPUTS
+         "perf-script.log") + OUTPUTS
 GROWN = re.compile(r"^(jit-\d+\.dump(\.full)?|jitted-\d+-\d+\.so|"
                    + re.escape(PROCS) + r")$")
 # What a full disk raises: the recording is kept, the finishing waits.
@@ -90,11 +90,13 @@ def find_perf():
 
 
 def perf_cmd(perf, out, keep_debug):
-    """perf, with its build-id cache in OUT/.debug unless keep_debug
-    (perf inject copies every jitted image into it)."""
+    """perf, with no build-id cache unless keep_debug (~/.debug): perf
+    inject would copy every file it sees into it (the interpreter, libc,
+    kallsyms, each jitted image: 48 MB for a small 3.13t program, half of
+    inject's time), and every step reads the files in place."""
     if keep_debug:
         return [perf]
-    return [perf, "--buildid-dir", os.path.join(out, ".debug")]
+    return [perf, "--buildid-dir", os.devnull]
 
 
 def claimed(out):
@@ -277,13 +279,7 @@ def inject(steps, perf, out, meta):
                     paths = []
                     f.write("jitring: the whole dumps (%s)\n" % e)
                 f.flush()
-            # perf inject copies every file it sees (the interpreter,
-            # libc, kallsyms, each jitted image) into the build-id cache:
-            # 48 MB for a small 3.13t program, half of inject's time.
-            # Everything is read in place after: no cache, unless asked.
-            base = perf if meta.get("keep_debug") else \
-                [perf[0], "--buildid-dir", os.devnull]
-            rc = steps.run(base + ["inject", "--jit", "-i", "perf.data",
+            rc = steps.run(perf + ["inject", "--jit", "-i", "perf.data",
                                    "-o", "perf.jit.data"], cwd=out,
                            stdout=f, stderr=f, stdin=subprocess.DEVNULL)
         finally:
@@ -906,8 +902,7 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                 pass
             before = set(os.listdir(out))
             done = drop_partial(out)
-            claim(out, OUTPUTS + ("perf-script.log",) +
-                  (() if meta.get("keep_debug") else (".debug",)))
+            claim(out, OUTPUTS + ("perf-script.log",))
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
             fp = meta.get("call_graph") == "fp"
             if not done:
@@ -976,9 +971,9 @@ def finish(out, meta, top=12, browser=False, prog="record"):
         print(lost)
     html = os.path.join(out, "flame.html")
     print("flame graph: %s" % html)
-    print("perf report: perf%s report -i %s --children --sort sym"
-          % ("" if meta.get("keep_debug") else " --buildid-dir " +
-             os.path.join(out, ".debug"),
+    print("perf report: %s report -i %s --children --sort sym"
+          % (" ".join(["perf"] + perf_cmd("perf", out,
+                                          meta.get("keep_debug"))[1:]),
              os.path.join(out, "perf.data" if meta.get("call_graph") ==
                           "fp" else "perf.jit.data")))
     if meta.get("perf_script"):
