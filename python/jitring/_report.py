@@ -472,8 +472,9 @@ OWN = ("__init__.py", "__main__.py", "_autostart.py", "_record.py",
 RUNNER = ("<module>", "main", "run_script", "run_module")
 # Names of threads at work for jitring: jitring.OWN_NAME (a thread while
 # it starts or stops jitring, and the runner's until the program begins)
-# and the library's flush and write threads.
-OWN_THREADS = ("jitring-own", "jitring-flush", "jitring-write")
+# and the library's flush, write and reaper threads.
+OWN_THREADS = ("jitring-own", "jitring-flush", "jitring-write",
+               "jitring-reaper")
 
 
 # Pure, and called for every frame of every sample: cached.
