@@ -19,7 +19,8 @@ def why(t, most=6):
     harness marks so), else the last lines it printed; a CI log shows
     only its ends, and this summary is at the end."""
     out = (t.get("stdout") or "") + "\n" + (t.get("stderr") or "")
-    lines = [l.rstrip() for l in out.splitlines() if l.strip()]
+    # A wheel test indents the logs of the suites it runs.
+    lines = [l.strip() for l in out.splitlines() if l.strip()]
     marked = [l for l in lines
               if l.startswith("FAIL:") or "check failed" in l or
               "ThreadSanitizer" in l or "AddressSanitizer" in l or

@@ -767,8 +767,12 @@ def _seize_all(pid, ptrace):
             seized, failed = [], None
             for tid in new:
                 err = ptrace(_PTRACE_SEIZE, tid)
-                if err == errno.ESRCH:
-                    gone.add(tid)       # exiting
+                if err == errno.ESRCH or (err == errno.EPERM and
+                                          _exited(pid, tid)):
+                    # Gone, or past its exit (the kernel refuses to seize
+                    # a thread with an exit state, as a main thread after
+                    # pthread_exit() keeps until the process ends).
+                    gone.add(tid)
                 elif err:
                     failed = OSError(err, "PTRACE_SEIZE of thread %d: %s"
                                      % (tid, os.strerror(err)))
@@ -796,6 +800,17 @@ def _seize_all(pid, ptrace):
     except BaseException:
         _detach_all(held, ptrace)
         raise
+
+
+def _exited(pid, tid):
+    """Whether thread @tid of @pid has exited (a zombie, dead, or gone)."""
+    try:
+        with open("/proc/%d/task/%d/stat" % (pid, tid), "rb") as f:
+            st = f.read()
+    except OSError:
+        return True
+    # "tid (comm) S ...": the comm may hold ") ".
+    return st[st.rfind(b")") + 2:][:1] in (b"Z", b"X", b"x")
 
 
 def _detach_all(held, ptrace):
