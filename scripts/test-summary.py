@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: MIT
 """Summarise meson testlog.json files: print one last line
 'N passed, N failed, N skipped' and exit 1 if anything failed.  Each
-failed test is named, with its failed checks (or its last lines).
+failed test is named, with its failed checks (or its last lines); before
+the last line, the ten slowest tests with their times, so that a suite's
+growth shows when it happens.
 
 --expect-suite S (repeatable): a suite that must have run; none of its
 tests in the logs counts as one failure (e.g. the Python module's suite,
@@ -37,6 +39,7 @@ def main(args):
         else:
             paths.append(a)
     seen = set()
+    times = []
     passed = failed = skipped = 0
     for path in paths:
         try:
@@ -50,6 +53,7 @@ def main(args):
             # meson names a test "project:suite / name".
             seen.add(t.get("name", "").split(" / ")[0].split(":")[-1])
             r = t.get("result")
+            times.append((t.get("duration") or 0.0, t.get("name", "?")))
             if r in PASS:
                 passed += 1
             elif r in SKIP:
@@ -62,6 +66,12 @@ def main(args):
     for s in sorted(expect - seen):
         failed += 1
         print(f"FAILED: no test of suite '{s}' ran (did it configure?)")
+    if times:
+        times.sort(reverse=True)
+        total = sum(d for d, _ in times)
+        print(f"slowest of {len(times)} tests ({total:.0f} s in all):")
+        for d, name in times[:10]:
+            print(f"  {d:7.1f} s  {name}")
     print(f"{passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed or passed + skipped == 0 else 0
 

@@ -6,8 +6,8 @@ handle_fn computing the answer; a client thread here checks every answer.
 CPython 3.14 and later are reached through sys.remote_exec, older ones
 are started with JITRING_PROFILE=standby.
 
- 1. $JITRING_TEST_WINDOWS (default 100) attach/detach windows of 0.2-1 s
-    through jitring._attach (record --pid without perf): every response
+ 1. $JITRING_TEST_WINDOWS (default 40; 300 in the soak of `make stress`)
+    attach/detach windows of 0.2-1 s through jitring._attach (record --pid without perf): every response
     right; every window's dump valid and naming handle_fn; the service's
     VmRSS, mappings and descriptors flat from window 10 to the last (each
     window's dump left in place, emptied); after the last,
@@ -401,7 +401,7 @@ def main(t):
         return
     try:
         test_windows(t, py, svc,
-                     int(os.environ.get("JITRING_TEST_WINDOWS", "100")))
+                     int(os.environ.get("JITRING_TEST_WINDOWS", "40")))
         test_record(t, py, svc)
         test_record_killed(t, py, svc)
     finally:

@@ -14,7 +14,7 @@ Each case runs in a child interpreter and checks what the host sees:
     dump valid and naming the functions its session ran; with threads
     compiling and freeing code too, copies of destroyed code are reused
     ($JITRING_TEST_SESSIONS sets the count: 300 by default, 10,000 in
-    the soak of `make stress`);
+    the soak of `make stress`; case 1 runs as many, 400 at most);
  3. a reference to os._exit saved during a session still exits with its
     status after stop(), from the main thread and from another one;
  5. the C stack of one profiled call: every Python call becomes a C call
@@ -97,7 +97,7 @@ def test_stop_race(t):
     d = os.path.join(t.scratch, "race")
     os.mkdir(d)
     for k in range(3):
-        p = child(STOP_RACE, [d, "400"])
+        p = child(STOP_RACE, [d, str(min(400, SESSIONS))])
         if not t.check(p.returncode == 0 and p.stdout.strip() == "done",
                        "stop() under threads that compile and free code "
                        "(run %d): exit %d" % (k + 1, p.returncode),
