@@ -569,6 +569,15 @@ def forget(out, fresh):
 
 
 def record(opts, target, perf_bin):
+    if os.geteuid() == 0:
+        # root runs the program, perf and the finishing in the folder by
+        # name: none of it where another user could swap a file.
+        if opts.output is not None:
+            opts.output = os.path.realpath(opts.output)
+        why = unsafe_folder(opts.output if opts.output is not None else
+                            os.path.join(os.getcwd(), "jitring-record-"))
+        if why:
+            raise RecordError(why)
     fresh = opts.output is None or not os.path.exists(opts.output)
     out = out_dir(opts.output, opts.force)
     before = set(os.listdir(out))
@@ -690,10 +699,11 @@ def attach(opts, perf_bin):
 
 def unsafe_folder(path):
     """Why another user could change @path (the -o folder, there or to
-    be made) under record, or None: record and the target write there
-    by name, so every folder on the way must be this user's or root's,
-    and writable by no one else (one above it may be shared if sticky,
-    as /tmp is)."""
+    be made) under record, or None: record and the program or target
+    write there by name, so every folder on the way must be this user's
+    or root's, and writable by no one else (one above it may be shared if
+    sticky, as /tmp is).  Checked for record --pid, and for root's
+    record PROGRAM."""
     import pwd
     import stat
     euid, egid = os.geteuid(), os.getegid()
@@ -720,7 +730,7 @@ def unsafe_folder(path):
         else:
             continue
         return ("the output folder %s cannot be used: %s %s, who could "
-                "swap the files record --pid writes there; choose one "
+                "swap the files record writes there; choose one "
                 "only you can write (-o)" % (path, d, why))
     return None
 

@@ -7,7 +7,8 @@
     would create a marker file) or a link to a victim file, in a loop:
     once for a service of that user, once for a service of root's.  No
     code of the attacker runs, the victim is untouched, and record either
-    records or refuses in one line;
+    records or refuses in one line; root's record PROGRAM with -o in that
+    folder is refused in one line before the program runs;
  2. --duration huge, inf, nan, negative, zero: exit 2, one error line,
     no traceback, nothing made; the target's watcher, its wait failing
     (a limit select cannot take), still ends the window;
@@ -206,6 +207,22 @@ def test_privileged(t, py):
                         not os.path.exists(marker),
                         "%s: no code of the attacker ran, the victim "
                         "untouched" % who)
+        # record PROGRAM as root: the same folder refused before the
+        # program runs, and nothing written in it.
+        empty(attack)
+        ran = os.path.join(base, "ran")
+        prog = os.path.join(base, "prog.py")
+        with open(prog, "w") as f:
+            f.write("open(%r, 'w').close()\n" % ran)
+        p = subprocess.run([py, "-m", "jitring", "record", "-o", attack,
+                            prog], capture_output=True, text=True,
+                           timeout=120)
+        t.check(p.returncode == 2 and one_line(p) and
+                "nobody" in p.stderr and not os.path.exists(ran) and
+                not os.listdir(attack),
+                "root's record PROGRAM, -o in nobody's folder: refused in "
+                "one line naming nobody, the program not run",
+                (p.returncode, p.stderr[-600:], os.listdir(attack)))
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
