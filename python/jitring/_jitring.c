@@ -57,19 +57,13 @@
 
 #include <jitring.h>
 
+#include "codemap.h"
+
 #if PY_VERSION_HEX < 0x030C0000
 #error "jitring needs CPython 3.12 or later (PEP 523 frame API, code watchers)"
 #endif
 
-#if defined(__GNUC__)
-#define likely(x) __builtin_expect(!!(x), 1)
-#define unlikely(x) __builtin_expect(!!(x), 0)
-#define COLD __attribute__((noinline, cold))
-#else
-#define likely(x) (x)
-#define unlikely(x) (x)
-#define COLD
-#endif
+/* likely(), unlikely() and COLD come with codemap.h. */
 
 #if defined(__x86_64__) || defined(__i386__)
 #define cpu_relax() __builtin_ia32_pause()
@@ -94,12 +88,8 @@ struct py_counters {
 	_Atomic uint64_t copy_errors;	/* copies refused for good this session */
 	_Atomic uint64_t pending_races;	/* ran unnamed: another thread was
 					 * making the same code object's copy */
-	_Atomic uint64_t map_tables;	/* code map tables allocated */
-	_Atomic uint64_t map_bytes;	/* memory mapped for them */
-	_Atomic uint64_t map_forgotten;	/* map entries of destroyed code */
 	_Atomic uint64_t copies_reused;	/* copies described again (a new
 					 * session, or a new code object) */
-	_Atomic uint64_t copies_freed;	/* copies of destroyed code kept */
 };
 
 static struct py_counters pyc;
@@ -176,504 +166,7 @@ static void state_unlock(void)
 }
 
 /* ------------------------------------------------------------------ */
-/* Memory of the code map.                                              */
-
-/*
- * A first call makes at most one map slot, so what the map costs a new
- * code object is mostly the fresh memory it touches (in a VM a first touch
- * of a 4 KiB page costs 2 us or more).  Tables, whose sizes are powers of
- * two, come from blocks of the module's own mmap(2) chunks, never
- * unmapped (a table given back is a free block for the next; a lock-free
- * reader may still read it, see "Tables given back"): no malloc (whose per-thread heaps grow by an mprotect(2) a step,
- * taking mmap_lock against page faults and the library's arena making), no
- * memset (the pages come zeroed), no space given up (what a chunk cannot
- * serve any more is cut into power-of-two blocks for later tables), and few
- * faults: the first chunk is small, for programs with few functions; every
- * later one is 2 MiB, aligned and advised MADV_HUGEPAGE, so that where
- * transparent huge pages are enabled for madvise (Debian's default) a chunk
- * costs one fault, not 512.
- */
-#define BLOCK_MIN_SHIFT 8		/* 256 B: a 16-slot table */
-#define CHUNK_FIRST_SHIFT 18		/* 256 KiB */
-#define CHUNK_SHIFT 21			/* 2 MiB */
-#define CHUNK_HUGE ((size_t)1 << CHUNK_SHIFT)
-
-static pthread_mutex_t chunk_mu = PTHREAD_MUTEX_INITIALIZER;
-static uintptr_t chunk_cur, chunk_end;	/* under chunk_mu */
-/* Free blocks of 2^k bytes, linked through their first word. */
-static void *free_blocks[CHUNK_SHIFT + 1];	/* under chunk_mu */
-
-static void *chunk_map(size_t len, bool huge)
-{
-	size_t extra = huge ? CHUNK_HUGE : 0;
-	char *p = mmap(NULL, len + extra, PROT_READ | PROT_WRITE,
-		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	uintptr_t a, end;
-
-	if (p == MAP_FAILED)
-		return NULL;
-	atomic_fetch_add_explicit(&pyc.map_bytes, len, memory_order_relaxed);
-	if (!huge)
-		return p;
-	a = ((uintptr_t)p + CHUNK_HUGE - 1) & ~(uintptr_t)(CHUNK_HUGE - 1);
-	end = (uintptr_t)p + len + extra;
-	if (a > (uintptr_t)p)
-		munmap(p, a - (uintptr_t)p);
-	if (end > a + len)
-		munmap((void *)(a + len), end - (a + len));
-#ifdef MADV_HUGEPAGE
-	madvise((void *)a, len, MADV_HUGEPAGE);	/* advice: may be ignored */
-#endif
-	return (void *)a;
-}
-
-/* Under chunk_mu: [@from, @to) into free blocks, each aligned to its size
- * (the chunk is aligned to its own). */
-static void blocks_free(uintptr_t from, uintptr_t to)
-{
-	while (to - from >= ((uintptr_t)1 << BLOCK_MIN_SHIFT)) {
-		unsigned int k = (unsigned int)__builtin_ctzll(from);
-
-		if (k > CHUNK_SHIFT)
-			k = CHUNK_SHIFT;
-		while (((uintptr_t)1 << k) > to - from)
-			k--;
-		*(void **)from = free_blocks[k];
-		free_blocks[k] = (void *)from;
-		from += (uintptr_t)1 << k;
-	}
-}
-
-/* 2^@shift zeroed bytes, aligned to their size (at least 64), mapped until
- * exit; NULL without memory.  Any thread. */
-static void *map_alloc(unsigned int shift)
-{
-	size_t size;
-	uintptr_t a;
-	void *p;
-
-	if (shift < BLOCK_MIN_SHIFT)
-		shift = BLOCK_MIN_SHIFT;
-	size = (size_t)1 << shift;
-	if (shift > CHUNK_SHIFT)	/* over 65536 keys in one shard */
-		return chunk_map(size, true);
-	pthread_mutex_lock(&chunk_mu);
-	p = free_blocks[shift];
-	if (p) {
-		free_blocks[shift] = *(void **)p;
-		*(void **)p = NULL;
-		goto out;
-	}
-	a = (chunk_cur + size - 1) & ~(uintptr_t)(size - 1);
-	if (!chunk_cur || a + size > chunk_end) {
-		bool first = !chunk_cur;
-		size_t len = first && shift <= CHUNK_FIRST_SHIFT ?
-				     (size_t)1 << CHUNK_FIRST_SHIFT :
-				     CHUNK_HUGE;
-
-		p = chunk_map(len, !first || shift > CHUNK_FIRST_SHIFT);
-		if (!p)
-			goto out;
-		blocks_free(chunk_cur, chunk_end);
-		chunk_cur = (uintptr_t)p;
-		chunk_end = chunk_cur + len;
-		a = chunk_cur;
-	}
-	blocks_free(chunk_cur, a);
-	p = (void *)a;
-	chunk_cur = a + size;
-out:
-	pthread_mutex_unlock(&chunk_mu);
-	return p;
-}
-
-/*
- * Give back a table map_alloc(@shift) returned, for a later map_alloc().
- * Lock-free readers may still read it (see "Tables given back"): it is
- * zeroed with atomic stores, as every store into a table is atomic, and
- * a block of its own mapping (a shard of over 131,072 keys) is kept
- * mapped, unused.
- */
-static void map_free(void *p, unsigned int shift)
-{
-	_Atomic uint64_t *w = p;
-
-	if (shift < BLOCK_MIN_SHIFT)
-		shift = BLOCK_MIN_SHIFT;
-	if (shift > CHUNK_SHIFT)
-		return;
-	/* map_alloc() hands out zeroes. */
-	for (size_t i = 0; i < ((size_t)1 << shift) / sizeof(*w); i++)
-		atomic_store_explicit(&w[i], 0, memory_order_relaxed);
-	pthread_mutex_lock(&chunk_mu);
-	*(void **)p = free_blocks[shift];
-	free_blocks[shift] = p;
-	pthread_mutex_unlock(&chunk_mu);
-}
-
-/* ------------------------------------------------------------------ */
-/* Code map.                                                            */
-
-/*
- * Code object address -> tagged copy address (see "Value layout").
- *
- * 256 shards (by hash), each one open-addressing table of (key, value)
- * slots with linear probing, at most three quarters full.  Lookups (every
- * Python call) take no lock and no atomic read-modify-write: they probe
- * until the key or an EMPTY slot, between two reads of the shard's
- * sequence count (see "Tables given back" below).  Every write takes the
- * shard's mutex:
- * inserting a key (a code object's first call in the process), claiming its
- * value for a session, publishing the copy, and deleting the key; so a
- * first call takes it twice and no later call takes it.  An insert stores
- * the value before the key (release), and reuses DEAD slots.  A shard that
- * fills up is rehashed into a new table, published with a release store;
- * the old one is given back for later tables.  A shard whose code
- * objects churn (made and destroyed, sessions or not) fills with DEAD
- * slots and is rehashed at the same size, so tables are given back all
- * the time in a long-running program.
- *
- * Tables given back.  A reader may still be probing the old table when
- * the rehash gives it back and it becomes another table, or a free list.
- * Its memory stays mapped (map_alloc()'s chunks are never unmapped), so
- * the reader reads garbage at worst, never a fault, and the shard's
- * sequence count tells it: the rehash makes the count odd before it
- * publishes the new table and even again after it gave the old one back.
- * A lookup reads the count (acquire) before the table and again after
- * the value (itself an acquire load, so the second read of the count
- * cannot come before it); an odd or changed count means the value may be
- * garbage, and the caller takes the slow path (under the mutex, exact).
- * The probe is bounded by the table's size, so it ends even in a block
- * that holds something else now.  A value changed after a rehash is
- * changed in the new table only; the count sends a reader of the old one
- * to the slow path.
- *
- * Address reuse: a code watcher deletes the entry of every code object
- * destroyed during a session, under the shard's mutex, before the object's
- * memory is freed; a new code object at that address is created after that
- * and looked up after that, so its lookups see the table the delete
- * happened in (or a later one) and find no stale entry.  An entry of code
- * destroyed while no session runs stays, with an old tag, which no later
- * session trusts; the next object at its address reuses it.  A thread looks
- * up only code it is executing, which its frame keeps alive, so the slot of
- * a key it finds is never reused under it.
- */
-#define KEY_EMPTY ((uintptr_t)0)
-#define KEY_DEAD ((uintptr_t)1)
-#define SHARD_BITS 8
-#define NSHARDS (1u << SHARD_BITS)
-#define TABLE_MIN_BITS 4
-
-struct slot {
-	_Atomic uintptr_t key;
-	_Atomic uint64_t val;
-};
-_Static_assert(sizeof(struct slot) == 16, "map_alloc(bits + 4)");
-
-/*
- * A shard's table pointer carries the table's size bits in its low 6 bits
- * (tables are 64-byte aligned), so a lookup reads one word for both.
- */
-#define TB_BITS_MASK ((uintptr_t)63)
-
-struct shard {
-	_Atomic uintptr_t tb;		/* slots | bits; 0 until first used */
-	_Atomic uint32_t seq;		/* odd while a rehash gives a table
-					 * back; written under mu */
-	pthread_mutex_t mu;
-	size_t used;			/* non-EMPTY slots of tb, under mu */
-	size_t live;			/* keys in tb, under mu */
-} __attribute__((aligned(64)));
-
-static struct shard shards[NSHARDS];
-
-/*
- * Placement keeps locality: the hash of a key's 64 KiB region picks the
- * shard and a base slot, and the key's offset in the region (in 64-byte
- * steps; a code object is larger) is added to it.  Code objects made
- * together (a module's functions) sit together in memory, so their slots
- * do too.
- */
-static inline uint64_t key_hash(uintptr_t key)
-{
-	return (uint64_t)(key >> 16) * UINT64_C(0x9E3779B97F4A7C15);
-}
-
-static inline struct shard *key_shard(uint64_t h)
-{
-	return &shards[h >> (64 - SHARD_BITS)];
-}
-
-/* Region base (the hash bits below the shard bits) plus the offset. */
-static inline size_t key_index(uintptr_t key, uint64_t h, unsigned int bits)
-{
-	return (size_t)(((h << SHARD_BITS) >> (64 - bits)) + (key >> 6)) &
-	       (((size_t)1 << bits) - 1);
-}
-
-static inline struct slot *tb_slots(uintptr_t tb)
-{
-	return (struct slot *)(tb & ~TB_BITS_MASK);
-}
-
-static inline unsigned int tb_bits(uintptr_t tb)
-{
-	return (unsigned int)(tb & TB_BITS_MASK);
-}
-
-/* A lookup's answer (map_lookup()). */
-enum lookup { LK_ABSENT, LK_FOUND, LK_RETRY };
-
-/*
- * @key's value in the current table into *@v: LK_FOUND, LK_ABSENT (then
- * *@v is 0), or LK_RETRY if a rehash may have given the table back under
- * us (the value is then not to be trusted: ask under the mutex).
- * Lock-free; any thread.
- */
-static inline enum lookup map_lookup(uintptr_t key, uint64_t *v)
-{
-	uint64_t h = key_hash(key);
-	struct shard *sh = key_shard(h);
-	/* Pairs with the release store of the even count in shard_grow():
-	 * the table we load below is the one published before it. */
-	uint32_t seq = atomic_load_explicit(&sh->seq, memory_order_acquire);
-	/* Pairs with the release store of tb in shard_grow(). */
-	uintptr_t tb = atomic_load_explicit(&sh->tb, memory_order_acquire);
-	struct slot *t = tb_slots(tb);
-	unsigned int bits = tb_bits(tb);
-	size_t i, n, mask = ((size_t)1 << bits) - 1;
-
-	*v = 0;
-	if (unlikely(seq & 1))
-		return LK_RETRY;
-	if (unlikely(!t))
-		return LK_ABSENT;
-	for (i = key_index(key, h, bits), n = 0; n <= mask;
-	     i = (i + 1) & mask, n++) {
-		/* Pairs with the release store of key in shard_slot(): the
-		 * slot's value before its key. */
-		uintptr_t k = atomic_load_explicit(&t[i].key,
-						   memory_order_acquire);
-
-		if (k == KEY_EMPTY)
-			break;
-		if (k != key)
-			continue;
-		/* Pairs with the release stores of val in code_copy() and
-		 * copy_publish(): the copy before its address.  Acquire
-		 * also keeps the count's second read after it. */
-		*v = atomic_load_explicit(&t[i].val, memory_order_acquire);
-		if (likely(atomic_load_explicit(&sh->seq,
-						memory_order_relaxed) == seq))
-			return LK_FOUND;
-		*v = 0;
-		return LK_RETRY;
-	}
-	/* A miss counts only if the table was not given back meanwhile; the
-	 * key's acquire loads keep this read after them. */
-	return atomic_load_explicit(&sh->seq, memory_order_relaxed) == seq &&
-			       n <= mask ?
-		       LK_ABSENT :
-		       LK_RETRY;
-}
-
-static struct slot *shard_slot(struct shard *sh, uintptr_t key, uint64_t h,
-			       bool insert);
-
-/* @key's value, 0 if it has none, exact: under the mutex.  Any thread. */
-static COLD uint64_t map_get_locked(uintptr_t key)
-{
-	uint64_t h = key_hash(key), v = 0;
-	struct shard *sh = key_shard(h);
-	struct slot *sl;
-
-	pthread_mutex_lock(&sh->mu);
-	sl = shard_slot(sh, key, h, false);
-	if (sl)
-		v = atomic_load_explicit(&sl->val, memory_order_relaxed);
-	pthread_mutex_unlock(&sh->mu);
-	return v;
-}
-
-/* @key's value, 0 if it has none.  Any thread; lock-free but for a lookup
- * that met a rehash. */
-static inline uint64_t map_get(uintptr_t key)
-{
-	uint64_t v;
-
-	if (likely(map_lookup(key, &v) != LK_RETRY))
-		return v;
-	return map_get_locked(key);
-}
-
-/* Under sh->mu: the shard's sequence count (only mu holders write it). */
-static inline uint32_t sh_seq(struct shard *sh)
-{
-	return atomic_load_explicit(&sh->seq, memory_order_relaxed);
-}
-
-/* Under sh->mu: a table with room for the live keys and then some. */
-static int shard_grow(struct shard *sh)
-{
-	uintptr_t otb = atomic_load_explicit(&sh->tb, memory_order_relaxed);
-	struct slot *o = tb_slots(otb), *n;
-	unsigned int bits = TABLE_MIN_BITS;
-	size_t i, j, omask, nmask;
-
-	/* At most half full after the rehash: room for half as many again
-	 * before the next (at three quarters). */
-	while (((size_t)1 << bits) < (sh->live + 1) * 2)
-		bits++;
-	n = map_alloc(bits + 4);	/* 16-byte slots */
-	if (!n)
-		return -ENOMEM;
-	nmask = ((size_t)1 << bits) - 1;
-	omask = o ? ((size_t)1 << tb_bits(otb)) - 1 : 0;
-	for (i = 0; o && i <= omask; i++) {
-		uintptr_t k = atomic_load_explicit(&o[i].key,
-						   memory_order_relaxed);
-
-		if (k == KEY_EMPTY || k == KEY_DEAD)
-			continue;
-		for (j = key_index(k, key_hash(k), bits);
-		     atomic_load_explicit(&n[j].key, memory_order_relaxed);
-		     j = (j + 1) & nmask)
-			;
-		atomic_store_explicit(&n[j].val,
-				      atomic_load_explicit(&o[i].val,
-							   memory_order_relaxed),
-				      memory_order_relaxed);
-		/* Release: pairs with the acquire load of key in
-		 * map_lookup(), for a reader of a block given back that now
-		 * holds this table (it then sees the other shard's count
-		 * changed). */
-		atomic_store_explicit(&n[j].key, k, memory_order_release);
-	}
-	sh->used = sh->live;
-	count(&pyc.map_tables);
-	if (!o) {
-		/* Pairs with the acquire load in map_lookup(): the slots
-		 * before the table. */
-		atomic_store_explicit(&sh->tb, (uintptr_t)n | bits,
-				      memory_order_release);
-		return 0;
-	}
-	/* Odd while the old table is given back: a reader that reads
-	 * anything written from here on sees the count changed.  The
-	 * release fence pairs with the acquire loads of key and val in
-	 * map_lookup() that read the stores that follow. */
-	atomic_store_explicit(&sh->seq, sh_seq(sh) + 1, memory_order_relaxed);
-	atomic_thread_fence(memory_order_release);
-	atomic_store_explicit(&sh->tb, (uintptr_t)n | bits,
-			      memory_order_release);
-	map_free(o, tb_bits(otb) + 4);
-	/* Pairs with the acquire load of the count in map_lookup(): a
-	 * reader that sees it even again sees the new table. */
-	atomic_store_explicit(&sh->seq, sh_seq(sh) + 1, memory_order_release);
-	return 0;
-}
-
-/*
- * Under sh->mu: @key's slot in the current table; with @insert, made
- * (value 0) if there is none.  NULL if absent (or without memory).
- */
-static struct slot *shard_slot(struct shard *sh, uintptr_t key, uint64_t h,
-			       bool insert)
-{
-	struct slot *t, *sl, *dead;
-	uintptr_t tb, k;
-	size_t i, mask;
-
-	for (;;) {
-		tb = atomic_load_explicit(&sh->tb, memory_order_relaxed);
-		t = tb_slots(tb);
-		dead = NULL;
-		sl = NULL;
-		if (t) {
-			mask = ((size_t)1 << tb_bits(tb)) - 1;
-			for (i = key_index(key, h, tb_bits(tb));;
-			     i = (i + 1) & mask) {
-				sl = &t[i];
-				k = atomic_load_explicit(&sl->key,
-							 memory_order_relaxed);
-				if (k == key)
-					return sl;
-				if (k == KEY_DEAD && !dead)
-					dead = sl;
-				if (k == KEY_EMPTY)
-					break;
-			}
-		}
-		if (!insert)
-			return NULL;
-		if (dead || (t && (sh->used + 1) * 4 <= (mask + 1) * 3))
-			break;
-		if (shard_grow(sh) < 0)
-			return NULL;
-	}
-	if (dead)
-		sl = dead;
-	else
-		sh->used++;
-	sh->live++;
-	atomic_store_explicit(&sl->val, 0, memory_order_relaxed);
-	/* Pairs with the acquire load of key in map_lookup(). */
-	atomic_store_explicit(&sl->key, key, memory_order_release);
-	return sl;
-}
-
-/*
- * The free list: copies of destroyed code objects, for the next new one.
- * One for the process, not one per shard: a shard's list would keep the
- * copies of its dead code while code born in other shards (their
- * addresses hash elsewhere) made new ones.  Taken
- * only on a destroy of code that had a copy and on a first call that
- * finds copies there (free_avail: a first call with none takes no lock),
- * after a shard's mutex.
- */
-static pthread_mutex_t free_mu = PTHREAD_MUTEX_INITIALIZER;
-static void **free_v;			/* under free_mu */
-static size_t free_n, free_cap;		/* under free_mu */
-static _Atomic size_t free_avail;	/* free_n, for a look without the lock */
-
-/* Keep @copy for a later code object.  Without memory for the list it is
- * dropped (never unmapped: one copy's slot). */
-static void free_push(void *copy)
-{
-	pthread_mutex_lock(&free_mu);
-	if (free_n == free_cap) {
-		size_t cap = free_cap ? free_cap * 2 : 256;
-		void **n = realloc(free_v, cap * sizeof(void *));
-
-		if (!n)
-			goto out;
-		free_v = n;
-		free_cap = cap;
-	}
-	free_v[free_n++] = copy;
-	atomic_store_explicit(&free_avail, free_n, memory_order_relaxed);
-	count(&pyc.copies_freed);
-out:
-	pthread_mutex_unlock(&free_mu);
-}
-
-/* A copy of a destroyed code object, or NULL. */
-static void *free_pop(void)
-{
-	void *copy = NULL;
-
-	/* Relaxed: a stale count only costs a lock, or a new copy. */
-	if (!atomic_load_explicit(&free_avail, memory_order_relaxed))
-		return NULL;
-	pthread_mutex_lock(&free_mu);
-	if (free_n) {
-		copy = free_v[--free_n];
-		atomic_store_explicit(&free_avail, free_n,
-				      memory_order_relaxed);
-	}
-	pthread_mutex_unlock(&free_mu);
-	return copy;
-}
+/* Code map (codemap.h).                                                */
 
 /*
  * Code watcher, registered once for the life of the process: forget a
@@ -681,43 +174,16 @@ static void *free_pop(void)
  */
 static int code_watcher(PyCodeEvent ev, PyCodeObject *co)
 {
-	uintptr_t key = (uintptr_t)co;
-	uint64_t h = key_hash(key);
-	struct shard *sh = key_shard(h);
-	struct slot *sl;
 	uint64_t v;
 
 	if (ev != PY_CODE_EVENT_DESTROY)
 		return 0;
-	/* Most code never ran under a session: no lock for those.  Nobody
-	 * else can insert this key now: nobody else holds the object. */
-	if (map_lookup(key, &v) == LK_ABSENT)
-		return 0;
-	pthread_mutex_lock(&sh->mu);
-	sl = shard_slot(sh, key, h, false);
-	if (sl) {
-		v = atomic_load_explicit(&sl->val, memory_order_relaxed);
-		/* A copy (of any session): nobody calls this code again.
-		 * PENDING cannot be here: its maker runs this code. */
-		if ((v & ADDR_MASK) > VAL_FAILED)
-			free_push((void *)(uintptr_t)(v & ADDR_MASK));
-		/* Relaxed: the mutex and the free that follows order it
-		 * before any lookup of a new object at this address. */
-		atomic_store_explicit(&sl->key, KEY_DEAD,
-				      memory_order_relaxed);
-		sh->live--;
-		count(&pyc.map_forgotten);
-	}
-	pthread_mutex_unlock(&sh->mu);
+	/* Nobody else can insert this key now: nobody else holds the
+	 * object.  A copy (of any session): nobody calls this code again.
+	 * PENDING cannot be here: its maker runs this code. */
+	if (map_forget((uintptr_t)co, &v) && (v & ADDR_MASK) > VAL_FAILED)
+		free_push((void *)(uintptr_t)(v & ADDR_MASK));
 	return 0;
-}
-
-static void map_init(void)
-{
-	for (unsigned int i = 0; i < NSHARDS; i++)
-		pthread_mutex_init(&shards[i].mu, NULL);
-	pthread_mutex_init(&chunk_mu, NULL);
-	pthread_mutex_init(&free_mu, NULL);
 }
 
 /* ------------------------------------------------------------------ */
@@ -1603,8 +1069,12 @@ static PyObject *jr_stats(PyObject *mod, PyObject *unused)
 	if (put_u64(d, "py_" #f, atomic_load_explicit(&pyc.f, \
 			memory_order_relaxed)) < 0) goto out
 	P(copies); P(copy_waits); P(copy_drops); P(copy_errors);
-	P(pending_races); P(map_tables); P(map_bytes); P(map_forgotten);
-	P(copies_reused); P(copies_freed);
+	P(pending_races); P(copies_reused);
+#undef P
+#define P(f) \
+	if (put_u64(d, "py_" #f, atomic_load_explicit(&codemap_ctr.f, \
+			memory_order_relaxed)) < 0) goto out
+	P(map_tables); P(map_bytes); P(map_forgotten); P(copies_freed);
 #undef P
 	ok = 1;
 out:
