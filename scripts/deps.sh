@@ -8,7 +8,8 @@
 # (xz for the tarball; zlib, bz2, lzma and libffi for the stdlib modules
 # the tests and the runner use).
 # browser: a headless browser for the flame graph page's test
-# (python/tests/test_flame.py), which skips without it.
+# (python/tests/test_flame.py), which skips without it, and Node.js for
+# its check of the page's script.
 # llvm: LLVM 14 for the listener in llvm/, and PostgreSQL 15 (its JIT uses
 # LLVM 14) as the listener's real client in the llvm suite.
 # llvm15: LLVM 15 (Debian 12's llvm-15-dev), for a second listener that the
@@ -21,7 +22,7 @@ bench=(libbenchmark-dev valgrind gnuplot-nox python3-docutils)
 fuzz=(clang libclang-rt-14-dev clang-format)
 cross=(gcc-aarch64-linux-gnu libc6-dev-arm64-cross qemu-user)
 python=(xz-utils zlib1g-dev libbz2-dev liblzma-dev libffi-dev)
-browser=(chromium)
+browser=(chromium nodejs)
 llvm=(llvm-14-dev postgresql-15)
 llvm15=(llvm-15-dev)
 

@@ -36,6 +36,10 @@ FLAME_JS = "d3-flamegraph.umd.min.js"
 FLAME_CSS = "d3-flamegraph.css"
 D3_JS = "d3.min.js"
 LIBRARIES = "d3-flame-graph 5.0.0 (Apache-2.0) on d3 7.9.2 (ISC)"
+# jitring's own page around them, in the same folder: its HTML and CSS
+# (the markers @NAME@ filled in by write_html()), and its script.
+PAGE = "flame.html"
+SCRIPT = "flame.js"
 
 # Nodes with fewer samples than this share of the total are left out of
 # the page; their samples stay in their caller's (its self time).  At
@@ -243,14 +247,14 @@ def write_html(path, stacks, title="", subtitle="", unit="samples",
                    100.0 * pruned_samples / root[0]))
     config = json.dumps({"unit": unit, "total": root[0], "note": note,
                          "libraries": LIBRARIES}).replace("<", "\\u003c")
-    page = (_PAGE
+    page = (_asset(PAGE)
             .replace("@TITLE@", _html_text(escape(title or
                                                    "jitring flame graph")))
             .replace("@SUBTITLE@", _html_text(escape(subtitle)))
             .replace("@LIBRARIES@", _html_text(LIBRARIES))
             .replace("@CSS@", _asset(FLAME_CSS))
             .replace("@CONFIG@", config)
-            .replace("@SCRIPT@", _SCRIPT))
+            .replace("@SCRIPT@", _asset(SCRIPT)))
     # The large parts last, so no marker is looked for inside them.
     head, _, tail = page.partition("@D3@")
     mid, _, tail = tail.partition("@FLAME@")
@@ -266,211 +270,3 @@ def write_html(path, stacks, title="", subtitle="", unit="samples",
         size = f.tell()
     return {"samples": root[0], "nodes": kept, "pruned_nodes": pruned,
             "pruned_samples": pruned_samples, "bytes": size}
-
-
-_PAGE = """<!DOCTYPE html>
-<!-- Written by jitring (python -m jitring record); drawn with @LIBRARIES@,
-     inlined: the file needs no network. -->
-<html lang="en">
-<head>
-<meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>@TITLE@</title>
-<style>@CSS@</style>
-<style>
-body { margin: 0; font: 14px/1.4 system-ui, -apple-system, "Segoe UI",
-  Roboto, "DejaVu Sans", sans-serif; color: #1d1d1f; background: #fff; }
-header { padding: 12px 16px 8px; border-bottom: 1px solid #e3e3e3;
-  background: #fafafa; position: sticky; top: 0; z-index: 5; }
-h1 { font-size: 18px; margin: 0; font-weight: 600; }
-.sub { color: #555; margin-top: 2px; word-break: break-all; }
-.bar { display: flex; flex-wrap: wrap; gap: 8px 14px; align-items: center;
-  margin-top: 8px; }
-.bar input { font: inherit; padding: 3px 8px; width: 22em;
-  border: 1px solid #bbb; border-radius: 4px; }
-.bar button { font: inherit; padding: 3px 10px; border: 1px solid #bbb;
-  border-radius: 4px; background: #fff; cursor: pointer; }
-.bar button:hover { background: #eee; }
-.legend span { display: inline-flex; align-items: center; margin-right: 10px;
-  color: #444; }
-.legend i { display: inline-block; width: 12px; height: 12px;
-  border-radius: 2px; margin-right: 4px; border: 1px solid #0002; }
-#match { color: #8a0a8a; font-weight: 600; }
-#details { margin-top: 6px; min-height: 1.4em; font-family: ui-monospace,
-  "DejaVu Sans Mono", monospace; font-size: 13px; white-space: nowrap;
-  overflow: hidden; text-overflow: ellipsis; }
-#chart { padding: 8px 16px 0; }
-#chart svg { display: block; }
-footer { color: #777; font-size: 12px; padding: 6px 16px 14px; }
-.d3-flame-graph-label { font-family: ui-monospace, "DejaVu Sans Mono",
-  monospace; font-size: 11.5px; }
-</style>
-</head>
-<body>
-<header>
-<h1>@TITLE@</h1>
-<div class="sub">@SUBTITLE@</div>
-<div class="bar">
-<input id="search" type="search" placeholder="Search frames (substring)"
- autocomplete="off" spellcheck="false">
-<button id="reset" type="button">Reset zoom</button>
-<button id="clear" type="button">Clear search</button>
-<span id="match"></span>
-<span class="legend"><span><i style="background:#7fb3e6"></i>Python</span><span><i
- style="background:#f0883e"></i>native</span><span><i
- style="background:#e3c33b"></i>kernel</span><span><i
- style="background:#c4c4c4"></i>process</span></span>
-</div>
-<div id="details"></div>
-</header>
-<div id="chart"></div>
-<footer><span id="total"></span> <span id="note"></span><br>
-The processes are on top, each frame's callees below it. Click a frame to
-zoom into it, a frame above it to zoom out.
-Drawn with @LIBRARIES@.</footer>
-<script>@D3@</script>
-<script>@FLAME@</script>
-<script type="application/json" id="jitring-data">@DATA@</script>
-<script>
-var JITRING = @CONFIG@;
-@SCRIPT@
-</script>
-</body>
-</html>
-"""
-
-_SCRIPT = r"""
-(function () {
-  "use strict";
-  var cfg = JITRING, unit = cfg.unit, total = cfg.total;
-  var data = JSON.parse(document.getElementById("jitring-data").textContent);
-  (function names(root) {       // indices into the root's table -> names
-    var t = root.t || [], todo = (root.c || []).slice();
-    delete root.t;
-    while (todo.length) {
-      var d = todo.pop();
-      d.n = t[d.n];
-      if (d.f !== undefined) d.f = t[d.f];
-      if (d.c) for (var i = 0; i < d.c.length; i++) todo.push(d.c[i]);
-    }
-  })(data);
-  var pct = function (v) {
-    return total ? (100 * v / total).toFixed(v * 1e4 < total ? 3 : 2) : "0";
-  };
-  var fmt = function (v) { return v.toLocaleString("en-US"); };
-  document.getElementById("total").textContent =
-    fmt(total) + " " + unit + " in all.";
-  document.getElementById("note").textContent = cfg.note;
-  if (!total) {
-    document.getElementById("chart").textContent = "No " + unit + ".";
-    document.body.setAttribute("data-rendered", Math.round(performance.now()));
-    return;
-  }
-  function hash(s) {            // a stable 0..1 per name, for shading
-    var h = 0;
-    for (var i = 0; i < s.length; i++) h = (h * 31 + s.charCodeAt(i)) | 0;
-    return ((h >>> 0) % 1000) / 999;
-  }
-  function colour(d) {
-    if (d.highlight) return "#e600e6";
-    var v = hash(d.data.n), k = d.data.l;
-    if (k === "p")              // Python: blues
-      return "rgb(" + Math.round(96 + 60 * v) + "," + Math.round(160 + 50 * v) +
-        "," + Math.round(225 + 25 * v) + ")";
-    if (k === "k")              // kernel: yellows
-      return "rgb(" + Math.round(220 + 20 * v) + "," + Math.round(185 + 30 * v) +
-        "," + Math.round(40 + 40 * v) + ")";
-    if (k === "r")              // processes and the whole: greys
-      return "rgb(" + Math.round(190 + 25 * v) + "," + Math.round(190 + 25 * v) +
-        "," + Math.round(190 + 25 * v) + ")";
-    return "rgb(" + Math.round(230 + 25 * v) + "," + Math.round(110 + 80 * v) +
-      "," + Math.round(40 + 30 * v) + ")";   // native: warm
-  }
-  function selfOf(d) {
-    var s = d.data.v, c = d.data.c;
-    if (c) for (var i = 0; i < c.length; i++) s -= c[i].v;
-    return s;
-  }
-  function describe(d) {
-    var v = d.data.v, s = selfOf(d);
-    return (d.data.f || d.data.n) + "  \u2014  " + fmt(v) + " " + unit +
-      " (" + pct(v) + "% of all), self " + fmt(s) + " (" + pct(s) + "%)";
-  }
-  var chartEl = document.getElementById("chart");
-  var width = function () { return Math.max(chartEl.clientWidth - 32, 300); };
-  var details = document.getElementById("details");
-  var hint = "Hover over a frame for its " + unit + "; click it to zoom.";
-  var chart = flamegraph.default()
-    .width(width())
-    .cellHeight(18)
-    .minFrameSize(1)
-    .sort(false)
-    .inverted(true)             // an icicle: deep stacks start on screen
-    .setColorMapper(colour)
-    .setLabelHandler(describe)
-    .setDetailsElement(details);
-  var term = "";
-  chart.setSearchMatch(function (d, t) {
-    if (!t) return false;
-    var n = (d.data.f || d.data.n).toLowerCase();
-    return n.indexOf(t.toLowerCase()) >= 0 ||
-      d.data.n.toLowerCase().indexOf(t.toLowerCase()) >= 0;
-  });
-  var match = document.getElementById("match");
-  chart.setSearchHandler(function (results) {
-    // The matches' samples from the data, each counted once (not under
-    // another match), whatever the zoom hides.
-    var found = new Set(results), sum = 0;
-    results.forEach(function (d) {
-      for (var p = d.parent; p; p = p.parent) if (found.has(p)) return;
-      sum += d.data.v;
-    });
-    match.textContent = term ? (results.length === 1 ? "1 frame matches" :
-      results.length + " frames match") + " \u201c" + term +
-      "\u201d: " + fmt(sum) + " " + unit + ", " + pct(sum) + "% of all" : "";
-  });
-  chart.setDetailsHandler(function (text) { details.textContent = text || hint; });
-  details.textContent = hint;
-  // The first drawing and a resize without animation, finished at once
-  // (d3's timers run on animation frames, which a hidden or headless page
-  // may not get, and a screenshot may come before they end); zooming
-  // animates.
-  function now(draw) {
-    chart.transitionDuration(0);
-    draw();
-    d3.timerFlush();
-    // New frames' rects grow in a fixed 250 ms animation: end it now.
-    d3.select("#chart").selectAll("g.frame > rect").interrupt()
-      .attr("width", function () { return this.parentNode.getAttribute("width"); });
-    chart.transitionDuration(300);
-  }
-  now(function () { d3.select("#chart").datum(data).call(chart); });
-  var input = document.getElementById("search"), timer = null;
-  input.addEventListener("input", function () {
-    clearTimeout(timer);
-    timer = setTimeout(function () {
-      term = input.value.trim();
-      if (term) chart.search(term); else { chart.clear(); match.textContent = ""; }
-    }, 150);
-  });
-  document.getElementById("reset").addEventListener("click", function () {
-    chart.resetZoom();
-  });
-  document.getElementById("clear").addEventListener("click", function () {
-    input.value = ""; term = ""; chart.clear(); match.textContent = "";
-  });
-  var rt = null;
-  window.addEventListener("resize", function () {
-    clearTimeout(rt);
-    rt = setTimeout(function () {
-      if (chart.width() !== width()) now(function () { chart.width(width()).update(); });
-    }, 200);
-  });
-  // The search term from the address (#search=TERM), e.g. for a link.
-  var m = /[#&]search=([^&]*)/.exec(location.hash);
-  if (m) { input.value = decodeURIComponent(m[1]); term = input.value;
-           chart.search(term); }
-  // When the first drawing was done, in ms since the page began to load.
-  document.body.setAttribute("data-rendered", Math.round(performance.now()));
-})();
-"""

@@ -19,6 +19,9 @@ process) of all samples, native_sort 38% through native and kernel frames;
   picture   --screenshot: a PNG of the window's size, not blank, with the
             Python and the native colours in it
   folded    write_folded: the a;b;c COUNT lines
+  sources   the page's script (web/flame.js) parses under Node.js
+            (skipped without node), and the template (web/flame.html)
+            holds each of its markers once
 
 Exit 77 when no chromium can be installed or run (scripts/deps.sh browser;
 JITRING_CHROMIUM names another binary).
@@ -378,7 +381,31 @@ def check_folded(t):
     t.check(ok, "folded: a count of 0 is refused")
 
 
+def check_sources(t):
+    """The page's own script, a file of the package: Node.js parses it
+    (node --check), before any browser; and the template holds each
+    marker write_html() fills in, once."""
+    web = _flame.WEB_DIR
+    node = shutil.which("node") or shutil.which("nodejs")
+    if node:
+        p = subprocess.run([node, "--check",
+                            os.path.join(web, _flame.SCRIPT)],
+                           capture_output=True, text=True, timeout=60)
+        t.check(p.returncode == 0, "web/%s: Node.js finds no syntax error"
+                % _flame.SCRIPT, p.stderr[-800:])
+    else:
+        t.skip_part("the page script's syntax", "no node on PATH "
+                    "(scripts/deps.sh browser installs nodejs)")
+    with open(os.path.join(web, _flame.PAGE), encoding="utf-8") as f:
+        page = f.read()
+    counts = {m: page.count(m) for m in
+              ("@CSS@", "@CONFIG@", "@SCRIPT@", "@D3@", "@FLAME@", "@DATA@")}
+    t.check(all(n == 1 for n in counts.values()),
+            "web/%s holds each marker once" % _flame.PAGE, counts)
+
+
 def main(t):
+    check_sources(t)
     exe = find_chromium()
     if not exe:
         t.skip("no chromium on PATH (scripts/deps.sh browser installs it; "

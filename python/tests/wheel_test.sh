@@ -141,7 +141,8 @@ import sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 print("\n".join(names))
 want = ["jitring/__init__.py", "jitring/__main__.py", "jitring-autostart.pth",
-        "jitring/_flame.py", "jitring/web/d3.min.js",
+        "jitring/_flame.py", "jitring/web/flame.html", "jitring/web/flame.js",
+        "jitring/web/d3.min.js",
         "jitring/web/d3-flamegraph.umd.min.js", "jitring/web/d3-flamegraph.css",
         "jitring/web/LICENSE.d3", "jitring/web/LICENSE.d3-flame-graph",
         "jitring/web/SHA256SUMS"]
