@@ -8,6 +8,26 @@
 #define JITRING_SRC_CFI_PRESETS_H
 
 /*
+ * The bytes, written here only: the arrays below and the runtime kit's
+ * built-in template (src/5-kit/trampolines.c, which adds its salt room)
+ * are made of them.
+ */
+/* clang-format off */
+#define JR_TRAMPOLINE_X86_64_CODE					\
+	0x55,			/* push %rbp */				\
+	0x48, 0x89, 0xe5,	/* mov %rsp,%rbp */			\
+	0xff, 0xd1,		/* call *%rcx */			\
+	0x5d,			/* pop %rbp */				\
+	0xc3			/* ret */
+#define JR_TRAMPOLINE_AARCH64_CODE					\
+	0xfd, 0x7b, 0xbf, 0xa9,	/* stp x29, x30, [sp, #-16]! */		\
+	0xfd, 0x03, 0x00, 0x91,	/* mov x29, sp */			\
+	0x60, 0x00, 0x3f, 0xd6,	/* blr x3 */				\
+	0xfd, 0x7b, 0xc1, 0xa8,	/* ldp x29, x30, [sp], #16 */		\
+	0xc0, 0x03, 0x5f, 0xd6	/* ret */
+/* clang-format on */
+
+/*
  * JITRING_CFI_X86_64_FP_TRAMPOLINE, 8 bytes:
  * 55 push %rbp; 48 89 e5 mov %rsp,%rbp; ff d1 call *%rcx; 5d pop %rbp; c3 ret
  */

@@ -67,22 +67,12 @@
 /* ------------------------------------------------------------------ */
 /* Presets.                                                            */
 
-const unsigned char jitring_trampoline_x86_64[] = {
-	0x55,             /* push %rbp */
-	0x48, 0x89, 0xe5, /* mov %rsp,%rbp */
-	0xff, 0xd1,       /* call *%rcx */
-	0x5d,             /* pop %rbp */
-	0xc3,             /* ret */
-};
+const unsigned char jitring_trampoline_x86_64[] = { JR_TRAMPOLINE_X86_64_CODE };
 const unsigned jitring_trampoline_x86_64_size =
 	sizeof(jitring_trampoline_x86_64);
 
 const unsigned char jitring_trampoline_aarch64[] = {
-	0xfd, 0x7b, 0xbf, 0xa9, /* stp x29, x30, [sp, #-16]! */
-	0xfd, 0x03, 0x00, 0x91, /* mov x29, sp */
-	0x60, 0x00, 0x3f, 0xd6, /* blr x3 */
-	0xfd, 0x7b, 0xc1, 0xa8, /* ldp x29, x30, [sp], #16 */
-	0xc0, 0x03, 0x5f, 0xd6, /* ret */
+	JR_TRAMPOLINE_AARCH64_CODE
 };
 const unsigned jitring_trampoline_aarch64_size =
 	sizeof(jitring_trampoline_aarch64);

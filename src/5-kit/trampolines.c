@@ -126,6 +126,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "cfi_presets.h"
 #include "clock.h"
 #include "demand.h"
 #include "engine.h"
@@ -277,11 +278,7 @@ static uint64_t salt_of(const struct jitring_trampolines *t, const void *code,
 /* jitring_trampoline_x86_64[] then 8 bytes of salt room (int3, never run). */
 /* clang-format off */
 static const unsigned char builtin_code[] = {
-	0x55,			/* push %rbp */
-	0x48, 0x89, 0xe5,	/* mov %rsp,%rbp */
-	0xff, 0xd1,		/* call *%rcx */
-	0x5d,			/* pop %rbp */
-	0xc3,			/* ret */
+	JR_TRAMPOLINE_X86_64_CODE,
 	0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc,
 };
 /* clang-format on */
@@ -291,11 +288,7 @@ static const unsigned char builtin_code[] = {
 /* jitring_trampoline_aarch64[] then 8 bytes of salt room (brk #0, never run). */
 /* clang-format off */
 static const unsigned char builtin_code[] = {
-	0xfd, 0x7b, 0xbf, 0xa9,	/* stp x29, x30, [sp, #-16]! */
-	0xfd, 0x03, 0x00, 0x91,	/* mov x29, sp */
-	0x60, 0x00, 0x3f, 0xd6,	/* blr x3 */
-	0xfd, 0x7b, 0xc1, 0xa8,	/* ldp x29, x30, [sp], #16 */
-	0xc0, 0x03, 0x5f, 0xd6,	/* ret */
+	JR_TRAMPOLINE_AARCH64_CODE,
 	0x00, 0x00, 0x20, 0xd4, 0x00, 0x00, 0x20, 0xd4,
 };
 /* clang-format on */
