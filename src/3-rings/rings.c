@@ -572,13 +572,13 @@ void jitring_rings_fork_parent(struct jitring *jr)
 	}
 }
 
-void jitring_rings_fork_child(struct jitring *jr)
+uint32_t jitring_rings_fork_child(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
 
 	jitring_thread_fork_child(jr);
 	if (!e)
-		return;
+		return JR_FORKED;
 	/*
 	 * The forking thread took these in prepare and is this thread:
 	 * unlock them.  The rwlock is then also made anew: the parent's
@@ -619,4 +619,21 @@ void jitring_rings_fork_child(struct jitring *jr)
 	e->stop_seen = false;
 	e->pause_seen = false;
 	e->failed = false;
+	/* The flusher starts on first use (jitring_rings_restart()). */
+	return JR_FORKED;
 }
+
+const struct jitring_engine_ops jitring_rings_ops = {
+	.start = jitring_rings_start,
+	.write = jitring_rings_write,
+	.move = jitring_rings_move,
+	.flush = jitring_rings_flush,
+	.pause = jitring_rings_pause,
+	.kick = jitring_rings_kick,
+	.stop = jitring_rings_stop,
+	.exit = jitring_rings_exit,
+	.fork_prepare = jitring_rings_fork_prepare,
+	.fork_parent = jitring_rings_fork_parent,
+	.fork_child = jitring_rings_fork_child,
+	.kit_register = jitring_rings_kit_register,
+};

@@ -21,6 +21,7 @@
 #include <sys/uio.h>
 
 #include "demand.h"
+#include "engine_ops.h"
 #include "internal.h"
 #include "jitring/jitdump.h"
 
@@ -254,7 +255,7 @@ int jitring_rings_thread_detach(struct jitring *jr);
 void jitring_rings_kick(struct jitring *jr);
 void jitring_rings_fork_prepare(struct jitring *jr);
 void jitring_rings_fork_parent(struct jitring *jr);
-void jitring_rings_fork_child(struct jitring *jr);
+uint32_t jitring_rings_fork_child(struct jitring *jr);
 /* A fork child's first call: start its engine.  Inside jitring_enter().
  * Return: the writer's state after the attempt. */
 int jitring_rings_restart(struct jitring *jr);
@@ -277,25 +278,15 @@ void jitring_rings_resume(struct jitring *jr);
 int jitring_rings_stalled(struct jitring *jr);
 
 /*
- * What the flusher does for the trampoline kit (5-kit), which sits above
- * this engine: the kit registers it before it puts a set on a writer's
- * list, and the flusher calls it every round (maintain) and before it
- * sleeps (wanted).  Until then there is no set, and nothing to do.
- */
-struct jr_kit_ops {
-	/* Refill every set's arenas ahead of demand and give back what
-	 * demand no longer asks for.  Return: when to run again to follow
-	 * the demand down, UINT64_MAX if every stock is at its floor. */
-	uint64_t (*maintain)(struct jitring *jr, uint64_t now);
-	/* Does a set have fewer ready arenas than its mark? */
-	bool (*wanted)(struct jitring *jr);
-};
-/*
- * Register @ops for every writer (the same ops each time).  seq_cst: with
- * the flusher's seq_cst load before it sleeps, the Dekker pair that makes
- * a set pushed after this seen, or its maker see the flusher asleep.
+ * The kit's hook (engine_ops.h), for every writer (the same ops each
+ * time).  seq_cst: with the flusher's seq_cst load before it sleeps, the
+ * Dekker pair that makes a set pushed after this seen, or its maker see
+ * the flusher asleep.
  */
 void jitring_rings_kit_register(const struct jr_kit_ops *ops);
+
+/* The engine's operations (rings.c), for 4-engine. */
+extern const struct jitring_engine_ops jitring_rings_ops;
 
 /*
  * Where the next group at or after @rd starts (before @end), past the gap
