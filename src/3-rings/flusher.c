@@ -97,7 +97,7 @@
 #include "pool.h"
 #include "reaper.h"
 #include "record.h"
-#include "rings.h"
+#include "rings_internal.h"
 #include "testpoint.h"
 
 #define JR_IOV_MAX 1024u
@@ -729,7 +729,7 @@ static void io_stop(struct jr_rings *e)
 	io_wake(m);
 	pthread_join(m->io_thread, NULL);
 	m->io_running = false;
-	jitring_wait_gone(m->io_tid);
+	jitring_reaper_thread_gone(m->io_tid);
 }
 
 /*

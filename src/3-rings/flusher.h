@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "rings.h"
+#include "rings_types.h"
 
 /* The merge state (heap, batch); freed by jitring_flusher_fini(). */
 int jitring_flusher_init(struct jr_rings *e);

@@ -62,7 +62,7 @@
 #include "flusher.h"
 #include "futex.h"
 #include "pool.h"
-#include "rings.h"
+#include "rings_internal.h"
 #include "testpoint.h"
 
 /* Rings made per mapping when the pool is refilled. */

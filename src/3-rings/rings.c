@@ -16,19 +16,19 @@
  * wins or loses cleanly and a failed restart is never tried again.
  */
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "flusher.h"
 #include "futex.h"
 #include "pool.h"
+#include "reaper.h"
 #include "record.h"
 #include "rings.h"
+#include "rings_internal.h"
 #include "testpoint.h"
 #include "thread.h"
 
@@ -373,21 +373,6 @@ int jitring_rings_exit(struct jitring *jr, const struct timespec *until)
 /* ------------------------------------------------------------------ */
 /* Pause and resume.                                                    */
 
-/*
- * pthread_join() returns when the kernel clears the thread's tid, before
- * it takes the thread out of the thread group's count (/proc/self/stat,
- * which CPython reads to warn about fork() in a multithreaded process):
- * wait, briefly and boundedly, until the thread is gone.
- */
-void jitring_wait_gone(pid_t tid)
-{
-	for (int i = 0; i < 20000 && tid > 0; i++) {
-		if (syscall(SYS_tgkill, getpid(), tid, 0) && errno == ESRCH)
-			return;
-		sched_yield();
-	}
-}
-
 int jitring_rings_pause(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
@@ -457,7 +442,7 @@ int jitring_rings_pause(struct jitring *jr)
 	/* Pairs with the acquire load of running in jitring_rings_flush(). */
 	atomic_store_explicit(&e->running, false, memory_order_release);
 	run_unlock(e);
-	jitring_wait_gone(tid);
+	jitring_reaper_thread_gone(tid);
 	return ret;
 }
 
