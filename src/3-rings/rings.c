@@ -340,7 +340,7 @@ static int finish(struct jitring *jr, struct jr_rings *e,
 		 * No flusher: a fork child that never wrote (nothing of its
 		 * own buffered): maybe CLOSE.
 		 */
-		jitring_flusher_write_close(e);
+		jitring_batch_write_close(e);
 	}
 	return 0;
 }
@@ -392,12 +392,12 @@ int jitring_rings_pause(struct jitring *jr)
 	 * takes the drain path (flush_here()), which takes run_lock.
 	 */
 	ret = jitring_rings_flush(jr);
-	/* Pairs with the seq_cst loads of pause_req in round_run() and
+	/* Pairs with the seq_cst loads of pause_req in jitring_round_run() and
 	 * news(). */
 	atomic_store_explicit(&e->pause_req, 1, memory_order_seq_cst);
 	jitring_rings_kick(jr);
 	/*
-	 * It exits after a round that left nothing behind (flusher.c).
+	 * It exits after a round that left nothing behind (rounds.c).
 	 * Bounded: with threads writing all the time there may be no such
 	 * round, and fork() (which takes run_lock) must not wait for one.
 	 * Giving up is a CAS 1 -> 0 on pause_req; the flusher commits to
@@ -539,7 +539,7 @@ void jitring_rings_fork_prepare(struct jitring *jr)
 	if (e) {
 		pthread_mutex_lock(&e->run_lock);
 		pthread_mutex_lock(&e->fork_lock);
-		jitring_flusher_fork_prepare(e);
+		jitring_batch_fork_prepare(e);
 		JITRING_TESTPOINT(fork_make_lock, jr);
 		pthread_rwlock_wrlock(&e->make_lock);
 		JITRING_TESTPOINT(fork_make_locked, jr);
@@ -578,7 +578,7 @@ uint32_t jitring_rings_fork_child(struct jitring *jr)
 	atomic_store_explicit(&e->running, false, memory_order_relaxed);
 	atomic_store_explicit(&e->pause_req, 0, memory_order_relaxed);
 	e->paused = false;
-	jitring_flusher_fork_child(e);
+	jitring_batch_fork_child(e);
 	jitring_pool_release(e, true);
 	jitring_flusher_fini(e);
 	/* The child's file has none of the parent's loads to move. */

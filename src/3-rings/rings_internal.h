@@ -10,7 +10,10 @@
  *   ring.c     the write path, on the JIT thread (producer);
  *   thread.c   a thread's rings: attach, detach, growth;
  *   pool.c     ready rings, the registry, the budget, the code_index map;
- *   flusher.c  the flusher thread: the merge, flushes, sleep (consumer).
+ *   flusher.c  the flusher thread (consumer): its main loop and sleep,
+ *              with its parts rounds.c (a round, trims, growth), merge.c
+ *              (the scan, the heap, the merge) and batch.c (batches, the
+ *              write thread).
  * (LTTng-UST's frontend_internal.h.)
  */
 #ifndef JITRING_SRC_RINGS_INTERNAL_H

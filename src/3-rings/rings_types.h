@@ -149,7 +149,7 @@ struct jr_spares {
 	uint32_t size;   /* each ring's buffer */
 };
 
-struct jr_merge; /* flusher.c */
+struct jr_merge; /* flusher_internal.h */
 
 struct jr_rings {
 	struct jitring *jr;
