@@ -3,8 +3,8 @@
  * The front door: config, open and close, the public calls and their
  * dispatch to the writer's engine through its operations (jr->ops, which
  * 4-engine picks: this file names neither engine), fork and exit
- * handling, and statistics.  The
- * dump file itself and the handle list are files.c's (2-core).
+ * handling, and statistics.  The dump file itself and the handle list are
+ * files.c's (2-core).
  *
  * Lifetime (see internal.h): handles are tombstones kept on the handle
  * list (files.h) for the life of the process.  jitring_close() moves state OPEN/FAILED/FORKED ->
