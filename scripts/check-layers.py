@@ -179,11 +179,11 @@ def main():
     ranks = sorted({rank(d) for d in folders if rank(d) is not None})
     order = ' < '.join(' '.join(d for d in folders if rank(d) == r)
                        for r in ranks)
+    engines = ''.join(f'; above {r + 1}, {r} only through it'
+                      for r in sorted(SHARED))
     print(f'{len(folders)} folders, {n_files} files, {n_incl} includes, '
           f'{n_calls} calls between objects: every one goes down '
-          f'({order}; reader apart; layers above '
-          f'{", ".join(str(r + 1) for r in sorted(SHARED))} reach '
-          f'{", ".join(str(r) for r in sorted(SHARED))} only through it)')
+          f'({order}; reader apart{engines})')
     return 0
 
 
