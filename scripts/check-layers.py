@@ -5,11 +5,14 @@
 src/ holds one folder per layer, named N-name: the number is the layer's
 place, the only place the order is written.  A file may include headers of
 its own folder and of folders with a lower number; folders with the same
-number (the two engines) do not include each other.  A folder without a
-number (reader/) stands apart: it may include layer 0 only, and no layer
-includes it.  Public headers (include/) may be included from anywhere.
+number (the two engines) do not include each other, and are reached only
+from the layer numbered right above them (4-engine, which hands out an
+engine's operations): the layers above that one reach an engine only
+through it.  A folder without a number (reader/) stands apart: it may
+include layer 0 only, and no layer includes it.  Public headers
+(include/) may be included from anywhere.
 
-With --objects, the same rule holds for calls: every symbol an object of
+With --objects, the same rules hold for calls: every symbol an object of
 the given static libraries needs and another of them defines (nm) must be
 defined in its own folder or below.  An include check alone cannot see a
 lower header declaring a function a higher layer defines.
@@ -34,6 +37,20 @@ def rank(folder):
     return int(m.group(1)) if m else None
 
 
+# Layer numbers that several folders share (the engines): set by main().
+SHARED = set()
+
+
+def shared(folders):
+    """The numbers of layers with more than one folder."""
+    seen = {}
+    for d in folders:
+        r = rank(d)
+        if r is not None:
+            seen[r] = seen.get(r, 0) + 1
+    return {r for r, n in seen.items() if n > 1}
+
+
 def allowed(src, dst):
     """May a file of folder @src include a header of folder @dst?"""
     if src == dst:
@@ -43,7 +60,19 @@ def allowed(src, dst):
         return False
     if rs is None:
         return rd == 0
+    if rd in SHARED:
+        # An engine: only the layer right above picks between them.
+        return rs == rd + 1
     return rd < rs
+
+
+def why(src, dst):
+    """Why @src may not reach @dst, for the message."""
+    if rank(dst) in SHARED and rank(src) is not None and \
+            rank(src) > rank(dst):
+        up = rank(dst) + 1
+        return f'an engine, reached only through the layer numbered {up}'
+    return f'not below src/{src}'
 
 
 def symbols(libs):
@@ -84,8 +113,8 @@ def calls(libs):
                 continue
             n += 1
             if not allowed(folder, to):
-                problems.append(f'{obj}: calls {name} of src/{to}, not '
-                                f'below src/{folder}')
+                problems.append(f'{obj}: calls {name} of src/{to}, '
+                                f'{why(folder, to)}')
     return n, problems
 
 
@@ -101,6 +130,7 @@ def main():
     public = os.path.join(src, '..', 'include')
     folders = sorted(d for d in os.listdir(src)
                      if os.path.isdir(os.path.join(src, d)))
+    SHARED.update(shared(folders))
     where = {}
     problems = []
     for d in folders:
@@ -135,8 +165,8 @@ def main():
                                         'in no layer')
                     elif not allowed(d, to):
                         problems.append(f'src/{d}/{f}:{no}: includes '
-                                        f'{name} of src/{to}, not below '
-                                        f'src/{d}')
+                                        f'{name} of src/{to}, '
+                                        f'{why(d, to)}')
     n_calls = 0
     if libs:
         n_calls, more = calls(libs)
@@ -149,9 +179,11 @@ def main():
     ranks = sorted({rank(d) for d in folders if rank(d) is not None})
     order = ' < '.join(' '.join(d for d in folders if rank(d) == r)
                        for r in ranks)
+    engines = ''.join(f'; above {r + 1}, {r} only through it'
+                      for r in sorted(SHARED))
     print(f'{len(folders)} folders, {n_files} files, {n_incl} includes, '
           f'{n_calls} calls between objects: every one goes down '
-          f'({order}; reader apart)')
+          f'({order}; reader apart{engines})')
     return 0
 
 

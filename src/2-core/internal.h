@@ -33,6 +33,8 @@
 
 #define JR_MAGIC 0x4a524e47u /* "JRNG" */
 
+struct jitring_engine_ops;
+
 /* jr->state.  Anything but JR_OPEN sends a call to its slow path. */
 enum jr_state {
 	JR_OPEN = 0,
@@ -109,8 +111,11 @@ struct jitring {
 	uint32_t engine;        /* JITRING_ENGINE_RINGS or _MUTEX */
 	uint32_t flags;         /* JITRING_F_* */
 	void *eng;              /* engine state */
-	uint32_t ring_min;      /* ring sizes: equal when configured, */
-	uint32_t ring_max;      /* else adaptive between the two */
+	/* The engine's operations (engine_ops.h), picked at open: every
+	 * call reaches the engine through them. */
+	const struct jitring_engine_ops *ops;
+	uint32_t ring_min; /* ring sizes: equal when configured, */
+	uint32_t ring_max; /* else adaptive between the two */
 	uint32_t max_delay_ms;
 	uint32_t holdback_ms;
 	uint32_t elf_mach;

@@ -49,6 +49,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -104,6 +105,15 @@ void jitring_reaper_thread_end(void)
 	/* Pairs with the seq_cst loads in app_tasks(). */
 	atomic_fetch_add_explicit(&own_threads, JR_OWN_CHANGE - 1,
 				  memory_order_seq_cst);
+}
+
+void jitring_reaper_thread_gone(pid_t tid)
+{
+	for (int i = 0; i < 20000 && tid > 0; i++) {
+		if (syscall(SYS_tgkill, getpid(), tid, 0) && errno == ESRCH)
+			return;
+		sched_yield();
+	}
 }
 
 /*

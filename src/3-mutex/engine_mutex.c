@@ -151,7 +151,7 @@ static void map_discard(struct mutex_eng *m)
 	}
 }
 
-int jitring_mutex_start(struct jitring *jr)
+static int mutex_start(struct jitring *jr)
 {
 	struct mutex_eng *m = calloc(1, sizeof(*m));
 	int ret;
@@ -325,7 +325,7 @@ static bool id_issued_locked(const struct mutex_eng *m, uint64_t id)
 	return m->blocks[lo - 1] + JR_ID_BLOCK != m->id_end || id < m->id_next;
 }
 
-int64_t jitring_mutex_write(struct jitring *jr, const struct jitring_group *g)
+static int64_t mutex_write(struct jitring *jr, const struct jitring_group *g)
 {
 	struct mutex_eng *m = jr->eng;
 	const struct jitring_entry *e = g->e;
@@ -405,9 +405,9 @@ out:
 	return ret ? ret : (int64_t)code_index;
 }
 
-int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
-		       const void *new_addr, const void *old_addr,
-		       uint64_t code_size)
+static int mutex_move(struct jitring *jr, uint64_t code_index,
+		      const void *new_addr, const void *old_addr,
+		      uint64_t code_size)
 {
 	struct mutex_eng *m = jr->eng;
 	uint8_t rec[JR_MOVE_SIZE];
@@ -434,7 +434,7 @@ int jitring_mutex_move(struct jitring *jr, uint64_t code_index,
 	return unlock_ret(jr, m, ret);
 }
 
-int jitring_mutex_flush(struct jitring *jr)
+static int mutex_flush(struct jitring *jr)
 {
 	struct mutex_eng *m = jr->eng;
 	int ret = lock_take(m);
@@ -484,7 +484,7 @@ static int stop_locked(struct jitring *jr, struct mutex_eng *m)
 	return ret;
 }
 
-int jitring_mutex_stop(struct jitring *jr)
+static int mutex_stop(struct jitring *jr)
 {
 	struct mutex_eng *m = jr->eng;
 	int ret;
@@ -495,7 +495,7 @@ int jitring_mutex_stop(struct jitring *jr)
 	return ret;
 }
 
-int jitring_mutex_exit(struct jitring *jr, const struct timespec *until)
+static int mutex_exit(struct jitring *jr, const struct timespec *until)
 {
 	struct mutex_eng *m = jr->eng;
 	int ret;
@@ -517,21 +517,21 @@ int jitring_mutex_exit(struct jitring *jr, const struct timespec *until)
 	return ret;
 }
 
-void jitring_mutex_fork_prepare(struct jitring *jr)
+static void mutex_fork_prepare(struct jitring *jr)
 {
 	struct mutex_eng *m = jr->eng;
 
 	pthread_mutex_lock(&m->lock);
 }
 
-void jitring_mutex_fork_parent(struct jitring *jr)
+static void mutex_fork_parent(struct jitring *jr)
 {
 	struct mutex_eng *m = jr->eng;
 
 	pthread_mutex_unlock(&m->lock);
 }
 
-void jitring_mutex_fork_child(struct jitring *jr)
+static uint32_t mutex_fork_child(struct jitring *jr)
 {
 	struct mutex_eng *m = jr->eng;
 
@@ -548,7 +548,21 @@ void jitring_mutex_fork_child(struct jitring *jr)
 	/* The child's file has none of the parent's loads to move. */
 	m->nblocks = 0;
 	m->id_next = m->id_end = 0;
-	if (jr->file.fd >= 0 && open_stream(jr, m) == 0)
-		return;
-	m->f = NULL;
+	if (jr->file.fd < 0 || open_stream(jr, m))
+		m->f = NULL;
+	/* No thread to restart: writes go on at once. */
+	return JR_OPEN;
 }
+
+const struct jitring_engine_ops jitring_mutex_ops = {
+	.start = mutex_start,
+	.write = mutex_write,
+	.move = mutex_move,
+	.flush = mutex_flush,
+	/* pause, kick, kit_register: no thread of its own. */
+	.stop = mutex_stop,
+	.exit = mutex_exit,
+	.fork_prepare = mutex_fork_prepare,
+	.fork_parent = mutex_fork_parent,
+	.fork_child = mutex_fork_child,
+};

@@ -1,20 +1,26 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * Rings engine: the flusher thread (flusher.c), which merges every ring
- * into the file in timestamp order and keeps what threads need ready.
+ * into the file in timestamp order and keeps what threads need ready, as
+ * the engine's life (rings.c) and the registry (pool.c) call it.  Its
+ * parts' calls to each other are in flusher_internal.h.
  */
 #ifndef JITRING_SRC_FLUSHER_H
 #define JITRING_SRC_FLUSHER_H
 
 #include <stdint.h>
 
-#include "rings.h"
+#include "rings_types.h"
 
 /* The merge state (heap, batch); freed by jitring_flusher_fini(). */
 int jitring_flusher_init(struct jr_rings *e);
 void jitring_flusher_fini(struct jr_rings *e);
-/* Size the merge's per-ring arrays for @cap rings; 0 frees them. */
-int jitring_flusher_fit(struct jr_rings *e, uint32_t cap);
+/*
+ * Size the merge's per-ring arrays for @cap rings; 0 frees them (merge.c).
+ * The registry (pool.c) keeps them as large as itself.  Return: 0 or
+ * -ENOMEM (the arrays as they were).
+ */
+int jitring_merge_fit(struct jr_rings *e, uint32_t cap);
 /* The thread: rounds until close's last one (pthread start routine). */
 void *jitring_flusher_main(void *arg);
 /*
@@ -29,11 +35,11 @@ int jitring_flusher_drain(struct jr_rings *e);
 /*
  * fork(), under fork_lock: take back the batch the write thread may hold
  * (prepare), so that the child inherits none; the child has no write
- * thread (child).
+ * thread (child) (batch.c).
  */
-void jitring_flusher_fork_prepare(struct jr_rings *e);
-void jitring_flusher_fork_child(struct jr_rings *e);
-/* Append a CLOSE record if JITRING_F_WRITE_CLOSE asks for one. */
-void jitring_flusher_write_close(struct jr_rings *e);
+void jitring_batch_fork_prepare(struct jr_rings *e);
+void jitring_batch_fork_child(struct jr_rings *e);
+/* Append a CLOSE record if JITRING_F_WRITE_CLOSE asks for one (batch.c). */
+void jitring_batch_write_close(struct jr_rings *e);
 
 #endif /* JITRING_SRC_FLUSHER_H */

@@ -7,7 +7,7 @@
  * engine exclusively: start, close, the fork child), so the registry and
  * the pool's bookkeeping need no lock.
  *
- * Ownership of a ring (struct jr_ring.own, see rings.h):
+ * Ownership of a ring (struct jr_ring.own, see rings_types.h):
  *   POOLED   in the pool, the flusher's; a registering thread dequeues it
  *            (ck_ring SPMC: the flusher enqueues, threads dequeue) and
  *            stores ACTIVE (release) before its first write.  A spare
@@ -28,7 +28,7 @@
  * Every ring the engine made, but a spare no thread has taken, is in the
  * registry from the round it becomes reachable to the flusher (threads' own
  * rings and spares arrive on the attach stack, taken in one exchange after
- * fence (F), see flusher.c) until it is freed.
+ * fence (F), see rounds.c) until it is freed.
  *
  * Budget: ring_bytes counts every buffer but the untaken spares',
  * grow_bytes what is above ring_min per ring; both are reserved with an
@@ -62,7 +62,7 @@
 #include "flusher.h"
 #include "futex.h"
 #include "pool.h"
-#include "rings.h"
+#include "rings_internal.h"
 #include "testpoint.h"
 
 /* Rings made per mapping when the pool is refilled. */
@@ -138,7 +138,7 @@ static int reg_reserve(struct jr_rings *e, uint32_t n)
 		e->reg_cap = cap;
 	}
 	/* The merge keeps per-ring arrays as large as the registry. */
-	return jitring_flusher_fit(e, e->reg_cap);
+	return jitring_merge_fit(e, e->reg_cap);
 }
 
 /*
@@ -802,7 +802,7 @@ void jitring_pool_release(struct jr_rings *e, bool child)
 	e->nreg = e->reg_cap = 0;
 	atomic_store_explicit(&e->ring_bytes, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->grow_bytes, 0, memory_order_relaxed);
-	jitring_flusher_fit(e, 0);
+	jitring_merge_fit(e, 0);
 }
 
 _Atomic uint64_t *jitring_idmap_chunk(struct jr_rings *e, uint64_t id)

@@ -10,7 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "rings.h"
+#include "rings_types.h"
 
 /* Unmap a ring's buffer and free its control block. */
 void jitring_ring_free(struct jr_ring *r);

@@ -70,7 +70,7 @@
 #include "futex.h"
 #include "pool.h"
 #include "record.h"
-#include "rings.h"
+#include "rings_internal.h"
 #include "testpoint.h"
 #include "thread.h"
 

@@ -16,19 +16,19 @@
  * wins or loses cleanly and a failed restart is never tried again.
  */
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "clock.h"
 #include "flusher.h"
 #include "futex.h"
 #include "pool.h"
+#include "reaper.h"
 #include "record.h"
 #include "rings.h"
+#include "rings_internal.h"
 #include "testpoint.h"
 #include "thread.h"
 
@@ -340,7 +340,7 @@ static int finish(struct jitring *jr, struct jr_rings *e,
 		 * No flusher: a fork child that never wrote (nothing of its
 		 * own buffered): maybe CLOSE.
 		 */
-		jitring_flusher_write_close(e);
+		jitring_batch_write_close(e);
 	}
 	return 0;
 }
@@ -373,21 +373,6 @@ int jitring_rings_exit(struct jitring *jr, const struct timespec *until)
 /* ------------------------------------------------------------------ */
 /* Pause and resume.                                                    */
 
-/*
- * pthread_join() returns when the kernel clears the thread's tid, before
- * it takes the thread out of the thread group's count (/proc/self/stat,
- * which CPython reads to warn about fork() in a multithreaded process):
- * wait, briefly and boundedly, until the thread is gone.
- */
-void jitring_wait_gone(pid_t tid)
-{
-	for (int i = 0; i < 20000 && tid > 0; i++) {
-		if (syscall(SYS_tgkill, getpid(), tid, 0) && errno == ESRCH)
-			return;
-		sched_yield();
-	}
-}
-
 int jitring_rings_pause(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
@@ -407,12 +392,12 @@ int jitring_rings_pause(struct jitring *jr)
 	 * takes the drain path (flush_here()), which takes run_lock.
 	 */
 	ret = jitring_rings_flush(jr);
-	/* Pairs with the seq_cst loads of pause_req in round_run() and
+	/* Pairs with the seq_cst loads of pause_req in jitring_round_run() and
 	 * news(). */
 	atomic_store_explicit(&e->pause_req, 1, memory_order_seq_cst);
 	jitring_rings_kick(jr);
 	/*
-	 * It exits after a round that left nothing behind (flusher.c).
+	 * It exits after a round that left nothing behind (rounds.c).
 	 * Bounded: with threads writing all the time there may be no such
 	 * round, and fork() (which takes run_lock) must not wait for one.
 	 * Giving up is a CAS 1 -> 0 on pause_req; the flusher commits to
@@ -457,7 +442,7 @@ int jitring_rings_pause(struct jitring *jr)
 	/* Pairs with the acquire load of running in jitring_rings_flush(). */
 	atomic_store_explicit(&e->running, false, memory_order_release);
 	run_unlock(e);
-	jitring_wait_gone(tid);
+	jitring_reaper_thread_gone(tid);
 	return ret;
 }
 
@@ -554,7 +539,7 @@ void jitring_rings_fork_prepare(struct jitring *jr)
 	if (e) {
 		pthread_mutex_lock(&e->run_lock);
 		pthread_mutex_lock(&e->fork_lock);
-		jitring_flusher_fork_prepare(e);
+		jitring_batch_fork_prepare(e);
 		JITRING_TESTPOINT(fork_make_lock, jr);
 		pthread_rwlock_wrlock(&e->make_lock);
 		JITRING_TESTPOINT(fork_make_locked, jr);
@@ -572,13 +557,13 @@ void jitring_rings_fork_parent(struct jitring *jr)
 	}
 }
 
-void jitring_rings_fork_child(struct jitring *jr)
+uint32_t jitring_rings_fork_child(struct jitring *jr)
 {
 	struct jr_rings *e = jr->eng;
 
 	jitring_thread_fork_child(jr);
 	if (!e)
-		return;
+		return JR_FORKED;
 	/*
 	 * The forking thread took these in prepare and is this thread:
 	 * unlock them.  The rwlock is then also made anew: the parent's
@@ -593,7 +578,7 @@ void jitring_rings_fork_child(struct jitring *jr)
 	atomic_store_explicit(&e->running, false, memory_order_relaxed);
 	atomic_store_explicit(&e->pause_req, 0, memory_order_relaxed);
 	e->paused = false;
-	jitring_flusher_fork_child(e);
+	jitring_batch_fork_child(e);
 	jitring_pool_release(e, true);
 	jitring_flusher_fini(e);
 	/* The child's file has none of the parent's loads to move. */
@@ -619,4 +604,21 @@ void jitring_rings_fork_child(struct jitring *jr)
 	e->stop_seen = false;
 	e->pause_seen = false;
 	e->failed = false;
+	/* The flusher starts on first use (jitring_rings_restart()). */
+	return JR_FORKED;
 }
+
+const struct jitring_engine_ops jitring_rings_ops = {
+	.start = jitring_rings_start,
+	.write = jitring_rings_write,
+	.move = jitring_rings_move,
+	.flush = jitring_rings_flush,
+	.pause = jitring_rings_pause,
+	.kick = jitring_rings_kick,
+	.stop = jitring_rings_stop,
+	.exit = jitring_rings_exit,
+	.fork_prepare = jitring_rings_fork_prepare,
+	.fork_parent = jitring_rings_fork_parent,
+	.fork_child = jitring_rings_fork_child,
+	.kit_register = jitring_rings_kit_register,
+};

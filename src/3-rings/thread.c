@@ -40,6 +40,7 @@
 #include "futex.h"
 #include "pool.h"
 #include "rings.h"
+#include "rings_internal.h"
 #include "testpoint.h"
 #include "thread.h"
 

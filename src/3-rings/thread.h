@@ -5,7 +5,7 @@
 #ifndef JITRING_SRC_THREAD_H
 #define JITRING_SRC_THREAD_H
 
-#include "rings.h"
+#include "rings_types.h"
 
 /* The calling thread's rings, most recently used first (hot path). */
 extern __thread struct jr_ring *jitring_tls_rings

@@ -95,8 +95,9 @@
  * the flusher from a seq_cst load of the head; `next` links are immutable
  * while the writer is open.
  *
- * Waking the flusher only touches jr->sleep (part of the handle, never
- * freed), so no jitring_enter() is needed on the get path.  No wake is
+ * Waking the flusher (the engine's kick, engine_ops.h) only touches the
+ * handle's ops and sleep word (never freed), so no jitring_enter() is
+ * needed on the get path.  No wake is
  * missed: a take lowers nready seq_cst and then reads the sleep word
  * seq_cst; jitring_trampolines_new() pushes its set, fences seq_cst and
  * reads the sleep word; the flusher stores its sleep mode seq_cst and then
@@ -133,7 +134,6 @@
 #include "futex.h"
 #include "internal.h"
 #include "record.h"
-#include "rings.h"
 #include "testpoint.h"
 #include "trampolines.h"
 
@@ -456,9 +456,8 @@ static void wake_flusher(struct jitring_trampolines *t)
 {
 	struct jitring *jr = tr_writer(t);
 
-	/* jr->sleep lives in the handle: valid even after close. */
-	if (jr->engine == JITRING_ENGINE_RINGS)
-		jitring_rings_wake(jr, true);
+	/* The kick reads only the handle: valid even after close. */
+	jitring_engine_kick(jr);
 }
 
 /*
@@ -935,7 +934,8 @@ static int set_push(struct jitring *jr, struct jitring_trampolines *t)
 	if (s >= JR_CLOSING)
 		return jitring_refuse_state(jr, s);
 	/* Before the push: a flusher that sees the set calls these. */
-	jitring_rings_kit_register(&ops);
+	if (jr->ops->kit_register)
+		jr->ops->kit_register(&ops);
 	head = atomic_load_explicit(&jr->trampoline_sets, memory_order_acquire);
 	do {
 		t->next = head;

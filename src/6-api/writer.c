@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * The front door: config, open and close, the public calls and their
- * dispatch to an engine, fork and exit handling, and statistics.  The
- * dump file itself and the handle list are files.c's (2-core).
+ * dispatch to the writer's engine through its operations (jr->ops, which
+ * 4-engine picks: this file names neither engine), fork and exit
+ * handling, and statistics.  The dump file itself and the handle list are
+ * files.c's (2-core).
  *
  * Lifetime (see internal.h): handles are tombstones kept on the handle
  * list (files.h) for the life of the process.  jitring_close() moves state OPEN/FAILED/FORKED ->
@@ -35,13 +37,11 @@
 
 #include "clock.h"
 #include "engine.h"
-#include "engine_mutex.h"
 #include "files.h"
 #include "internal.h"
 #include "perfmap.h"
 #include "reaper.h"
 #include "record.h"
-#include "rings.h"
 #include "testpoint.h"
 
 /* Version 1 of the caller-sized structs ends at these fields: frozen. */
@@ -103,10 +103,7 @@ static void atfork_prepare(void)
 		if (atomic_load_explicit(&jr->state, memory_order_relaxed) >=
 		    JR_CLOSING)
 			continue;
-		if (jr->engine == JITRING_ENGINE_MUTEX)
-			jitring_mutex_fork_prepare(jr);
-		else
-			jitring_rings_fork_prepare(jr);
+		jr->ops->fork_prepare(jr);
 	}
 }
 
@@ -114,12 +111,8 @@ static void atfork_parent(void)
 {
 	for (struct jitring *jr = jitring_handles_first(); jr; jr = jr->next) {
 		if (atomic_load_explicit(&jr->state, memory_order_relaxed) <
-		    JR_CLOSING) {
-			if (jr->engine == JITRING_ENGINE_MUTEX)
-				jitring_mutex_fork_parent(jr);
-			else
-				jitring_rings_fork_parent(jr);
-		}
+		    JR_CLOSING)
+			jr->ops->fork_parent(jr);
 		if (jr->fork_locked)
 			pthread_mutex_unlock(&jr->lock);
 	}
@@ -144,6 +137,7 @@ static void atfork_child(void)
 		uint32_t s =
 			atomic_load_explicit(&jr->state, memory_order_relaxed);
 		struct jr_opening op;
+		uint32_t next;
 		int ret;
 
 		/*
@@ -173,16 +167,10 @@ static void atfork_child(void)
 		ret = jitring_file_open(jr, true, &op);
 		if (!ret && (jr->flags & JITRING_F_PERF_MAP))
 			ret = jitring_perfmap_open(jr, true, &op.map_from);
-		if (jr->engine == JITRING_ENGINE_MUTEX)
-			jitring_mutex_fork_child(jr);
-		else
-			jitring_rings_fork_child(jr);
-		/* The rings engine starts its flusher on first use. */
-		atomic_store_explicit(&jr->state,
-				      ret ? JR_FAILED :
-				      jr->engine == JITRING_ENGINE_RINGS ?
-					    JR_FORKED :
-					    JR_OPEN,
+		/* OPEN, or FORKED: an engine that restarts its threads on
+		 * first use. */
+		next = jr->ops->fork_child(jr);
+		atomic_store_explicit(&jr->state, ret ? JR_FAILED : next,
 				      memory_order_relaxed);
 		if (ret)
 			atomic_store_explicit(&jr->io_error, ret,
@@ -208,8 +196,7 @@ static int users_wait(struct jitring *jr, uint64_t deadline)
 	     atomic_load_explicit(&jr->users, memory_order_seq_cst); spins++) {
 		if (deadline != UINT64_MAX && jitring_clock_ns() >= deadline)
 			return -ETIMEDOUT;
-		if (jr->engine == JITRING_ENGINE_RINGS)
-			jitring_rings_kick(jr);
+		jitring_engine_kick(jr);
 		if (spins < 64)
 			jr_cpu_relax();
 		else
@@ -280,10 +267,7 @@ static void exit_close(struct jitring *jr, uint64_t deadline)
 	if (users_wait(jr, deadline))
 		goto err_unlock;
 	what = "the engine's last write";
-	if (jr->engine == JITRING_ENGINE_MUTEX)
-		ret = jitring_mutex_exit(jr, &until);
-	else
-		ret = jitring_rings_exit(jr, &until);
+	ret = jr->ops->exit(jr, &until);
 	if (ret == -ETIMEDOUT || ret == -EDEADLK)
 		goto err_unlock;
 	pthread_mutex_unlock(&jr->lock);
@@ -351,6 +335,7 @@ static int config_load(struct jitring *jr, const struct jitring_config *ucfg)
 	jr->engine = cfg.engine == JITRING_ENGINE_DEFAULT ?
 			     JITRING_ENGINE_RINGS :
 			     cfg.engine;
+	jr->ops = jitring_engine_ops_of(jr->engine);
 	jr->flags = cfg.flags;
 	jr->ring_min = cfg.ring_size ? cfg.ring_size : JR_RING_ADAPT_MIN;
 	jr->ring_max = cfg.ring_size ? cfg.ring_size : JR_RING_ADAPT_MAX;
@@ -419,10 +404,7 @@ int jitring_open(const struct jitring_config *cfg, struct jitring **out)
 		if (ret)
 			goto err_file;
 	}
-	if (jr->engine == JITRING_ENGINE_MUTEX)
-		ret = jitring_mutex_start(jr);
-	else
-		ret = jitring_rings_start(jr);
+	ret = jr->ops->start(jr);
 	if (ret)
 		goto err_file;
 	jitring_handles_add(jr);
@@ -471,10 +453,7 @@ int jitring_close(struct jitring *jr)
 
 	users_wait(jr, UINT64_MAX);
 
-	if (jr->engine == JITRING_ENGINE_MUTEX)
-		ret = jitring_mutex_stop(jr);
-	else
-		ret = jitring_rings_stop(jr);
+	ret = jr->ops->stop(jr);
 	if (!ret)
 		ret = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
 	jitring_file_release(&jr->file);
@@ -513,11 +492,7 @@ int jitring_move(struct jitring *jr, uint64_t code_index, const void *new_addr,
 	ret = jitring_record_move_check(new_addr, code_size);
 	if (ret)
 		return jitring_refuse_args(jr, ret);
-	if (jr->engine == JITRING_ENGINE_RINGS)
-		return jitring_rings_move(jr, code_index, new_addr, old_addr,
-					  code_size);
-	return jitring_mutex_move(jr, code_index, new_addr, old_addr,
-				  code_size);
+	return jr->ops->move(jr, code_index, new_addr, old_addr, code_size);
 }
 
 int jitring_flush(struct jitring *jr)
@@ -530,10 +505,7 @@ int jitring_flush(struct jitring *jr)
 	s = jitring_enter(jr);
 	if (s >= JR_CLOSING)
 		return jitring_refuse_state(jr, s);
-	if (jr->engine == JITRING_ENGINE_MUTEX)
-		ret = jitring_mutex_flush(jr);
-	else
-		ret = jitring_rings_flush(jr);
+	ret = jr->ops->flush(jr);
 	jitring_exit(jr);
 	if (!ret) {
 		ret = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
@@ -553,9 +525,10 @@ int jitring_pause(struct jitring *jr)
 	s = jitring_enter(jr);
 	if (s >= JR_CLOSING)
 		return jitring_refuse_state(jr, s);
-	/* FORKED: the child's engine has no flusher yet; mutex: none. */
-	if (s == JR_OPEN && jr->engine == JITRING_ENGINE_RINGS)
-		ret = jitring_rings_pause(jr);
+	/* FORKED: the child's engine has no thread yet; no pause: none at
+	 * all. */
+	if (s == JR_OPEN && jr->ops->pause)
+		ret = jr->ops->pause(jr);
 	jitring_exit(jr);
 	if (!ret)
 		ret = atomic_load_explicit(&jr->io_error, memory_order_relaxed);
@@ -566,7 +539,7 @@ int jitring_thread_detach(struct jitring *jr)
 {
 	if (jr && !handle_ok(jr))
 		return 0;
-	return jitring_rings_thread_detach(jr);
+	return jitring_engine_thread_detach(jr);
 }
 
 void jitring_stats(const struct jitring *jr, struct jitring_stats *st)

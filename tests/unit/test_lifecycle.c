@@ -95,7 +95,7 @@
 #include "jitring.h"
 #include "pool.h"
 #include "reader.h"
-#include "rings.h"
+#include "rings_internal.h"
 #include "testpoint.h"
 #include "thread.h"
 
