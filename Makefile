@@ -274,7 +274,8 @@ bench-full: deps-bench build-release/build.ninja
 	bash bench/run.sh full build-release
 
 # The library's code follows .clang-format (clang-format 14); CI checks it.
-FORMAT_FILES = include/*.h include/jitring/*.h src/*/*.c src/*/*.h tools/*.c
+FORMAT_FILES = include/*.h include/jitring/*.h src/*/*.c src/*/*.h src/*/*/*.c \
+	src/*/*/*.h tools/*.c
 
 format: deps-clang
 	clang-format -i $(FORMAT_FILES)

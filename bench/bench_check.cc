@@ -15,7 +15,7 @@
 #include <cstdlib>
 
 extern "C" {
-#include "reader.h"
+#include "reader/reader.h"
 }
 #include "hostile.h"
 

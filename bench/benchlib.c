@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "benchlib.h"
-#include "clock.h"
+#include "common/clock.h"
 #include "harness.h"
-#include "internal.h"
-#include "record.h"
+#include "core/internal.h"
+#include "format/record.h"
 
 static const char *const engine_names[BENCH_NR_ENGINES] = {
 	"floor", "rings", "mutex",

@@ -64,10 +64,10 @@
 #include <unistd.h>
 
 #include "benchlib.h"
-#include "clock.h"
+#include "common/clock.h"
 #include "jitring/jitdump.h"
-#include "reader.h"
-#include "record.h"
+#include "reader/reader.h"
+#include "format/record.h"
 
 #define CODE_SIZE 16u
 #define NR_NAMES 4096u

@@ -81,7 +81,7 @@ cmds = {}
 try:
     for c in json.load(open(os.path.join(build, "compile_commands.json"))):
         f = c["file"]
-        for key in ("src/3-rings/rings.c", "bench/bench_write.cc"):
+        for key in ("src/engines/rings/rings.c", "bench/bench_write.cc"):
             if f.endswith(key) and key not in cmds:
                 cmds[key] = c["command"]
 except OSError:

@@ -38,7 +38,7 @@
 
 #include "harness.h"
 #include "stress_common.h"
-#include "testpoint.h"
+#include "common/testpoint.h"
 
 static struct jitring *jr;
 static struct st_spec spec;

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "reader.h"
+#include "reader/reader.h"
 #include "stress_common.h"
 
 #define ST_STACK_SIZE (512u << 10)

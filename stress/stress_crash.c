@@ -77,7 +77,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "reader.h"
+#include "reader/reader.h"
 #include "stress_common.h"
 
 #define MAX_THREADS 256u

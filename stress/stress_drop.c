@@ -52,7 +52,7 @@
 #include "harness.h"
 #include "iogate.h"
 #include "stress_common.h"
-#include "testpoint.h"
+#include "common/testpoint.h"
 
 #define RING_SIZE 4096u
 /* No group is smaller: CODE_LOAD alone is 56 + name + 16 code bytes. */

@@ -68,7 +68,7 @@
 
 #include "harness.h"
 #include "stress_common.h"
-#include "testpoint.h"
+#include "common/testpoint.h"
 
 #define FS_SIZE "1m"
 #define FSIZE_LIMIT (512u << 10)

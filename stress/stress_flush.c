@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "reader.h"
+#include "reader/reader.h"
 #include "stress_common.h"
 
 static struct jitring *jr;

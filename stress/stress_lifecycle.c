@@ -61,7 +61,7 @@
 
 #include "harness.h"
 #include "stress_common.h"
-#include "testpoint.h"
+#include "common/testpoint.h"
 
 enum role { R_EXIT, R_DETACH, R_FLUSH, R_FIRST, R_FORK, R_PAUSE, R_NROLES };
 static const char *const role_name[] = { "exit",  "detach", "flush",

@@ -32,7 +32,7 @@
 #include <unistd.h>
 
 #include "jitring.h"
-#include "reader.h"
+#include "reader/reader.h"
 
 /*
  * Built with ASan (T_ASAN) or TSan (T_TSAN): 0 or 1, for #if and for C

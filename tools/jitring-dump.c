@@ -28,7 +28,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "reader.h"
+#include "reader/reader.h"
 
 #define EXIT_VIOLATION 1
 #define EXIT_USAGE 2

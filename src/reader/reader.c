@@ -40,9 +40,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "compiler.h"
+#include "common/compiler.h"
+#include "common/testpoint.h"
 #include "reader.h"
-#include "testpoint.h"
 
 /* Field offsets, from the format description. */
 #define HDR_MAGIC 0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # Build tests/unit/test_trampoline_unwind.c for aarch64 (with
-# src/1-format/eh_frame.c, the only part of the library it needs) and run
+# src/format/eh_frame.c, the only part of the library it needs) and run
 # it under qemu-user: the
 # aarch64 trampoline template is executed, and unwound by libgcc through
 # the CFI jitring_eh_frame_build() makes for it.  Exit 77 (skip) when the
@@ -19,12 +19,9 @@ for tool in "$cc" qemu-aarch64; do
 		exit 77
 	fi
 done
-inc=(-I"$src/include" -I"$src/tests")
-for d in "$src"/src/*/; do
-	inc+=(-I"$d")
-done
+inc=(-I"$src/include" -I"$src/tests" -I"$src/src")
 "$cc" -std=gnu11 -O2 -Wall -Wextra -Werror -fno-omit-frame-pointer \
 	-D_GNU_SOURCE -static "${inc[@]}" \
 	-o "$out" "$src/tests/unit/test_trampoline_unwind.c" \
-	"$src/src/1-format/eh_frame.c"
+	"$src/src/format/eh_frame.c"
 exec qemu-aarch64 "$out"

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * libFuzzer harness for the encoder (src/1-format/record.h).
+ * libFuzzer harness for the encoder (src/format/record.h).
  *
  * The input is decoded into a struct jitring_entry (see decode() for the
  * byte layout): name (possibly NULL, empty, with embedded NULs, at the
@@ -38,8 +38,8 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "reader.h"
-#include "record.h"
+#include "reader/reader.h"
+#include "format/record.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

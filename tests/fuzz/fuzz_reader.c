@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "reader.h"
+#include "reader/reader.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -19,7 +19,7 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "reader.h"
+#include "reader/reader.h"
 
 /* mkdtemp() under @parent ("/tmp" if NULL) into @buf (>= 128 bytes). */
 static inline void sf_mkdtemp(char *buf, const char *parent)

@@ -22,7 +22,7 @@
 #define HOSTILE_MIX_C1 0xff51afd7ed558ccdull
 #define HOSTILE_MIX_C2 0xc4ceb9fe1a85ec53ull
 
-/* The old hash, as src/0-common/compiler.h had it. */
+/* The old hash, as src/common/compiler.h had it. */
 static inline uint64_t hostile_mix64(uint64_t x)
 {
 	x ^= x >> 33;

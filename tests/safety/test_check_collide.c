@@ -24,7 +24,7 @@
 
 #include "harness.h"
 #include "hostile.h"
-#include "reader.h"
+#include "reader/reader.h"
 
 static double now_s(void)
 {

@@ -35,8 +35,8 @@
 
 #include "harness.h"
 #include "hostile.h"
-#include "reader.h"
-#include "testpoint.h"
+#include "reader/reader.h"
+#include "common/testpoint.h"
 
 static char dir[64];
 static char tool[512];

@@ -37,7 +37,7 @@
 #include "filesafety.h"
 
 #ifdef JITRING_TESTPOINTS
-#include "testpoint.h"
+#include "common/testpoint.h"
 #endif
 
 static char map[64], dir[128], victim[256];

@@ -40,7 +40,7 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "reader.h"
+#include "reader/reader.h"
 
 #define ALIGN_UP(x, a) (((uint64_t)(x) + ((a) - 1)) / (a) * (a))
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of src/1-format/eh_frame.c: the CFI presets,
+ * Unit tests of src/format/eh_frame.c: the CFI presets,
  * jitring_eh_frame_build() and jitring_eh_frame_check().
  *
  * The encoder is checked against an independent DWARF consumer: each
@@ -20,8 +20,8 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "cfi_presets.h"
-#include "eh_frame.h"
+#include "format/cfi_presets.h"
+#include "format/eh_frame.h"
 
 #define ALIGN8(x) (((x) + 7) & ~(uint64_t)7)
 

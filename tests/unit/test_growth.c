@@ -25,8 +25,8 @@
 #include "harness.h"
 #include "iogate.h"
 #include "jitring.h"
-#include "reader.h"
-#include "testpoint.h"
+#include "reader/reader.h"
+#include "common/testpoint.h"
 
 #ifdef JITRING_TESTPOINTS
 

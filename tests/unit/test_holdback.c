@@ -35,8 +35,8 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "reader.h"
-#include "testpoint.h"
+#include "reader/reader.h"
+#include "common/testpoint.h"
 
 #ifdef JITRING_TESTPOINTS
 

@@ -6,7 +6,7 @@
  *
  * docs/design.md section 3 argues that a re-stamped entry is "later than T
  * of every round that left the ring out".  But commit_late()
- * (src/3-rings/ring.c) reads the clock, re-stamps the group and only then
+ * (src/engines/rings/ring.c) reads the clock, re-stamps the group and only then
  * stores pub (clearing BUSY|LATE).  A flusher round that starts after that
  * clock read and scans the ring before that store still sees BUSY|LATE,
  * leaves the ring out of W, and writes other rings' entries stamped after
@@ -42,8 +42,8 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "reader.h"
-#include "testpoint.h"
+#include "reader/reader.h"
+#include "common/testpoint.h"
 
 #ifdef JITRING_TESTPOINTS
 

@@ -93,11 +93,11 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "pool.h"
-#include "reader.h"
-#include "rings_internal.h"
-#include "testpoint.h"
-#include "thread.h"
+#include "engines/rings/pool.h"
+#include "reader/reader.h"
+#include "engines/rings/rings_internal.h"
+#include "common/testpoint.h"
+#include "engines/rings/thread.h"
 
 #ifdef JITRING_TESTPOINTS
 

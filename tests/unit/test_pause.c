@@ -57,8 +57,8 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "reader.h"
-#include "testpoint.h"
+#include "reader/reader.h"
+#include "common/testpoint.h"
 
 /* Field 20 of /proc/self/stat: the kernel's count of our threads. */
 static long nthreads(void)

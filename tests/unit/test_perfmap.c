@@ -17,8 +17,8 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "perfmap.h"
-#include "reader.h"
+#include "core/perfmap.h"
+#include "reader/reader.h"
 
 /* The dump's LOADs, as the lines the map must hold, in order. */
 static char *expected_lines(const char *dump, unsigned *loads)

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "reader.h"
+#include "reader/reader.h"
 
 #define PID 4242u
 #define EM_X86_64 62u

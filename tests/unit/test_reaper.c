@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The reaper (src/2-core/reaper.c): a process whose main thread leaves
+ * The reaper (src/core/reaper.c): a process whose main thread leaves
  * through pthread_exit() without jitring_close() ends by itself, with
  * status 0, once only jitring's threads are left, and its dumps are whole.
  * Each case runs in a child process; the parent waits for it against a
@@ -49,7 +49,7 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "testpoint.h"
+#include "common/testpoint.h"
 
 #define N_THREADS 6
 #define N_FORK_THREADS 4

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * Unit tests of src/1-format/record.c, the jitdump encoder.
+ * Unit tests of src/format/record.c, the jitdump encoder.
  *
  * Every encoded group is placed after a 40-byte header written by hand here
  * and checked with the independent reader (src/reader/reader.c: jitring_check()
@@ -30,8 +30,8 @@
 #include <string.h>
 
 #include "harness.h"
-#include "reader.h"
-#include "record.h"
+#include "reader/reader.h"
+#include "format/record.h"
 
 #define HDR_SIZE 40u
 #define T_PID 0x00012345u

@@ -46,7 +46,7 @@
  *     notices (glibc records the owner's tid), escapes with siglongjmp and
  *     the check fails.  (Was a bug in both windows: in_write was set
  *     after pthread_mutex_lock() and cleared before pthread_mutex_unlock()
- *     in src/3-mutex/engine_mutex.c; docs/reliability.md, bug 4.)
+ *     in src/engines/mutex/engine_mutex.c; docs/reliability.md, bug 4.)
  *  6. a handler interrupting jitring_close() (both engines, not under
  *     TSan) right after each lock close takes in turn: its jitring_write()
  *     lands before the close or gets -ESHUTDOWN, and never blocks on a
@@ -77,8 +77,8 @@
 #include "harness.h"
 #include "iogate.h"
 #include "jitring.h"
-#include "reader.h"
-#include "testpoint.h"
+#include "reader/reader.h"
+#include "common/testpoint.h"
 
 static uint32_t my_tid(void)
 {

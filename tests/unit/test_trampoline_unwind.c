@@ -30,8 +30,8 @@
 
 #include "harness.h"
 #include "jitring.h"
-#include "cfi_presets.h"
-#include "eh_frame.h"
+#include "format/cfi_presets.h"
+#include "format/eh_frame.h"
 
 /* libgcc's registry of .eh_frame sections for code it cannot find. */
 extern void __register_frame(void *begin);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The runtime kit (src/5-kit/trampolines.c), for both engines, each writer
+ * The runtime kit (src/kit/trampolines.c), for both engines, each writer
  * in its own mkdtemp() directory that is removed afterwards.  Dumps are
  * read back with the independent reader (src/reader/reader.c) and
  * jitring_check() with JITRING_CHECK_SORTED.
@@ -60,12 +60,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cfi_presets.h"
+#include "format/cfi_presets.h"
 #include "harness.h"
 #include "jitring.h"
-#include "reader.h"
-#include "testpoint.h"
-#include "trampolines.h"
+#include "reader/reader.h"
+#include "common/testpoint.h"
+#include "kit/trampolines.h"
 
 #define ALIGN_UP(x, a) (((uint64_t)(x) + ((a) - 1)) / (a) * (a))
 #define ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))

@@ -39,15 +39,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "files.h"
+#include "common/clock.h"
+#include "common/futex.h"
+#include "common/testpoint.h"
+#include "core/files.h"
+#include "core/perfmap.h"
+#include "core/reaper.h"
 #include "flusher.h"
 #include "flusher_internal.h"
-#include "futex.h"
-#include "perfmap.h"
-#include "reaper.h"
 #include "rings_internal.h"
-#include "testpoint.h"
 
 /* CPUs this process may run on for a write thread to pay. */
 #define JR_IO_MIN_CPUS 4

@@ -66,12 +66,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "clock.h"
-#include "futex.h"
+#include "common/clock.h"
+#include "common/futex.h"
+#include "common/testpoint.h"
+#include "format/record.h"
 #include "pool.h"
-#include "record.h"
 #include "rings_internal.h"
-#include "testpoint.h"
 #include "thread.h"
 
 /* Set while this thread is inside produce(); see there. */

@@ -36,12 +36,12 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "futex.h"
+#include "common/clock.h"
+#include "common/futex.h"
+#include "common/testpoint.h"
 #include "pool.h"
 #include "rings.h"
 #include "rings_internal.h"
-#include "testpoint.h"
 #include "thread.h"
 
 __thread struct jr_ring *jitring_tls_rings

@@ -36,11 +36,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "common/clock.h"
+#include "core/internal.h"
+#include "core/perfmap.h"
 #include "engine_mutex.h"
-#include "internal.h"
-#include "perfmap.h"
-#include "record.h"
+#include "format/record.h"
 
 #define MUTEX_BUF_SIZE (2u << 20)
 

@@ -3,7 +3,7 @@
  * The reaper: a process whose main thread leaves through pthread_exit()
  * ends, as glibc ends it, when its last thread exits: glibc counts
  * threads (__nptl_nthreads) and the last one to leave calls exit(0).
- * jitring's own threads (the flusher and the write thread, 3-rings) never
+ * jitring's own threads (the flusher and the write thread, engines/rings) never
  * leave by themselves, so they would keep such a process alive for good,
  * and since they block every signal, SIGTERM and Ctrl-C would stay
  * pending with no application thread left to take them.
@@ -60,10 +60,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/testpoint.h"
 #include "files.h"
 #include "internal.h"
 #include "reaper.h"
-#include "testpoint.h"
 
 #define JR_REAP_FIRST_MS 10u
 #define JR_REAP_MAX_MS 250u

@@ -4,8 +4,8 @@
  * and the per-thread call that spans writers of either engine.
  */
 #include "engine.h"
-#include "engine_mutex.h"
-#include "rings.h"
+#include "engines/mutex/engine_mutex.h"
+#include "engines/rings/rings.h"
 
 const struct jitring_engine_ops *jitring_engine_ops_of(uint32_t engine)
 {

@@ -21,15 +21,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "common/clock.h"
+#include "common/futex.h"
+#include "common/testpoint.h"
+#include "core/reaper.h"
 #include "flusher.h"
-#include "futex.h"
+#include "format/record.h"
 #include "pool.h"
-#include "reaper.h"
-#include "record.h"
 #include "rings.h"
 #include "rings_internal.h"
-#include "testpoint.h"
 #include "thread.h"
 
 /* Ready rings: at most (a ck_ring's size is a power of two), at least. */

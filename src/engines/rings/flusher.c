@@ -61,13 +61,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "common/clock.h"
+#include "common/futex.h"
+#include "common/testpoint.h"
+#include "core/reaper.h"
 #include "flusher.h"
 #include "flusher_internal.h"
-#include "futex.h"
-#include "reaper.h"
 #include "rings_internal.h"
-#include "testpoint.h"
 
 int jitring_flusher_init(struct jr_rings *e)
 {

@@ -10,8 +10,8 @@
 
 #include <stdint.h>
 
-#include "engine_ops.h"
-#include "internal.h"
+#include "core/engine_ops.h"
+#include "core/internal.h"
 
 struct jitring_group;
 

@@ -3,7 +3,7 @@
  * The rings engine's files, to each other: the entry points its
  * operations table is made of, how a producer or the kit wakes the
  * flusher, and the calls that start, resume or stand in for a flusher
- * (rings.c).  Nothing outside 3-rings includes it but the tests.  The
+ * (rings.c).  Nothing outside engines/rings includes it but the tests.  The
  * files:
  *   rings.c    the engine's life: start, stop, exit, flush requests,
  *              pause and resume, fork, waking; its operations table;
@@ -23,8 +23,8 @@
 #include <stdint.h>
 #include <time.h>
 
-#include "engine_ops.h"
-#include "internal.h"
+#include "core/engine_ops.h"
+#include "core/internal.h"
 #include "rings_types.h"
 
 struct jitring_group;

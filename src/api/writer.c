@@ -2,9 +2,9 @@
 /*
  * The front door: config, open and close, the public calls and their
  * dispatch to the writer's engine through its operations (jr->ops, which
- * 4-engine picks: this file names neither engine), fork and exit
+ * engines/ picks: this file names neither engine), fork and exit
  * handling, and statistics.  The dump file itself and the handle list are
- * files.c's (2-core).
+ * files.c's (core/).
  *
  * Lifetime (see internal.h): handles are tombstones kept on the handle
  * list (files.h) for the life of the process.  jitring_close() moves state OPEN/FAILED/FORKED ->
@@ -35,14 +35,14 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "engine.h"
-#include "files.h"
-#include "internal.h"
-#include "perfmap.h"
-#include "reaper.h"
-#include "record.h"
-#include "testpoint.h"
+#include "common/clock.h"
+#include "common/testpoint.h"
+#include "core/files.h"
+#include "core/internal.h"
+#include "core/perfmap.h"
+#include "core/reaper.h"
+#include "engines/engine.h"
+#include "format/record.h"
 
 /* Version 1 of the caller-sized structs ends at these fields: frozen. */
 _Static_assert(JITRING_CONFIG_SIZE_V1 ==

@@ -41,13 +41,13 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "clock.h"
+#include "common/clock.h"
+#include "common/futex.h"
+#include "common/testpoint.h"
 #include "flusher.h"
 #include "flusher_internal.h"
-#include "futex.h"
 #include "pool.h"
 #include "rings_internal.h"
-#include "testpoint.h"
 
 #define JR_TRIM_NS (1000u * 1000000ull) /* idle this long: drop pages */
 /* Retry registering a ring after running out of memory. */

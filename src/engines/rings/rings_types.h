@@ -19,8 +19,8 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "demand.h"
-#include "internal.h"
+#include "common/demand.h"
+#include "core/internal.h"
 #include "jitring/jitdump.h"
 
 /* jr_ring.pub: (tail << 32) | bits. */

@@ -127,14 +127,14 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "cfi_presets.h"
-#include "clock.h"
-#include "demand.h"
-#include "engine.h"
-#include "futex.h"
-#include "internal.h"
-#include "record.h"
-#include "testpoint.h"
+#include "common/clock.h"
+#include "common/demand.h"
+#include "common/futex.h"
+#include "common/testpoint.h"
+#include "core/internal.h"
+#include "engines/engine.h"
+#include "format/cfi_presets.h"
+#include "format/record.h"
 #include "trampolines.h"
 
 _Static_assert(JITRING_TRAMPOLINE_TEMPLATE_SIZE_V1 ==

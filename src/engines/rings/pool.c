@@ -58,12 +58,12 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "clock.h"
+#include "common/clock.h"
+#include "common/futex.h"
+#include "common/testpoint.h"
 #include "flusher.h"
-#include "futex.h"
 #include "pool.h"
 #include "rings_internal.h"
-#include "testpoint.h"
 
 /* Rings made per mapping when the pool is refilled. */
 #define JR_POOL_BATCH 64u

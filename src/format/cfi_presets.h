@@ -9,7 +9,7 @@
 
 /*
  * The bytes, written here only: the arrays below and the runtime kit's
- * built-in template (src/5-kit/trampolines.c, which adds its salt room)
+ * built-in template (src/kit/trampolines.c, which adds its salt room)
  * are made of them.
  */
 /* clang-format off */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The rings engine, as 4-engine sees it: per-thread single-producer/
+ * The rings engine, as engines/ sees it: per-thread single-producer/
  * single-consumer rings of encoded jitdump groups, drained in timestamp
  * order by one background flusher thread per writer.  Its operations
  * (engine_ops.h) are all a writer reaches it through; its data structures
@@ -10,7 +10,7 @@
 #ifndef JITRING_SRC_RINGS_H
 #define JITRING_SRC_RINGS_H
 
-#include "engine_ops.h"
+#include "core/engine_ops.h"
 
 struct jitring;
 

@@ -17,12 +17,12 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "clock.h"
+#include "common/clock.h"
+#include "common/testpoint.h"
 #include "files.h"
+#include "format/record.h"
 #include "internal.h"
 #include "perfmap.h"
-#include "record.h"
-#include "testpoint.h"
 
 static pthread_mutex_t jr_global_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct jitring *jr_all; /* every handle ever made, newest first */

@@ -27,8 +27,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "atomics.h"
-#include "compiler.h"
+#include "common/atomics.h"
+#include "common/compiler.h"
 #include "jitring.h"
 
 #define JR_MAGIC 0x4a524e47u /* "JRNG" */

@@ -13,7 +13,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "compiler.h"
+#include "common/compiler.h"
 #include "record.h"
 
 /* An unwinding entry's code must leave room for the i32 offsets. */

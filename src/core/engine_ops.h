@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * What an engine is to the layers above it: one table of operations
- * (struct jitring_engine_ops).  Each engine fills one (jitring_mutex_ops
- * in 3-mutex, jitring_rings_ops in 3-rings); 4-engine picks the writer's
- * at open (jr->ops) and is the only layer that names either engine.  The
- * front door (6-api) and the kit (5-kit) call an engine only through
+ * (struct jitring_engine_ops).  Each engine fills one
+ * (jitring_mutex_ops in engines/mutex, jitring_rings_ops in
+ * engines/rings); engines/ picks the writer's at open (jr->ops) and is the
+ * only layer that names either engine.  The front door (api/) and the kit
+ * (kit/) call an engine only through
  * jr->ops, as liburcu calls a flavour through struct rcu_flavor_struct
  * and the kernel a driver through its ops tables.
  *
@@ -28,7 +29,7 @@ struct jitring_group;
 struct timespec;
 
 /*
- * What the rings engine's flusher does for the trampoline kit (5-kit),
+ * What the rings engine's flusher does for the trampoline kit (kit/),
  * which sits above it: the kit registers it before it puts a set on a
  * writer's list, and the flusher calls it every round (maintain) and
  * before it sleeps (wanted).  Until then there is no set, and nothing to
