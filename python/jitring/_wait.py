@@ -299,6 +299,25 @@ CHILD_SYSCALLS = ("wait4", "waitid")
 YIELD = ("sched_yield",)
 # The generic machinery of a wait: named only through its caller.
 FUTEX_SYSCALLS = ("futex", "futex_waitv")
+# Kernel functions that tell the syscall where its entry point is not a
+# frame of its own (inlined into do_syscall_64: kernel_wait4, ...).
+KERNEL_CALLS = {
+    "kernel_wait4": "wait4", "do_wait": "wait4", "kernel_waitid": "waitid",
+    "do_nanosleep": "nanosleep", "hrtimer_nanosleep": "nanosleep",
+    "common_nsleep": "clock_nanosleep", "do_futex": "futex",
+    "futex_wait": "futex", "__futex_wait": "futex",
+    "futex_wait_queue": "futex", "futex_do_wait": "futex",
+    "do_sys_poll": "poll", "do_select": "select",
+    "core_sys_select": "select", "ep_poll": "epoll_wait",
+    "do_epoll_wait": "epoll_wait", "ksys_read": "read",
+    "vfs_read": "read", "pipe_read": "read", "ksys_write": "write",
+    "vfs_write": "write", "pipe_write": "write",
+    "__sys_recvfrom": "recvfrom", "__sys_recvmsg": "recvmsg",
+    "sock_recvmsg": "recvmsg", "__sys_sendto": "sendto",
+    "__sys_sendmsg": "sendmsg", "sock_sendmsg": "sendmsg",
+    "__sys_accept4": "accept", "do_accept": "accept",
+    "__sys_connect": "connect", "do_sched_yield": "sched_yield",
+}
 
 # User-space frames that name a reason by themselves (names with the
 # compiler's suffixes taken off).
@@ -410,8 +429,8 @@ def reason(frames, preempt):
     for s, d in native:
         if _kernel(d):
             m = _SYSCALL.match(s)
-            if m:
-                syscall = m.group(1)
+            syscall = m.group(1) if m else KERNEL_CALLS.get(s)
+            if syscall:
                 break
     if preempt and syscall not in YIELD:
         return PREEMPTED
@@ -423,9 +442,9 @@ def reason(frames, preempt):
             if s in PAGE_FAULT:
                 return "page fault"
             m = _SYSCALL.match(s)
-            if not m:
+            sc = m.group(1) if m else KERNEL_CALLS.get(s)
+            if not sc:
                 continue
-            sc = m.group(1)
             if sc in SLEEP_SYSCALLS:
                 return "sleep"
             if sc in CHILD_SYSCALLS:
