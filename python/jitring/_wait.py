@@ -764,5 +764,6 @@ class Waits:
                   % (tid, life / 1e9, cpu / 1e9, (life - cpu) / 1e9, what,
                      ", ".join("%s %.3f s" % (w, ns / 1e9) for w, ns in
                                sorted(r.items(),
-                                      key=lambda x: (-x[1], x[0])))
+                                      key=lambda x: (-x[1], x[0]))
+                               if ns >= 500000)
                      or "-"))
