@@ -39,6 +39,7 @@ Python frame), drawn by the same page as flame.html (jitring._flame).
 import bisect
 import os
 import re
+import struct
 
 from jitring import _flame, _perfdata, _report
 
@@ -180,7 +181,6 @@ class Threads:
         # A sample's tid and time: after its identifier and ip.
         s_tid = 8 + 8 * bool(st & S.S_IDENTIFIER) + 8 * bool(st & S.S_IP)
         m = pd.m
-        import struct
         pidtid = struct.Struct("<II")
         u64 = struct.Struct("<Q")
         first, last, outs, ins = self.first, self.last, self.outs, self.ins
@@ -322,7 +322,7 @@ KERNEL_CALLS = {
 # User-space frames that name a reason by themselves (names with the
 # compiler's suffixes taken off).
 SPECIFIC = {
-    "take_gil": "GIL", "_PyEval_AcquireLock": "GIL",
+    "take_gil": "GIL", "drop_gil": "GIL", "_PyEval_AcquireLock": "GIL",
     "_PyCriticalSection_BeginSlow": "per-object lock",
     "_PyCriticalSection2_BeginSlow": "per-object lock",
     "_PyCriticalSection_Resume": "per-object lock",
@@ -367,6 +367,8 @@ GENERIC = {
     "pthread_cond_wait": 1, "pthread_cond_timedwait": 1,
     "pthread_cond_clockwait": 1, "__pthread_cond_wait_common": 1,
     "pthread_mutex_lock": 1, "__pthread_mutex_lock_full": 1,
+    "pthread_mutex_cond_lock": 1, "__pthread_mutex_cond_lock": 1,
+    "__pthread_mutex_lock": 1, "___pthread_mutex_lock": 1,
     "lll_lock_wait": 1, "__lll_lock_wait": 1,
     "__futex_abstimed_wait_common": 1, "__futex_abstimed_wait_common64": 1,
     "futex_wait": 1, "do_futex_wait": 1, "__new_sem_wait_slow64": 1,
