@@ -23,6 +23,9 @@ Steps, each a file in the recording's folder:
                    speedscope load it)
   stacks.folded    one line per stack, root first, ``a;b;c COUNT``
   flame.html       an interactive flame graph, self-contained
+  stacks-wait.folded, flame-wait.html
+                   with record --wait: the same of where threads waited
+                   off CPU, in microseconds (jitring._wait)
 
 The stacks the table and the flame graph show are the program's: the
 frames of jitring's runner and of runpy above the program's first Python
@@ -328,8 +331,9 @@ def script(steps, perf, out, keep=False, inline=False, fp=False,
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
     comm, frames)], frames a list of (symbol, dso) from the leaf to the
     root; with @heads, [(pid, comm, frames, tid, time in ns, event)]
-    (record --wait tells its two events apart: jitring._wait).  Without @inline, native functions inlined into others are not
-    listed (perf runs addr2line per address for them: 13.5 s instead of
+    (record --wait tells its two events apart: jitring._wait).  Without
+    @inline, native functions inlined into others are not listed (perf
+    runs addr2line per address for them: 13.5 s instead of
     1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
     recording, not injected), perf.data is read and the trampolines'
     frames are named by jitring._jitsyms.FPNames.
