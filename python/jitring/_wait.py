@@ -52,8 +52,10 @@ EVENT = "context-switches"
 # a stack it cuts loses its outer frames.
 STACK_SIZE = 8192
 # perf's ring buffer for --wait: a switch sample carries its stack copy
-# (32 KiB in dwarf mode), and a program that switches 20,000 times a second
-# overruns perf's default (512 KiB) at once.
+# (8 KiB in dwarf mode), and a program that switches 20,000 times a second
+# overruns perf's default (512 KiB) at once.  Only where perf may lock
+# that much (root): another user's limit is perf_event_mlock_kb (516 KiB
+# by default), and perf would refuse.
 MMAP = "32M"
 
 PERF_RECORD_COMM = 3
@@ -81,8 +83,8 @@ def perf_args(call_graph, stack_size=STACK_SIZE):
     terms = "period=1"
     if call_graph == "dwarf":
         terms += ",call-graph=dwarf,stack-size=%d" % stack_size
-    return ["-e", "%s/%s/" % (EVENT, terms), "--switch-events", "-P",
-            "-m", MMAP]
+    return ["-e", "%s/%s/" % (EVENT, terms), "--switch-events", "-P"] + \
+        (["-m", MMAP] if os.geteuid() == 0 else [])
 
 
 # ---- can perf give them here -------------------------------------------
