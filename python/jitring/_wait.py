@@ -667,6 +667,11 @@ class Waits:
         vol = sum(self.self_.values())
         pre = sum(r.get(PREEMPTED, 0) for r in self.per_thread.values())
         print()
+        if not self.switches and any(self.threads.outs.values()):
+            print("perf recorded the threads' context switches but no "
+                  "sample of them (its samples of the kernel were "
+                  "withheld?): no table of waits")
+            return
         print("%d context switches of %d thread%s over %.3f s of thread "
               "time: %.3f s blocked (%.1f%%), %.3f s preempted (%.1f%%)"
               % (self.switches, len(self.tids),
@@ -761,9 +766,16 @@ class Waits:
             e = self.entry.get(tid)
             what = self.comm.get(tid) or th.name(tid)
             if e:
-                what += " (%s)" % _report.fmt_name(
+                fn = _report.fmt_name(
                     max(e.items(), key=lambda x: (x[1], x[0]))[0],
                     cwd).split(":")[0]
+                # 3.14+ names a thread "Thread-2 (target)", cut to 15
+                # bytes ("Thread-2 (targ"): the function once, whole.
+                base, sep, tail = what.rpartition(" (")
+                if sep and tail and fn.startswith(tail.rstrip(")")):
+                    what = "%s (%s)" % (base, fn)
+                else:
+                    what += " (%s)" % fn
             print("%8d %7.3fs %7.3fs %7.3fs  %s: %s"
                   % (tid, life / 1e9, cpu / 1e9, (life - cpu) / 1e9, what,
                      ", ".join("%s %.3f s" % (w, ns / 1e9) for w, ns in
