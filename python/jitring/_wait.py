@@ -31,6 +31,11 @@ lot, PyMutex) names the reason only where nothing above it does, with its
 caller.  Python frames of threading and queue refine a lock's reason
 (Event.wait, Condition.wait, Queue.get).
 
+Shares are of thread time: the sum of the lives of the program's
+threads in the recording (FORK to EXIT, or their first and last
+record), jitring's own threads left out; switches of jitring's own work
+are left out as its CPU samples are (jitring._report.own_work()).
+
 The folder gets stacks-wait.folded and flame-wait.html (counts in
 microseconds of waiting; a frame "[wait: REASON]" under the innermost
 Python frame), drawn by the same page as flame.html (jitring._flame).
@@ -47,9 +52,9 @@ from jitring import _flame, _perfdata, _report
 EVENT = "context-switches"
 # dwarf mode's stack copy per switch sample (--wait-stack-size): perf
 # writes each sample's whole copy, and at 20,000 switches a second 32 KiB
-# copies (660 MB/s) lost 41-69% of the samples here, 8 KiB none.  The
-# innermost frames (the reason, the self table) are always in the copy;
-# a stack it cuts loses its outer frames.
+# copies (660 MB/s) lost 41-69% of the samples here, 8 KiB none or a
+# few.  The innermost frames (the reason, the self table) are always in
+# the copy; a stack it cuts loses its outer frames.
 STACK_SIZE = 8192
 # perf's ring buffer for --wait: a switch sample carries its stack copy
 # (8 KiB in dwarf mode), and a program that switches 20,000 times a second
