@@ -144,6 +144,21 @@ def parser():
     p.add_argument("--keep-perf-data", action="store_true",
                    help="keep perf.data next to perf.jit.data (by default "
                    "perf.jit.data, its copy with the JIT code, replaces it)")
+    p.add_argument("--wait", action="store_true",
+                   help="record where threads wait too: each context "
+                   "switch with its stack, weighed by the time until the "
+                   "thread runs again, by Python function and reason "
+                   "(flame-wait.html)")
+    from jitring._wait import STACK_SIZE as WAIT_STACK
+    p.add_argument("--wait-stack-size", type=stack_size, default=WAIT_STACK,
+                   metavar="BYTES",
+                   help="with --wait in dwarf mode: the bytes of stack "
+                   "perf copies at each context switch (default %d: "
+                   "a program switching often loses fewer samples; up "
+                   "to %d)" % (WAIT_STACK, STACK_MAX))
+    p.add_argument("--wall", action="store_true",
+                   help="--wait, and a line per thread: its CPU time and "
+                   "its time off CPU by reason")
     p.add_argument("--engine", choices=("rings", "mutex"), default="rings",
                    help="jitring's engine (default rings; mutex is the "
                    "one-lock design kept as a yardstick)")
@@ -404,6 +419,10 @@ class Perf:
                       "-D", "-1", "--control", "fd:%d,%d" % (cr, aw),
                       "-p", str(pid)] + synth + [
                       "-o", os.path.join(out, "perf.data")]
+        if opts.wait or opts.wall:
+            from jitring import _wait
+            cmd[cmd.index("-p"):cmd.index("-p")] = _wait.perf_args(
+                opts.call_graph, opts.wait_stack_size)
         if not opts.keep_debug:
             # No build-id cache (a 5.4 MB copy of kallsyms a recording:
             # most of an fp recording's folder); it is finished at once,
@@ -544,7 +563,9 @@ def meta_of(opts, command):
             "call_graph": opts.call_graph,
             "keep_perf_data": opts.keep_perf_data, "inline": opts.inline,
             "cwd": os.getcwd(), "started": time.time(),
-            "max_stack": max_stack(), "stack_size": opts.stack_size}
+            "max_stack": max_stack(), "stack_size": opts.stack_size,
+            "wait": opts.wait or opts.wall, "wall": opts.wall,
+            "wait_stack_size": opts.wait_stack_size}
 
 
 def max_stack():
@@ -820,6 +841,12 @@ def copy_live_dump(pid, out):
 
 def main(argv):
     opts, target = parse(argv)
+    if opts.wait or opts.wall:
+        from jitring import _wait
+        why = _wait.check()
+        if why:
+            sys.stderr.write("jitring record: %s\n" % why)
+            return 2
     if opts.call_graph == "auto":
         opts.call_graph = "fp" if keeps_frame_pointers() else "dwarf"
     if opts.pid is not None:

@@ -23,6 +23,9 @@ Steps, each a file in the recording's folder:
                    speedscope load it)
   stacks.folded    one line per stack, root first, ``a;b;c COUNT``
   flame.html       an interactive flame graph, self-contained
+  stacks-wait.folded, flame-wait.html
+                   with record --wait: the same of where threads waited
+                   off CPU, in microseconds (jitring._wait)
 
 The stacks the table and the flame graph show are the program's: the
 frames of jitring's runner and of runpy above the program's first Python
@@ -50,7 +53,8 @@ PROCS = "processes.jsonl"
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Outputs that finish() makes again (a partial one is removed first).
 OUTPUTS = ("perf.jit.data", "perf.script.txt", "stacks.folded",
-           "flame.html", "perf-inject.log")
+           "flame.html", "perf-inject.log", "stacks-wait.folded",
+           "flame-wait.html")
 # The folder's list of the files record and report wrote in it (the only
 # ones --force removes), and the lock two finishings take in turn.
 MANIFEST = ".jitring-files"
@@ -322,11 +326,14 @@ def sample_keys(path):
     return keys
 
 
-def script(steps, perf, out, keep=False, inline=False, fp=False):
+def script(steps, perf, out, keep=False, inline=False, fp=False,
+           heads=False):
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
     comm, frames)], frames a list of (symbol, dso) from the leaf to the
-    root.  Without @inline, native functions inlined into others are not
-    listed (perf runs addr2line per address for them: 13.5 s instead of
+    root; with @heads, [(pid, comm, frames, tid, time in ns, event)]
+    (record --wait tells its two events apart: jitring._wait).  Without
+    @inline, native functions inlined into others are not listed (perf
+    runs addr2line per address for them: 13.5 s instead of
     1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
     recording, not injected), perf.data is read and the trampolines'
     frames are named by jitring._jitsyms.FPNames.
@@ -387,7 +394,11 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
         if names:
             stack = names.resolve(head[2], head[3], stack)
         stack = [escaped.get(fr) or escaped_frame(fr) for fr in stack]
-        samples.append((head[0], escape(head[1]), _inlined(stack)))
+        if heads:
+            samples.append((head[0], escape(head[1]), _inlined(stack),
+                            head[2], head[3], head[4]))
+        else:
+            samples.append((head[0], escape(head[1]), _inlined(stack)))
 
     def starts(line, after_blank):
         m = HEAD.match(line)
@@ -395,7 +406,8 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
             return None
         t = int(m.group(4)) * 10**9 + int(m.group(5)) \
             if m.group(4) else 0
-        h = (int(m.group(2)), m.group(1).strip(), int(m.group(3)), t)
+        h = (int(m.group(2)), m.group(1).strip(), int(m.group(3)), t,
+             line[m.end():].strip().rstrip(":"))
         if keys is None:
             return h if after_blank else None
         k = (h[0], h[2], t)
@@ -893,6 +905,7 @@ def finish(out, meta, top=12, browser=False, prog="record"):
     (stopped by signal N, the recording kept).  @prog names the command
     in messages."""
     lockfd = -1
+    wait = None
     try:
         with Steps() as steps:
             lockfd = lock(out, prog)
@@ -923,13 +936,21 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                     inject(steps, perf, out, meta)
                 finally:
                     claim_grown(out, before)
+            waits = bool(meta.get("wait"))     # record --wait
             samples = script(steps, perf, out, meta.get("perf_script"),
-                             meta.get("inline"), fp)
+                             meta.get("inline"), fp, heads=waits)
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
+            if waits:
+                from jitring import _wait
+                samples, switches = _wait.split(samples)
             folded, per, total, rows, cut = summarize(
                 samples, procs, top_pid, meta.get("max_stack") or 127)
             write_outputs(out, meta, folded, total)
+            if waits:
+                wait = _wait.Waits(out, meta, switches, procs, top_pid,
+                                   os.path.join(out, "perf.data" if fp else
+                                                "perf.jit.data"))
     except Interrupted as e:
         # Stopped while waiting for the lock: the outputs are the other
         # finishing's.
@@ -964,6 +985,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
         if lockfd >= 0:
             os.close(lockfd)
     print_tables(meta, per, total, rows, top, out)
+    if wait:
+        wait.print(top)
     print()
     for line in cut_note(meta, *cut):
         print(line)
@@ -972,6 +995,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
         print(lost)
     html = os.path.join(out, "flame.html")
     print("flame graph: %s" % html)
+    if wait:
+        print("waits:       %s" % os.path.join(out, "flame-wait.html"))
     print("perf report: %s report -i %s --children --sort sym"
           % (" ".join(["perf"] + perf_cmd("perf", out,
                                           meta.get("keep_debug"))[1:]),

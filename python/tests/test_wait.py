@@ -1,0 +1,480 @@
+# SPDX-License-Identifier: MIT
+"""python -m jitring record --wait: where threads wait, and why, through
+real perf.
+
+ 1. shared: 4 threads append to one shared list, then 4 each to its own:
+    on a free-threaded interpreter the shared one's function waits on the
+    list's per-object lock (its largest reason but the barrier that
+    starts the threads together) and leads that lock's waits, the other
+    a third as long or absent; the CPU tables hold no switch sample (no
+    Thread.join there); stacks-wait.folded and flame-wait.html carry the
+    reason's frame under the function;
+ 2. lock: 4 threads take one threading.Lock around a hot section (dwarf
+    mode): its function waits on "threading.Lock", its largest reason (a
+    GIL build: one of its reasons, beside the GIL; without symbols:
+    "unnamed native");
+ 3. sleep (--wall): a thread that sleeps 30 ms after each 20 ms of work,
+    beside a thread that only computes: the sleeper's line gives sleep
+    within 5 points of the share the program measured itself, and the
+    computing thread's function is in no wait table (on a GIL build,
+    where each waits for the other's GIL, the sleeper alone);
+ 4. I/O: a socketpair reader blocked on a writer that sleeps between
+    sends, and a main thread waiting for a child process: recv, sleep and
+    child wait named;
+ 5. reasons: stacks of the wait paths no program here takes (the GIL, a
+    stop-the-world pause, a page fault, a yield in a PyMutex, a
+    preemption, stripped code) named as record names them;
+ 6. refused: with kernel.perf_event_paranoid above 1 and no privilege (an
+    unmapped user namespace), --wait is one line and exit 2, and the
+    program never runs.
+Skips (77) where perf cannot record here.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import jrtest
+
+SHARED = textwrap.dedent("""
+    import threading
+    shared = []
+    go = threading.Barrier(4)
+    def append_shared(n):
+        go.wait()
+        for i in range(n):
+            shared.append(i)
+    def append_own(n):
+        go.wait()
+        mine = []
+        for i in range(n):
+            mine.append(i)
+    def run(fn):
+        ts = [threading.Thread(target=fn, args=(300000,)) for _ in range(4)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    run(append_shared)
+    run(append_own)
+""")
+
+# The threads start their loops together (a loaded machine may run each
+# thread's whole loop before it starts the next).
+LOCK = textwrap.dedent("""
+    import threading
+    lock = threading.Lock()
+    go = threading.Barrier(4)
+    def hot_section(n):
+        go.wait()
+        for i in range(n):
+            with lock:
+                s = 0
+                for j in range(200):
+                    s += j
+    ts = [threading.Thread(target=hot_section, args=(5000,))
+          for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+""")
+
+# gc off: a collection stops the world, and the computing thread would
+# wait for it (rightly, but not what this checks).
+SLEEP = textwrap.dedent("""
+    import gc, json, sys, threading, time
+    gc.disable()
+    stop = False
+    def compute_only():
+        s = 0
+        while not stop:
+            for i in range(1000):
+                s += i & 7
+    got = {}
+    def sleeper():
+        t0 = time.monotonic()
+        slept = 0.0
+        for _ in range(10):
+            end = time.monotonic() + 0.02
+            while time.monotonic() < end:
+                pass
+            a = time.monotonic()
+            time.sleep(0.03)
+            slept += time.monotonic() - a
+        got.update(life=time.monotonic() - t0, slept=slept)
+    c = threading.Thread(target=compute_only)
+    if sys.argv[2] == "1":
+        c.start()
+    s = threading.Thread(target=sleeper)
+    s.start()
+    s.join()
+    stop = True
+    if c.is_alive():
+        c.join()
+    with open(sys.argv[1], "w") as f:
+        json.dump(got, f)
+""")
+
+IO = textwrap.dedent("""
+    import socket, subprocess, threading, time
+    a, b = socket.socketpair()
+    def reader():
+        for i in range(100):
+            a.recv(64)
+    def writer():
+        for i in range(100):
+            time.sleep(0.003)
+            b.send(b"x")
+    r = threading.Thread(target=reader)
+    w = threading.Thread(target=writer)
+    r.start()
+    w.start()
+    subprocess.run(["sleep", "0.3"])
+    r.join()
+    w.join()
+""")
+
+
+def tables(out):
+    """{'total': [(seconds, share, reason, function)], 'self': [...],
+    'preempted': [(seconds, share, '', function)]} of the wait tables, in
+    order."""
+    tabs, cur = {"total": [], "self": [], "preempted": []}, None
+    row = re.compile(r"^\s*([\d.]+)s\s+([\d.]+)%\s+(.*)$")
+    for line in out.splitlines():
+        if line.startswith("Where threads wait, by Python function"):
+            cur = "total"
+        elif line.startswith("By self (the innermost Python function, by "
+                             "reason"):
+            cur = "self"
+        elif line.startswith("Where threads were preempted"):
+            cur = "preempted"
+        elif not line.strip():
+            cur = None
+        elif cur:
+            m = row.match(line)
+            if not m:
+                continue
+            rest = re.split(r"\s{2,}", m.group(3).strip())
+            if cur == "preempted":
+                reason, fn = "", rest[-1]
+            else:
+                reason = " ".join(rest[:-1])
+                reason = re.sub(r" \+\d+ more$", "", reason)
+                fn = rest[-1]
+            tabs[cur].append((float(m.group(1)), float(m.group(2)),
+                              reason, fn))
+    return tabs
+
+
+def cpu_self(out):
+    """The function names of the CPU table by self."""
+    rows, on = [], False
+    for line in out.splitlines():
+        if line.startswith("By self (the innermost Python function; "
+                           "native"):
+            on = True
+        elif on and not line.strip():
+            break
+        elif on:
+            parts = line.split(None, 2)
+            if len(parts) == 3 and parts[0].endswith("%"):
+                rows.append((float(parts[1][:-1]), parts[2]))
+    return rows
+
+
+def wall_lines(out):
+    """{function in parentheses: (life s, cpu s, {reason: s})} of
+    --wall's per-thread lines."""
+    got, on = {}, False
+    line_re = re.compile(r"^\s*\d+\s+([\d.]+)s\s+([\d.]+)s\s+([\d.]+)s\s+"
+                         r".*\((\S+)\): (.*)$")
+    for line in out.splitlines():
+        if line.startswith("Each thread's time (--wall)"):
+            on = True
+            continue
+        if on and not line.strip():
+            break
+        m = on and line_re.match(line)
+        if not m:
+            continue
+        reasons = {}
+        for part in m.group(5).split(", "):
+            w, _, s = part.rpartition(" ")
+            if w.endswith(" s") or s == "s":
+                w, _, v = w.rpartition(" ")
+                try:
+                    reasons[w] = float(v)
+                except ValueError:
+                    pass
+        got[m.group(4)] = (float(m.group(1)), float(m.group(2)), reasons)
+    return got
+
+
+def named(rows, fn):
+    return [r for r in rows if r[3].startswith(fn + ":")]
+
+
+class Rec:
+    def __init__(self, t, py, env):
+        self.t, self.py, self.env = t, py, env
+
+    def script(self, name, text):
+        path = os.path.join(self.t.scratch, name)
+        with open(path, "w") as f:
+            f.write(text)
+        return path
+
+    def run(self, name, text, args=(), opts=("--wait",), timeout=300,
+            prefix=()):
+        prog = self.script(name + ".py", text)
+        out = os.path.join(self.t.scratch, name)
+        p = subprocess.run(list(prefix) + [self.py, "-m", "jitring",
+                                           "record", "-o", out] +
+                           list(opts) + ["--top", "40", "--", prog] +
+                           list(args), capture_output=True, text=True,
+                           env=self.env, cwd=self.t.scratch,
+                           timeout=timeout)
+        return p, out
+
+
+def test_shared(t, r):
+    p, out = r.run("shared", SHARED)
+    t.check(p.returncode == 0, "shared: record --wait exits 0",
+            p.stderr[-1500:])
+    tabs = tables(p.stdout)
+    # The threads' wait at the barrier that starts them together aside.
+    shared = [row for row in named(tabs["self"], "append_shared")
+              if row[2] != "threading.Barrier"]
+    locks = [row for row in tabs["self"] if row[2] == "per-object lock"]
+    if jrtest.free_threaded():
+        t.check(shared and shared[0][2] == "per-object lock",
+                "shared: append_shared's largest wait is the list's "
+                "per-object lock", p.stdout[-3000:])
+        t.check(locks and locks[0][3].startswith("append_shared:"),
+                "shared: the shared list's function leads the per-object "
+                "lock's waits", locks)
+        own = named(locks, "append_own")
+        t.check(locks and (not own or own[0][0] * 3 < locks[0][0]),
+                "shared: the own lists' function waits on a per-object "
+                "lock a third as long or less", locks)
+        with open(os.path.join(out, "stacks-wait.folded")) as f:
+            folded = f.read()
+        t.check(re.search(r"py::append_shared:[^;]*;\[wait: per-object "
+                          r"lock\];", folded),
+                "stacks-wait.folded: [wait: per-object lock] under "
+                "append_shared")
+        with open(os.path.join(out, "flame-wait.html"),
+                  errors="replace") as f:
+            html = f.read()
+        t.check("[wait: per-object lock]" in html and
+                "append_shared" in html and "d3" in html,
+                "flame-wait.html holds the function and the reason")
+    else:
+        t.skip_part("shared: the per-object lock", "a GIL interpreter "
+                    "has no per-object locks")
+    cpu = cpu_self(p.stdout)
+    t.check(cpu and not any(fn.startswith(("Thread.join:",
+                                           "Condition.wait:"))
+                            and share > 2 for share, fn in cpu),
+            "shared: the CPU table by self holds no switch sample "
+            "(Thread.join, Condition.wait at 2% or less)", cpu)
+    t.check(re.search(r"^\d+ samples of cpu-clock", p.stdout, re.M),
+            "shared: the CPU table counts cpu-clock samples")
+
+
+def test_lock(t, r):
+    # dwarf mode: in fp mode a wait inside glibc's futex path loses its
+    # callers where glibc keeps no frame pointers (Debian's).
+    p, out = r.run("lock", LOCK, opts=("--wait", "--call-graph", "dwarf"))
+    t.check(p.returncode == 0, "lock: record --wait exits 0",
+            p.stderr[-1500:])
+    rows = named(tables(p.stdout)["self"], "hot_section")
+    if jrtest.free_threaded():
+        t.check(rows and rows[0][2] == "threading.Lock",
+                "lock: hot_section's largest wait is its threading.Lock "
+                "(%s)" % (rows[0][2] if rows else None), p.stdout[-3000:])
+        return
+    # A GIL build: the threads wait for the GIL too (as much or more:
+    # the lock's holder holds the GIL most of the time).
+    want = ("threading.Lock", "unnamed native (futex)",
+            "unnamed native (_PySemaphore_Wait)", "unnamed native (PyMutex)")
+    t.check(any(row[2] in want for row in rows),
+            "lock: hot_section waits on its threading.Lock (%s)"
+            % [row[2] for row in rows], p.stdout[-3000:])
+
+
+def test_sleep(t, r):
+    res = os.path.join(t.scratch, "sleep.json")
+    # On a GIL build the computing thread holds the GIL the sleeper takes
+    # back after each sleep (that wait is the GIL's, and the computing
+    # thread waits for it in turn): the two are checked apart there.
+    ft = jrtest.free_threaded()
+    p, out = r.run("sleep", SLEEP, args=[res, "1" if ft else "0"],
+                   opts=("--wall",))
+    t.check(p.returncode == 0, "sleep: record --wall exits 0",
+            p.stderr[-1500:])
+    try:
+        with open(res) as f:
+            own = json.load(f)
+    except (OSError, ValueError):
+        t.check(False, "sleep: the program wrote its own measure")
+        return
+    wall = wall_lines(p.stdout)
+    got = wall.get("sleeper")
+    t.check(got, "sleep: --wall has a line for the sleeper's thread",
+            p.stdout[-3000:])
+    if got:
+        life, cpu, reasons = got
+        share = 100.0 * reasons.get("sleep", 0) / life if life else 0
+        want = 100.0 * own["slept"] / own["life"]
+        t.check(abs(share - want) <= 5,
+                "sleep: the sleeper sleeps %.1f%% of its life by record, "
+                "%.1f%% by its own clock" % (share, want), got)
+    tabs = tables(p.stdout)
+    t.check(named(tabs["self"], "sleeper") and
+            named(tabs["self"], "sleeper")[0][2] == "sleep",
+            "sleep: the sleeper's wait is named sleep", tabs["self"])
+    if not ft:
+        t.skip_part("sleep: the computing thread", "on a GIL build it "
+                    "waits for the GIL whenever another thread runs")
+        return
+    t.check(not named(tabs["total"], "compute_only") and
+            not named(tabs["self"], "compute_only"),
+            "sleep: the computing thread's function is in no wait table",
+            named(tabs["total"], "compute_only"))
+    c = wall.get("compute_only")
+    t.check(c and not [w for w in c[2] if w != "preempted" and
+                       c[2][w] > 0.0005],
+            "sleep: the computing thread's line: CPU and preemption only",
+            c)
+
+
+def test_io(t, r):
+    p, out = r.run("io", IO)
+    t.check(p.returncode == 0, "io: record --wait exits 0",
+            p.stderr[-1500:])
+    rows = tables(p.stdout)["self"]
+    for fn, why in (("reader", "I/O (recv)"), ("writer", "sleep")):
+        got = named(rows, fn)
+        t.check(got and got[0][2] == why, "io: %s waits on %s (%s)"
+                % (fn, why, got[0][2] if got else None), rows)
+    t.check(any(row[2] == "child wait" for row in rows),
+            "io: the main thread's wait for its child is a child wait",
+            rows)
+
+
+def test_reasons(t):
+    from jitring import _wait
+
+    def k(*names):
+        return [(n, "[kernel.kallsyms]") for n in names]
+
+    def u(*names):
+        return [(n, "/usr/bin/python3") for n in names]
+    py = [("py::f:/x.py", ""), ("py::<module>:/x.py", "")]
+    futex = k("schedule", "futex_wait", "__x64_sys_futex",
+              "do_syscall_64") + [("__futex_abstimed_wait_common",
+                                   "/lib/libc.so.6"),
+                                  ("pthread_cond_timedwait@@GLIBC_2.3.2",
+                                   "/lib/libc.so.6")]
+    cases = [
+        ("the GIL", futex + u("take_gil", "PyEval_RestoreThread",
+                              "time_sleep"), False, "GIL"),
+        ("the GIL's mutex", futex[:-2] + [
+            ("__pthread_mutex_cond_lock", "/lib/libc.so.6"),
+            ("pthread_cond_timedwait@@GLIBC_2.3.2", "/lib/libc.so.6")] +
+         u("take_gil", "_PyEval_EvalFrameDefault"), False, "GIL"),
+        ("a stop-the-world pause", futex + u(
+            "_PySemaphore_Wait", "_PyParkingLot_Park", "tstate_wait_attach",
+            "_PyThreadState_Attach"), False, "stop-the-world"),
+        ("a collection's pause", futex + u(
+            "_PySemaphore_Wait", "stop_the_world", "_PyEval_StopTheWorld",
+            "gc_collect_main.constprop.0"), False, "stop-the-world (gc)"),
+        ("a page fault", k("schedule", "io_schedule", "filemap_fault",
+                           "handle_mm_fault", "exc_page_fault",
+                           "asm_exc_page_fault") + u("memcpy"), False,
+         "page fault"),
+        ("a yield in a PyMutex", k("schedule", "__x64_sys_sched_yield") +
+         [("__sched_yield", "/lib/libc.so.6")] + u(
+             "PyMutex_Lock", "_PyCriticalSection_BeginSlow", "list_append"),
+         True, "per-object lock"),
+        ("a preemption", k("schedule", "irqentry_exit_to_user_mode") +
+         u("list_append"), True, "preempted"),
+        ("stripped code", futex + [("[unknown]", "/usr/bin/python3")] * 3,
+         False, "unnamed native (futex)"),
+        ("a PyMutex elsewhere", futex + u(
+            "_PySemaphore_Wait", "_PyParkingLot_Park", "_PyMutex_LockTimed",
+            "_PyType_Lookup"), False, "PyMutex (in _PyType_Lookup)"),
+        ("waitpid", k("schedule", "do_wait", "kernel_wait4",
+                      "__x64_sys_wait4") + u("os_waitpid_impl"), False,
+         "child wait"),
+        ("epoll", k("schedule", "ep_poll", "do_epoll_wait",
+                    "__x64_sys_epoll_wait") + u("select_epoll_poll_impl"),
+         False, "I/O (epoll)"),
+        ("an unknown syscall", k("schedule", "do_sigtimedwait",
+                                 "__x64_sys_rt_sigtimedwait") +
+         u("signal_sigtimedwait"), False, "other (rt_sigtimedwait syscall)"),
+    ]
+    for what, frames, preempt, want in cases:
+        got = _wait.reason(frames + py, preempt)
+        t.check(got == want, "reasons: %s: %s" % (what, want), got)
+    got = _wait.reason(futex + u("lock_PyThread_acquire_lock") +
+                       [("py::Condition.wait:/lib/threading.py", ""),
+                        ("py::Event.wait:/lib/threading.py", ""),
+                        ("py::main:/x.py", "")], False)
+    t.check(got == "threading.Event", "reasons: Event.wait, through "
+            "Condition.wait's lock: threading.Event", got)
+
+
+def test_refused(t, r):
+    try:
+        with open("/proc/sys/kernel/perf_event_paranoid") as f:
+            paranoid = int(f.read())
+    except (OSError, ValueError):
+        paranoid = None
+    if paranoid is None or paranoid <= 1:
+        t.skip_part("refused", "perf_event_paranoid is %s: --wait works "
+                    "for every user" % paranoid)
+        return
+    probe = subprocess.run(["unshare", "--user", "true"],
+                           capture_output=True)
+    if probe.returncode != 0:
+        t.skip_part("refused", "no unprivileged user namespace here")
+        return
+    mark = os.path.join(t.scratch, "ran")
+    text = "open(%r, 'w').close()\n" % mark
+    p, out = r.run("refused", text, prefix=["unshare", "--user"])
+    err = [l for l in p.stderr.splitlines() if l.strip()]
+    t.check(p.returncode == 2 and len(err) == 1 and
+            "perf_event_paranoid=%d" % paranoid in err[0] and
+            "sysctl" in err[0],
+            "refused: exit 2, one line naming the paranoid level and the "
+            "fix", (p.returncode, p.stderr[-800:]))
+    t.check(not os.path.exists(mark) and not os.path.exists(out),
+            "refused: the program never ran, no folder made")
+    from jitring import _wait
+    t.check(_wait.refusal(1, False) is None and
+            _wait.refusal(2, True) is None and
+            _wait.refusal(2, False) is not None,
+            "refused: only above 1 and without privilege")
+
+
+def main(t):
+    test_reasons(t)
+    py, env = jrtest.record_python(t)
+    r = Rec(t, py, env)
+    only = sys.argv[1:]
+    for name, fn in (("shared", test_shared), ("lock", test_lock),
+                     ("sleep", test_sleep), ("io", test_io),
+                     ("refused", test_refused)):
+        if not only or name in only:
+            fn(t, r)
+
+
+if __name__ == "__main__":
+    jrtest.Test().run(main)
