@@ -5,6 +5,13 @@ Each test is a script that prints its checks, ends with "N passed, N
 failed" and exits 0 (pass), 1 (fail) or 77 (skip), like the C tests.
 Environment (set by meson): PYTHONPATH finds the built jitring package,
 JITRING_DUMP is build/tools/jitring-dump.
+
+A test file's cases are its functions named test_*, each taking the
+Test (and what the file's fixture gives); main(globals()) runs them on
+unittest, in the order they are written, each on its own: an exception
+or a timeout ($JITRING_TEST_CASE_TIMEOUT seconds, 900 by default) fails
+that case, and the next one runs.  Case names on the command line (with
+or without test_) run those alone.
 """
 
 import glob
@@ -73,6 +80,93 @@ class Test:
             traceback.print_exc()
             self.check(False, "no exception escapes the test")
         self.done()
+
+
+class CaseTimeout(Exception):
+    pass
+
+
+def _alarm(signum, frame):
+    raise CaseTimeout()
+
+
+def cases_of(ns):
+    """The test_* functions defined in the module of namespace @ns, in
+    the order they are written."""
+    fns = [v for k, v in ns.items()
+           if k.startswith("test_") and callable(v) and
+           getattr(v, "__module__", None) == ns.get("__name__")]
+    return sorted(fns, key=lambda f: f.__code__.co_firstlineno)
+
+
+def main(ns, fixture=None, timeout=None):
+    """Run the cases of the test file whose globals() are @ns on
+    unittest (see the module's doc); @fixture(t), if given, returns what
+    each case takes after t (a tuple), made once before the first case.
+    Exits as Test.done() does."""
+    import signal
+    import unittest
+    t = Test()
+    every = cases_of(ns)
+    want = sys.argv[1:]
+    names = {f.__name__ for f in every} | {f.__name__[5:] for f in every}
+    wrong = [w for w in want if w not in names]
+    if wrong:
+        print("usage: %s [CASE...]; cases: %s"
+              % (os.path.basename(ns.get("__file__", "test")),
+                 " ".join(f.__name__[5:] for f in every)))
+        t.cleanup()
+        sys.exit(2)
+    chosen = [f for f in every
+              if not want or f.__name__ in want or f.__name__[5:] in want]
+    limit = timeout or int(os.environ.get("JITRING_TEST_CASE_TIMEOUT",
+                                          "900"))
+    try:
+        args = tuple(fixture(t)) if fixture else ()
+    except Exception:
+        traceback.print_exc()
+        t.check(False, "the cases' fixture is made")
+        t.done()
+
+    class Result(unittest.TestResult):
+        """A case's exception or timeout told where it happens, as a
+        failed check."""
+
+        def addError(self, test, err):
+            traceback.print_exception(*err)
+            t.check(False, "%s: %s" % (test.shortDescription(),
+                                        "ended within %d s" % limit
+                                        if err[0] is CaseTimeout else
+                                        "no exception escapes it"))
+
+        addFailure = addError
+
+    result = Result()
+    exited = []
+
+    def one(fn):
+        def case():
+            print("== " + fn.__name__)
+            sys.stdout.flush()
+            old = signal.signal(signal.SIGALRM, _alarm)
+            signal.alarm(limit)
+            try:
+                fn(t, *args)
+            except SystemExit as e:
+                # t.skip(): the whole file is skipped, as before.
+                exited.append(e.code)
+                result.stop()
+            finally:
+                signal.alarm(0)
+                signal.signal(signal.SIGALRM, old)
+        return unittest.FunctionTestCase(case, description=fn.__name__)
+
+    suite = unittest.TestSuite(one(fn) for fn in chosen)
+    suite.run(result)
+    if exited:
+        sys.stdout.flush()
+        os._exit(exited[0] if isinstance(exited[0], int) else FAIL)
+    t.done()
 
 
 def free_threaded():

@@ -165,10 +165,5 @@ def test_warning(t):
             err)
 
 
-def main(t):
-    test_fork(t)
-    test_warning(t)
-
-
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals())

@@ -292,13 +292,5 @@ def test_runner(t):
             "no script: usage and a non-zero exit")
 
 
-def main(t):
-    test_gil(t)
-    test_api(t)
-    test_names(t)
-    test_mutex(t)
-    test_runner(t)
-
-
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals())

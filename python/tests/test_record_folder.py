@@ -303,17 +303,10 @@ def test_report_errors(t, r):
             "%d %s" % (p.returncode, p.stderr[-400:]))
 
 
-def main(t):
+def fixture(t):
     py, env = jrtest.record_python(t)
-    r = Rec(t, py, env)
-    only = sys.argv[1:]
-    for name, fn in (("full", test_full_disk), ("force", test_force),
-                     ("moved", test_moved), ("concurrent", test_concurrent),
-                     ("event", test_refused_event), ("ctrlz", test_ctrl_z),
-                     ("errors", test_report_errors)):
-        if not only or name in only:
-            fn(t, r)
+    return (Rec(t, py, env),)
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), fixture)

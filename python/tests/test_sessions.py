@@ -416,16 +416,5 @@ def test_dir_errors(t):
             "dir='' is a ValueError", p.stdout)
 
 
-def main(t):
-    """Every case, or those named on the command line."""
-    for case in (test_stop_race, test_saved_exit, test_chained_hook,
-                 test_stack, test_symlinked_script, test_dir_errors,
-                 test_flat, test_churn):
-        if len(sys.argv) > 1 and case.__name__ not in sys.argv[1:]:
-            continue
-        print("== " + case.__name__)
-        case(t)
-
-
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals())
