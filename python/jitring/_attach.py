@@ -61,6 +61,20 @@ any failure of the wait makes it call jitring.stop(), which closes the
 dump whole.  A fork child started in the window is left out of it (its
 jitring stops at the fork: _child_fork()); a child that execs is not
 profiled (the window changes no environment).
+
+Frames already running when the window opens (a worker's loop, a
+server's serve_forever) never pass through a trampoline: perf sees them
+only as the interpreter's eval loop, unnamed.  So the target marks them
+as the window opens, before jitring starts (_tag_running(): each
+frame's f_trace, where none is set, becomes the window's marker, a
+function that does nothing), and as it closes writes, for each thread
+(native id), the outermost frames still marked, those that ran
+throughout the window, into RUNNING_FILE in the window's folder
+(_write_running(): O_EXCL|O_NOFOLLOW in the private folder, checked);
+then clears the marks.  record copies the file into the recording, and
+the report puts those frames at the root of every sample of the
+thread (jitring._report.summarize()).  jitring's own frames (the
+request, the handler, the watcher) are never marked nor written.
 """
 
 import _thread
@@ -75,6 +89,13 @@ ANSWER_SECONDS = 20.0
 LIMIT_SLACK = 60.0
 LIMIT_UNBOUNDED = 24 * 3600.0
 DURATION_MAX = 7 * 24 * 3600.0     # record --duration's most
+# The target's list of the frames that ran throughout the window, in the
+# window's folder; and its bounds (threads, frames a thread, characters a
+# name or file).
+RUNNING_FILE = "running.json"
+RUNNING_THREADS = 4096
+RUNNING_DEPTH = 512
+RUNNING_NAME = 1024
 
 
 # ---- the target's side --------------------------------------------------
@@ -105,7 +126,8 @@ def _answer(ack, **kw):
         os.close(fd)
 
 
-def _watcher(pidfd, wake, limit, stopfd=-1, ack=None):
+def _watcher(pidfd, wake, limit, stopfd=-1, ack=None, running=None,
+             marker=None):
     import select
     import jitring
     r = []
@@ -131,16 +153,139 @@ def _watcher(pidfd, wake, limit, stopfd=-1, ack=None):
         # stays open.  A wake: target_stop() stops, or a later window took
         # over.
         if wake not in r:
+            if marker is not None:
+                # While jitring and perf are still on: the frames that
+                # ran throughout the window.
+                _write_running(running, marker)
             was = jitring.stop()
             _forget(wake)
             if stopfd in r and ack:
                 _answer(ack, ok=True, stopped=bool(was))
+        elif marker is not None:
+            _running_threads(marker)        # the marks cleared
     for fd in (pidfd, wake, stopfd):
         if fd >= 0:
             try:
                 os.close(fd)
             except OSError:
                 pass
+
+
+_HERE = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def _own_code(filename):
+    """Whether code of @filename is jitring's: its package's, or a
+    request script in the runtime folder (sys.remote_exec's)."""
+    return filename.startswith(_HERE) or \
+        filename.startswith(os.path.dirname(standby_request_path(0)) +
+                            os.sep)
+
+
+def _threads_frames():
+    """[(native thread id, innermost frame)] of the threads that
+    threading knows (the main thread, threading.Thread's, a thread that
+    called threading.current_thread()); a thread started by _thread alone
+    has no native id to be found by, and is left out.  threading's lock
+    is not taken: the thread that runs this may hold it (a request runs
+    where a thread checks for one)."""
+    import threading
+    frames = sys._current_frames()
+    ids = {}
+    for ident, t in threading._active.copy().items():
+        tid = getattr(t, "native_id", None)
+        if isinstance(tid, int):
+            ids[ident] = tid
+    return [(ids[i], f) for i, f in frames.items() if i in ids]
+
+
+def _outer_first(f):
+    """The frames from @f out, outermost first, cut before jitring's
+    own first frame (the request, the handler, the watcher)."""
+    st = []
+    while f is not None and len(st) < 100000:
+        st.append(f)
+        f = f.f_back
+    st.reverse()
+    for i, fr in enumerate(st):
+        if _own_code(fr.f_code.co_filename):
+            return st[:i]
+    return st
+
+
+def _tag_running():
+    """Mark every frame running now (but jitring's own) with a new
+    marker, the window's, as its f_trace, where it has none.  f_trace is
+    read only by a tracer of sys.settrace (none is, where it is None):
+    if one calls the marker, for a frame it chose not to trace, it does
+    nothing and returns None, which leaves the frame as it was.  Called
+    before jitring starts: a marked frame never went through a
+    trampoline.  Returns the marker."""
+    def marker(frame, event, arg):
+        return None
+    try:
+        for tid, f in _threads_frames():
+            for fr in _outer_first(f):
+                if fr.f_trace is None:
+                    fr.f_trace = marker
+    except Exception:
+        pass
+    return marker
+
+
+def _running_threads(marker):
+    """[{"tid", "frames"}]: for each thread, its outermost frames that
+    still carry @marker (they ran throughout the window; a frame called
+    since has none, and neither has any frame it calls), each as
+    [qualname, file, first line], outermost first; and every mark of
+    @marker on the threads' frames cleared."""
+    threads = []
+    try:
+        for tid, f in _threads_frames():
+            st = _outer_first(f)
+            run = []
+            for fr in st:
+                if fr.f_trace is not marker:
+                    break
+                run.append(fr.f_code)
+            for fr in st:
+                if fr.f_trace is marker:
+                    fr.f_trace = None
+            if run and len(threads) < RUNNING_THREADS:
+                threads.append({"tid": tid, "frames": [
+                    [c.co_qualname[:RUNNING_NAME],
+                     c.co_filename[:RUNNING_NAME], c.co_firstlineno]
+                    for c in run[:RUNNING_DEPTH]]})
+    except Exception:
+        pass
+    return threads
+
+
+def _write_running(folder, marker):
+    """_running_threads() into RUNNING_FILE in the window's @folder:
+    only a folder of this user's (or root's) that no one else can enter,
+    not through a link, and only as a new file."""
+    threads = _running_threads(marker)
+    if not folder:
+        return
+    try:
+        dfd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY |
+                      os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        st = os.fstat(dfd)
+        if not stat.S_ISDIR(st.st_mode) or \
+                st.st_uid not in (os.geteuid(), 0) or st.st_mode & 0o077:
+            return
+        fd = os.open(RUNNING_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                     os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"pid": os.getpid(), "threads": threads}, f)
+    except (OSError, ValueError):
+        pass
+    finally:
+        os.close(dfd)
 
 
 def _forget(wake):
@@ -193,9 +338,12 @@ def _stop_watch():
     thread.join(5)
 
 
-def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1):
+def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1,
+                 running=None):
     """In the target: start jitring with its dump in @out, watched (and
-    stopped by a line on @stopfd, the window's stop FIFO, where given)."""
+    stopped by a line on @stopfd, the window's stop FIFO, where given);
+    with @running (the window's folder), the frames that run throughout
+    the window are written there as it closes."""
     global _watch
     try:
         import jitring
@@ -206,10 +354,14 @@ def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1):
     if jitring.is_active():
         _answer(ack, ok=True, was_active=True)
         return
+    # Before the start: no marked frame goes through a trampoline.
+    marker = _tag_running() if running else None
     try:
         # A folder per window: its dump is not kept open after it.
         jitring.start(dir=out, release=True)
     except Exception as e:
+        if marker is not None:
+            _running_threads(marker)
         _answer(ack, ok=False, why="start", error=str(e))
         return
     if procs:
@@ -224,7 +376,7 @@ def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1):
     if not 0 < limit <= DURATION_MAX + LIMIT_SLACK:     # nan, inf, huge
         limit = LIMIT_UNBOUNDED
     t = threading.Thread(target=_watcher, args=(pidfd, wake_r, limit, stopfd,
-                                                ack),
+                                                ack, running, marker),
                          name="jitring-attach", daemon=True)
     # Before the thread runs: it may stop, and _forget() it, at once.
     _watch = (t, wake_w, (pidfd, wake_r, stopfd), limit)
@@ -273,7 +425,8 @@ def target_request(nonce, record_pid, record_start, stop, out, ack, limit,
                 st.st_uid not in (os.geteuid(), 0):
             os.close(fd)
             return
-        if not target_start(out, ack, record_pid, limit, procs, fd):
+        if not target_start(out, ack, record_pid, limit, procs, fd,
+                            os.path.dirname(stop)):
             os.close(fd)        # not watched: it did not start
     finally:
         if marked:
@@ -1130,6 +1283,29 @@ class Window:
             return None
         a = self._wait(seconds)
         return None if a is None else self._check(a)
+
+    def running(self):
+        """The service's list of the frames that ran throughout the
+        window (RUNNING_FILE, written in the window's folder before the
+        stop's answer), checked (jitring._report.checked_running()); None
+        where there is none."""
+        from jitring import _report
+        try:
+            fd = os.open(os.path.join(self.dir, RUNNING_FILE),
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
+                         os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                text = f.read(64 << 20)
+            return _report.checked_running(json.loads(text))
+        except (OSError, ValueError):
+            return None
+        finally:
+            os.close(fd)
 
     def stop(self):
         """End the window: the request voided, then the stop line.

@@ -790,7 +790,14 @@ def attach_window(opts, perf_bin, info, how, out):
         except _attach.AttachError as e:
             late = e
         try:
-            win.stop()
+            if win.stop() is not None:
+                # Before close() removes the window's folder.
+                run = win.running()
+                if run is not None and run["pid"] == opts.pid:
+                    try:
+                        _report.write_running(out, run)
+                    except OSError:
+                        pass    # its frames stay unnamed, as without it
         except _attach.AttachError as e:
             sys.stderr.write("jitring record: %s (it stops by itself, "
                              "record being gone)\n" % e)

@@ -32,7 +32,10 @@ frames of jitring's runner and of runpy above the program's first Python
 frame are left out, and so are the interpreter's own frames between two
 Python frames (the call machinery of every Python call).  Native frames
 below the innermost Python frame (C extensions, builtins, libc, the
-kernel) stay.  Samples of jitring's own work (its start-up and stop, its
+kernel) stay.  In a recording of record --pid, the Python frames that ran
+throughout the window in a thread (RUNNING, from the service) are put at
+the root of each of its samples: they never went through a trampoline,
+so perf has them as the interpreter's eval loop only, unnamed.  Samples of jitring's own work (its start-up and stop, its
 threads, its native code: own_work()) are left out altogether.
 """
 
@@ -50,6 +53,11 @@ import time
 
 META = "jitring-record.json"
 PROCS = "processes.jsonl"
+# record --pid: the Python frames that ran throughout the window, per
+# thread (jitring._attach._running_threads(), checked: running()).
+RUNNING = "running-frames.json"
+RUNNING_THREADS = 4096
+RUNNING_DEPTH = 512
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Outputs that finish() makes again (a partial one is removed first).
 OUTPUTS = ("perf.jit.data", "perf.script.txt", "stacks.folded",
@@ -61,8 +69,8 @@ MANIFEST = ".jitring-files"
 LOCK = ".jitring-lock"
 # The names record and report write under (a user's file of one of them
 # would be overwritten); besides, the dumps and images of GROWN.
-NAMES = (META, PROCS, MANIFEST, LOCK, "perf.data", "perf-record.log",
-         "perf-script.log") + OUTPUTS
+NAMES = (META, PROCS, RUNNING, MANIFEST, LOCK, "perf.data",
+         "perf-record.log", "perf-script.log") + OUTPUTS
 GROWN = re.compile(r"^(jit-\d+\.dump(\.full)?|jitted-\d+-\d+\.so|"
                    + re.escape(PROCS) + r")$")
 # What a full disk raises: the recording is kept, the finishing waits.
@@ -164,6 +172,71 @@ def write_meta(out, meta):
         except OSError:
             pass
         raise
+
+
+def checked_running(data):
+    """The service's list of the frames that ran throughout the window
+    ({"pid", "threads": [{"tid", "frames": [[qualname, file, line],
+    ...]}]}, outermost frame first) with what is not of that form left
+    out, bounded; None where nothing is left."""
+    if not isinstance(data, dict) or not isinstance(data.get("threads"),
+                                                    list):
+        return None
+    threads = []
+    for th in data["threads"][:RUNNING_THREADS]:
+        if not isinstance(th, dict):
+            continue
+        tid, frames = th.get("tid"), th.get("frames")
+        if type(tid) is not int or tid <= 0 or \
+                not isinstance(frames, list):
+            continue
+        ok = []
+        for fr in frames[:RUNNING_DEPTH]:
+            if not (isinstance(fr, list) and len(fr) == 3 and
+                    isinstance(fr[0], str) and isinstance(fr[1], str) and
+                    type(fr[2]) is int):
+                break
+            ok.append(fr)
+        if ok:
+            threads.append({"tid": tid, "frames": ok})
+    if not threads or type(data.get("pid")) is not int:
+        return None
+    return {"pid": data["pid"], "threads": threads}
+
+
+def write_running(out, data):
+    """@data (checked_running()) as the recording's RUNNING."""
+    claim(out, [RUNNING])
+    tmp = os.path.join(out, RUNNING + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+                     os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f)
+        os.replace(tmp, os.path.join(out, RUNNING))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def running(out, pid):
+    """{tid: (frame names, outermost first)} of process @pid's threads
+    from the recording's RUNNING, the names as script() gives frames
+    ("py::qualname:file", escaped); {} where there is none."""
+    from jitring._flame import escape
+    try:
+        with open(os.path.join(out, RUNNING), errors="replace") as f:
+            data = checked_running(json.loads(f.read(64 << 20)))
+    except (OSError, ValueError):
+        return {}
+    if data is None or data["pid"] != pid:
+        return {}
+    return {th["tid"]: tuple(escape("py::%s:%s" % (q, fn))
+                             for q, fn, _ in th["frames"])
+            for th in data["threads"]}
 
 
 def read_meta(out):
@@ -329,8 +402,8 @@ def sample_keys(path):
 def script(steps, perf, out, keep=False, inline=False, fp=False,
            heads=False):
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
-    comm, frames)], frames a list of (symbol, dso) from the leaf to the
-    root; with @heads, [(pid, comm, frames, tid, time in ns, event)]
+    comm, frames, tid)], frames a list of (symbol, dso) from the leaf to
+    the root; with @heads, [(pid, comm, frames, tid, time in ns, event)]
     (record --wait tells its two events apart: jitring._wait).  Without
     @inline, native functions inlined into others are not listed (perf
     runs addr2line per address for them: 13.5 s instead of
@@ -398,7 +471,8 @@ def script(steps, perf, out, keep=False, inline=False, fp=False,
             samples.append((head[0], escape(head[1]), _inlined(stack),
                             head[2], head[3], head[4]))
         else:
-            samples.append((head[0], escape(head[1]), _inlined(stack)))
+            samples.append((head[0], escape(head[1]), _inlined(stack),
+                            head[2]))
 
     def starts(line, after_blank):
         m = HEAD.match(line)
@@ -713,37 +787,91 @@ def cut_note(meta, n, cut, deep, own=0):
     return lines
 
 
-def _classify(comm, frames, limit):
+def _thread_start(sym, dso):
+    """A frame a thread's stack starts in: one of ROOTS, or libc's (where
+    its symbols are not known: a stripped libc's start_thread and
+    __libc_start_main are "[unknown]")."""
+    return sym in ROOTS or os.path.basename(dso).startswith("libc.so")
+
+
+def with_running(frames, outer):
+    """The program stack (root first) of a sample (@frames leaf first)
+    of a thread whose Python frames @outer (root first) ran throughout
+    the window, and whether it was cut.
+
+    @outer never went through a trampoline: perf has them as the
+    interpreter's eval loop, unnamed, outside the sample's outermost
+    named frame, and they are its outermost Python frames (they ran
+    before and after it).  So they are put above its outermost named
+    frame; a frame of its that was running at the window's open and had
+    returned by its close (unnamed too) is left out.  The stack counts as
+    cut only where it stops before the thread's start (_thread_start())
+    outside its outermost named frame: [stack cut] then stands between
+    @outer and what it has (named frames may be lost there).  A sample
+    with no named frame is @outer's innermost frame (or one it called
+    before the window) at work: @outer and the native frames inside the
+    innermost eval loop (a sleep, a C call), or, where the interpreter's
+    symbols are not known, the native frames outside the interpreter at
+    the leaf (all but the thread's start where the sample has no frame
+    of the interpreter)."""
+    named = [i for i, (s, d) in enumerate(frames)
+             if s.startswith("py::") and not _own_frame(s)]
+    if named:
+        st = program_stack(frames)
+        cut = is_cut(frames) and \
+            not any(_thread_start(s, d) for s, d in frames[named[-1]:])
+        return list(outer) + ([CUT] if cut else []) + st, cut
+    at_eval = at_interp = None
+    for i, (s, d) in enumerate(frames):
+        if s == "_PyEval_EvalFrameDefault":
+            at_eval = i
+            break
+        if at_interp is None and _interp_dso(d):
+            at_interp = i
+    inner = at_eval if at_eval is not None else at_interp
+    leaf = frames[:inner] if inner is not None else \
+        [(s, d) for s, d in frames if not _thread_start(s, d)]
+    return list(outer) + [label(s, d) for s, d in reversed(leaf)], False
+
+
+def _classify(comm, frames, limit, outer=None):
     """(the sample's program stack as a tuple, whether it was cut, whether
-    at perf's depth limit), or None for jitring's own work."""
+    at perf's depth limit), or None for jitring's own work.  @outer: the
+    frames that ran throughout the window in the sample's thread."""
     if own_work(comm, frames):
         return None
-    st = program_stack(frames)
-    cut = is_cut(frames)
-    if cut:
-        st.insert(0, CUT)
+    if outer:
+        st, cut = with_running(frames, outer)
+    else:
+        st = program_stack(frames)
+        cut = is_cut(frames)
+        if cut:
+            st.insert(0, CUT)
     return tuple(st), cut, cut and len(frames) >= limit - 2
 
 
-def summarize(samples, procs, top_pid, limit=127):
+def summarize(samples, procs, top_pid, limit=127, outer=None):
     """(stacks, per_process, total, rows, cut): stacks maps a root-first
     tuple (the process first) to its count; cut is (the program's
     samples, those cut, those cut at perf's depth limit of @limit frames
     less the context markers it may count, jitring's own samples left
-    out) for cut_note()."""
+    out) for cut_note().  @outer: (pid, running(out, pid)) of record
+    --pid's service, or None."""
+    o_pid, o_tids = outer or (None, {})
     stacks, per_pid, comms = {}, {}, {}
     self_n, total_n = {}, {}
     cut = deep = own = 0
     # Samples of one stack are classified once: their frames are shared
     # tuples (script()), and a profile repeats its stacks.
     seen = {}
-    for pid, comm, frames in samples:
+    for pid, comm, frames, tid in samples:
         if top_pid is not None and pid != top_pid:
             continue
-        k = (comm, tuple(frames))
+        o = o_tids.get(tid) if pid == o_pid else None
+        k = (comm, tuple(frames), o)
         c = seen.get(k, seen)
         if c is seen:
-            c = seen[k] = _classify(comm, frames, limit)
+            c = seen[k] = _classify(comm, frames, limit, o)
         if c is None:
             own += 1
             continue
@@ -944,8 +1072,12 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             if waits:
                 from jitring import _wait
                 samples, switches = _wait.split(samples)
+            outer = None
+            if meta.get("attached") and type(meta.get("pid")) is int:
+                outer = (meta["pid"], running(out, meta["pid"]))
             folded, per, total, rows, cut = summarize(
-                samples, procs, top_pid, meta.get("max_stack") or 127)
+                samples, procs, top_pid, meta.get("max_stack") or 127,
+                outer)
             write_outputs(out, meta, folded, total)
             if waits:
                 wait = _wait.Waits(out, meta, switches, procs, top_pid,

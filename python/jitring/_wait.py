@@ -143,14 +143,14 @@ def check():
 # ---- the recording -----------------------------------------------------
 
 def split(samples):
-    """(the CPU samples as (pid, comm, frames), the switch samples as
-    script() gives them)."""
+    """(the CPU samples as (pid, comm, frames, tid), the switch samples
+    as script() gives them)."""
     cpu, waits = [], []
     for s in samples:
         if s[5].startswith(EVENT):
             waits.append(s)
         else:
-            cpu.append(s[:3])
+            cpu.append(s[:4])
     return cpu, waits
 
 

@@ -29,8 +29,16 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
     thread with the whole process stopped: every answer right, the
     service alive after, each window's dump valid; its threads seized
     and let go, and, one thread refusing the seize, every thread let go
-    and the request sent to none.
-Skips (77) where perf cannot record (5 and 6 only).
+    and the request sent to none;
+ 8. through real perf, frames that ran throughout the window: a worker
+    thread inside serve_loop() (calling handle_fn in a loop) since before
+    the window: the tables name serve_loop, its total at least
+    handle_fn's, and stacks.folded has serve_loop as handle_fn's caller;
+    a multiprocessing.Manager's server process, whose serve_client()
+    loop runs a client's calls: serve_client named, its total at least
+    that of the method it runs; none of jitring's attach functions in
+    the service's list of those frames.
+Skips (77) where perf cannot record (5, 6 and 8 only).
 """
 
 import os
@@ -60,12 +68,43 @@ SERVICE = textwrap.dedent("""
             handle_fn(n)
             time.sleep(pause)
 
+    def serve_loop():
+        # Called once, before any window: it never returns.
+        while True:
+            handle_fn(20000)
+            time.sleep(0.002)
+
     def on_usr1(signum, frame):
         # A Python handler: the waiting main thread runs Python here.
         for _ in range(50):
             handle_fn(20000)
     signal.signal(signal.SIGUSR1, on_usr1)
-    if shape not in ("stdin", "gate", "http"):
+    if shape == "manager":
+        # A Manager's server process (forked: a -c program has no file
+        # to import its classes from) runs each call of the client in
+        # serve_client(), a loop per connection, called before any
+        # window.
+        import multiprocessing
+        from multiprocessing.managers import BaseManager
+
+        class Work:
+            def run(self, n):
+                return handle_fn(n)
+
+        class Manager(BaseManager):
+            pass
+        Manager.register("Work", Work)
+        m = Manager(ctx=multiprocessing.get_context("fork"))
+        m.start()
+        w = m.Work()
+        w.run(10)
+        print("ready", flush=True)
+        print(m._process.pid, flush=True)
+        while True:
+            w.run(20000)
+    if shape == "loop":
+        threading.Thread(target=serve_loop, daemon=True).start()
+    elif shape not in ("stdin", "gate", "http"):
         threading.Thread(target=worker, daemon=True).start()
     if shape == "http":
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -92,7 +131,7 @@ SERVICE = textwrap.dedent("""
         t = threading.Thread(target=threading.Event().wait)
         t.start()
         t.join()
-    elif shape in ("event", "quiet"):
+    elif shape in ("event", "quiet", "loop"):
         threading.Event().wait()
     elif shape == "pause":
         while True:
@@ -390,6 +429,87 @@ def test_record_own(t, py, newer):
         svc.stop()
 
 
+def total_shares(stdout):
+    """{function: total %} of record's total table."""
+    shares, on = {}, False
+    for line in stdout.splitlines():
+        if line.startswith("Hottest Python functions by total"):
+            on = True
+        elif on and not line.strip() and shares:
+            break
+        elif on:
+            parts = line.split(None, 2)
+            if len(parts) == 3 and parts[0].endswith("%"):
+                shares[parts[2].split(":", 1)[0]] = float(parts[0][:-1])
+    return shares
+
+
+ATTACH_OWN = ("target_start", "target_stop", "target_request",
+              "standby_handler", "_watcher", "_jitring_request")
+
+
+def test_running(t, py, newer):
+    """Frames that ran throughout the window (called before it: no
+    trampoline) are named at the root of their thread's samples."""
+    import json
+    from test_record import perf_usable
+    why = perf_usable()
+    if why:
+        t.skip_part("frames running throughout the window", why)
+        return
+    for shape, outer, inner in (("loop", "serve_loop", "handle_fn"),
+                                ("manager", "Server.serve_client",
+                                 "Work.run")):
+        svc = Service(py, shape, env_for(newer))
+        try:
+            pid = int(svc.p.stdout.readline()) if shape == "manager" \
+                else svc.pid
+            time.sleep(0.3)
+            out = os.path.join(t.scratch, "running-" + shape)
+            p = subprocess.run([py, "-m", "jitring", "record", "-o", out,
+                                "--pid", str(pid), "--duration", "1.5"],
+                               capture_output=True, text=True, timeout=300,
+                               env=dict(os.environ, HOME=t.scratch))
+        finally:
+            if shape == "manager" and pid != svc.pid:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (OSError, NameError):
+                    pass
+            err = svc.stop()
+        shares = total_shares(p.stdout)
+        try:
+            with open(os.path.join(out, "stacks.folded")) as f:
+                folded = f.read()
+        except OSError:
+            folded = ""
+        try:
+            with open(os.path.join(out, "running-frames.json")) as f:
+                listed = json.load(f)
+        except (OSError, ValueError) as e:
+            listed = {"error": repr(e)}
+        names = [fr[0] for th in listed.get("threads", [])
+                 for fr in th["frames"]]
+        # outer, then inner next in a stack.
+        called = False
+        for line in folded.splitlines():
+            fr = line.rpartition(" ")[0].split(";")
+            called = called or any(
+                a.startswith("py::%s:" % outer) and
+                b.startswith("py::%s:" % inner) for a, b in zip(fr, fr[1:]))
+        own = [f for f in ATTACH_OWN
+               if f in p.stdout or any(f in n for n in names)]
+        t.check(p.returncode == 0 and shares.get(inner, 0) > 0 and
+                shares.get(outer, 0) >= shares[inner] and called and
+                outer in names and not own,
+                "%s, running since before the window: named in the "
+                "tables (%.1f%% total, %s %.1f%%) as %s's caller, and "
+                "listed" % (outer, shares.get(outer, 0), inner,
+                            shares.get(inner, 0), inner),
+                (own, names, shares, p.stdout[-1500:], p.stderr[-600:]))
+        t.check(not err, shape + ": nothing on the service's stderr", err)
+
+
 def test_live_dump(t, py, newer):
     """A service whose jitring was on: record killed while it finishes,
     then report: the service's dump whole and in place each time."""
@@ -647,6 +767,7 @@ def main(t):
     test_thread_per_request(t, py, newer)
     test_seize(t, py, newer)
     test_record_own(t, py, newer)
+    test_running(t, py, newer)
     test_live_dump(t, py, newer)
     print("%.1f s" % (time.monotonic() - t0))
 
