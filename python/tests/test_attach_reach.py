@@ -37,7 +37,12 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
     a multiprocessing.Manager's server process, whose serve_client()
     loop runs a client's calls: serve_client named, its total at least
     that of the method it runs; none of jitring's attach functions in
-    the service's list of those frames.
+    the service's list of those frames;
+ 9. in process, the marks: a thread in outer() -> inner() at the mark,
+    then in a new call of inner() (the same code at the same depth) at
+    the list: outer listed, inner not; jitring's own frames never; every
+    mark cleared after; a frame a tracer had set f_trace on left as it
+    was; a service's list with junk in it read as what is valid.
 Skips (77) where perf cannot record (5, 6 and 8 only).
 """
 
@@ -510,6 +515,99 @@ def test_running(t, py, newer):
         t.check(not err, shape + ": nothing on the service's stderr", err)
 
 
+def test_marks(t):
+    """The window's marks in this process: what ran throughout is told
+    from a new call of the same function."""
+    import threading
+    from jitring import _attach, _report
+    go = [threading.Event(), threading.Event()]
+    at = [threading.Event(), threading.Event()]
+    done = threading.Event()
+
+    def inner(i):
+        at[i].set()
+        go[i].wait(30)
+
+    def outer():
+        inner(0)
+        inner(1)
+        done.wait(30)
+
+    def traced():
+        # A frame a tracer set f_trace on: left to it.
+        sys._getframe().f_trace = mine
+        at.append(None)
+        done.wait(30)
+
+    def mine(frame, event, arg):
+        return mine
+    th = threading.Thread(target=outer, name="outer")
+    th2 = threading.Thread(target=traced)
+    th.start()
+    th2.start()
+    try:
+        at[0].wait(10)
+        end = time.monotonic() + 10
+        while None not in at and time.monotonic() < end:
+            time.sleep(0.01)
+        marker = _attach._tag_running()
+        go[0].set()
+        at[1].wait(10)
+        frames = sys._current_frames()
+        fr = frames[th.ident]
+        names = []
+        while fr is not None:
+            names.append(fr.f_code.co_name)
+            fr = fr.f_back
+        listed = {x["tid"]: [f[0] for f in x["frames"]]
+                  for x in _attach._running_threads(marker)}
+        left = []
+        for f in sys._current_frames().values():
+            while f is not None:
+                if f.f_trace is marker:
+                    left.append(f.f_code.co_name)
+                f = f.f_back
+        f = sys._current_frames()[th2.ident]
+        while f is not None and f.f_code.co_name != "traced":
+            f = f.f_back
+        kept = f is not None and f.f_trace is mine
+    finally:
+        go[1].set()
+        done.set()
+        th.join()
+        th2.join()
+    got = listed.get(th.native_id, [])
+    t.check("inner" in names and got and
+            got[-1] == "test_marks.<locals>.outer",
+            "a thread in a new call of inner() at the list: outer() "
+            "listed last, inner() not", (names, got))
+    mainl = listed.get(threading.main_thread().native_id, [])
+    own = [n for fs in listed.values() for n in fs
+           if n.split(".")[-1] in ATTACH_OWN + ("_tag_running",
+                                               "_running_threads")]
+    t.check(mainl and mainl[-1] == "test_marks" and not own,
+            "the caller's own thread listed up to jitring's first frame",
+            (mainl, own))
+    t.check(not left and kept and
+            listed.get(th2.native_id, []) == ["Thread._bootstrap",
+                                               "Thread._bootstrap_inner",
+                                               "Thread.run"],
+            "every mark cleared; a tracer's f_trace left as it was, and "
+            "the list stopping there", (left, kept, listed))
+    junk = {"pid": 5, "threads": [
+        {"tid": 7, "frames": [["a", "f.py", 1], ["b", "g.py", 2],
+                              ["c", 3, 4], ["d", "h.py", 5]]},
+        {"tid": True, "frames": [["x", "y", 1]]}, {"tid": -3},
+        {"tid": 8, "frames": "no"}, "thread", {"tid": 9, "frames": []}]}
+    t.check(_report.checked_running(junk) ==
+            {"pid": 5, "threads": [{"tid": 7, "frames": [
+                ["a", "f.py", 1], ["b", "g.py", 2]]}]} and
+            _report.checked_running([1]) is None and
+            _report.checked_running({"pid": "1", "threads": []}) is None,
+            "a list with junk: read as what is valid up to it",
+            _report.checked_running(junk))
+
+
 def test_live_dump(t, py, newer):
     """A service whose jitring was on: record killed while it finishes,
     then report: the service's dump whole and in place each time."""
@@ -768,6 +866,7 @@ def main(t):
     test_seize(t, py, newer)
     test_record_own(t, py, newer)
     test_running(t, py, newer)
+    test_marks(t)
     test_live_dump(t, py, newer)
     print("%.1f s" % (time.monotonic() - t0))
 
