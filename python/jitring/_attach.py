@@ -66,15 +66,15 @@ Frames already running when the window opens (a worker's loop, a
 server's serve_forever) never pass through a trampoline: perf sees them
 only as the interpreter's eval loop, unnamed.  So the target marks them
 as the window opens, before jitring starts (_tag_running(): each
-frame's f_trace, where none is set, becomes the window's marker, a
-function that does nothing), and as it closes writes, for each thread
-(native id), the outermost frames still marked, those that ran
+frame's f_trace, where none is set, becomes a mark of its own that does
+nothing, held weakly), and as it closes writes, for each thread (native
+id), the outermost frames whose marks still live, those that ran
 throughout the window, into RUNNING_FILE in the window's folder
-(_write_running(): O_EXCL|O_NOFOLLOW in the private folder, checked);
-then clears the marks.  record copies the file into the recording, and
-the report puts those frames at the root of every sample of the
-thread (jitring._report.summarize()).  jitring's own frames (the
-request, the handler, the watcher) are never marked nor written.
+(_write_running(): O_EXCL|O_NOFOLLOW in the private folder, checked).
+record copies the file into the recording, and the report puts those
+frames at the root of every sample of the thread
+(jitring._report.summarize()).  jitring's own frames (the request, the
+handler, the watcher) are never marked nor written.
 """
 
 import _thread
@@ -127,7 +127,7 @@ def _answer(ack, **kw):
 
 
 def _watcher(pidfd, wake, limit, stopfd=-1, ack=None, running=None,
-             marker=None):
+             marks=None):
     import select
     import jitring
     r = []
@@ -153,16 +153,14 @@ def _watcher(pidfd, wake, limit, stopfd=-1, ack=None, running=None,
         # stays open.  A wake: target_stop() stops, or a later window took
         # over.
         if wake not in r:
-            if marker is not None:
+            if marks:
                 # While jitring and perf are still on: the frames that
                 # ran throughout the window.
-                _write_running(running, marker)
+                _write_running(running, marks)
             was = jitring.stop()
             _forget(wake)
             if stopfd in r and ack:
                 _answer(ack, ok=True, stopped=bool(was))
-        elif marker is not None:
-            _running_threads(marker)        # the marks cleared
     for fd in (pidfd, wake, stopfd):
         if fd >= 0:
             try:
@@ -183,20 +181,32 @@ def _own_code(filename):
 
 
 def _threads_frames():
-    """[(native thread id, innermost frame)] of the threads that
-    threading knows (the main thread, threading.Thread's, a thread that
+    """[(thread ident, native thread id, innermost frame)] of the threads
+    that threading knows (the main thread, threading.Thread's, a thread that
     called threading.current_thread()); a thread started by _thread alone
     has no native id to be found by, and is left out.  threading's lock
     is not taken: the thread that runs this may hold it (a request runs
     where a thread checks for one)."""
     import threading
     frames = sys._current_frames()
+    # This thread from its first frame outside jitring's out: the dict
+    # holds this function's own frame, and the caller's locals will hold
+    # what this returns; either frame in it would be a cycle that keeps
+    # every thread's innermost frame until the collector runs.
+    f = sys._getframe(1)
+    while f is not None and _own_code(f.f_code.co_filename):
+        f = f.f_back
+    frames[_thread.get_ident()] = f
+    f = None
     ids = {}
     for ident, t in threading._active.copy().items():
         tid = getattr(t, "native_id", None)
         if isinstance(tid, int):
             ids[ident] = tid
-    return [(ids[i], f) for i, f in frames.items() if i in ids]
+    got = [(i, ids[i], f) for i, f in frames.items()
+           if i in ids and f is not None]
+    frames.clear()
+    return got
 
 
 def _outer_first(f):
@@ -213,59 +223,86 @@ def _outer_first(f):
     return st
 
 
-def _tag_running():
-    """Mark every frame running now (but jitring's own) with a new
-    marker, the window's, as its f_trace, where it has none.  f_trace is
-    read only by a tracer of sys.settrace (none is, where it is None):
-    if one calls the marker, for a frame it chose not to trace, it does
-    nothing and returns None, which leaves the frame as it was.  Called
-    before jitring starts: a marked frame never went through a
-    trampoline.  Returns the marker."""
-    def marker(frame, event, arg):
+class _Mark:
+    """A window's mark on a frame that runs as it opens: the frame's
+    f_trace.  f_trace is read only by a tracer of sys.settrace; one that
+    calls a mark (for a frame it chose not to trace: its f_trace was
+    None) gets None, which leaves the frame as it was."""
+    __slots__ = ("__weakref__",)
+
+    def __call__(self, frame, event, arg):
         return None
+
+
+# co_flags of a generator's, coroutine's or async generator's code: such a
+# frame may be suspended, and resumed elsewhere, while its mark lives.
+_GENERATOR_FLAGS = 0x20 | 0x80 | 0x100 | 0x200
+
+
+def _tag_running():
+    """Mark every frame running now (but jitring's own) with a mark of its
+    own, as its f_trace, where it has none (or an earlier window's);
+    called before jitring starts, so no marked frame went through a
+    trampoline.  A thread's marks stop at a frame a tracer set f_trace on
+    and at a generator's or coroutine's frame.  Returns [(thread ident,
+    native id, [(weak reference to the mark, qualname, file, first
+    line), ...] outermost first)]: a mark lives as long as its frame
+    object, which, nothing else holding it, is freed as the frame
+    returns; so at the window's close the live marks are the frames that
+    ran throughout, found without reading any frame again (a frame
+    object read in the watcher, a short-lived thread, would be allocated
+    in its heap: on free-threaded builds, a heap left behind per window)."""
+    import weakref
+    marks = []
     try:
-        for tid, f in _threads_frames():
+        for ident, tid, f in _threads_frames():
+            got = []
             for fr in _outer_first(f):
-                if fr.f_trace is None:
-                    fr.f_trace = marker
+                code = fr.f_code
+                if code.co_flags & _GENERATOR_FLAGS or not (
+                        fr.f_trace is None or isinstance(fr.f_trace, _Mark)):
+                    break
+                m = _Mark()
+                fr.f_trace = m
+                got.append((weakref.ref(m), code.co_qualname[:RUNNING_NAME],
+                            code.co_filename[:RUNNING_NAME],
+                            code.co_firstlineno))
+            if got:
+                marks.append((ident, tid, got))
     except Exception:
         pass
-    return marker
+    return marks
 
 
-def _running_threads(marker):
-    """[{"tid", "frames"}]: for each thread, its outermost frames that
-    still carry @marker (they ran throughout the window; a frame called
-    since has none, and neither has any frame it calls), each as
-    [qualname, file, first line], outermost first; and every mark of
-    @marker on the threads' frames cleared."""
+def _running_threads(marks):
+    """[{"tid", "frames"}]: for each thread of @marks (_tag_running())
+    that is still there, its outermost frames whose marks still live
+    (they ran throughout the window), each as [qualname, file, first
+    line], outermost first."""
+    import threading
     threads = []
     try:
-        for tid, f in _threads_frames():
-            st = _outer_first(f)
+        now = threading._active.copy()
+        for ident, tid, got in marks:
+            if getattr(now.get(ident), "native_id", None) != tid:
+                continue        # gone (its ident, or native id, reused)
             run = []
-            for fr in st:
-                if fr.f_trace is not marker:
+            for ref, qual, fn, line in got:
+                if ref() is None:
                     break
-                run.append(fr.f_code)
-            for fr in st:
-                if fr.f_trace is marker:
-                    fr.f_trace = None
+                run.append([qual, fn, line])
             if run and len(threads) < RUNNING_THREADS:
-                threads.append({"tid": tid, "frames": [
-                    [c.co_qualname[:RUNNING_NAME],
-                     c.co_filename[:RUNNING_NAME], c.co_firstlineno]
-                    for c in run[:RUNNING_DEPTH]]})
+                threads.append({"tid": tid, "frames": run[:RUNNING_DEPTH]})
     except Exception:
         pass
     return threads
 
 
-def _write_running(folder, marker):
+def _write_running(folder, marks):
     """_running_threads() into RUNNING_FILE in the window's @folder:
     only a folder of this user's (or root's) that no one else can enter,
     not through a link, and only as a new file."""
-    threads = _running_threads(marker)
+    threads = _running_threads(marks)
     if not folder:
         return
     try:
@@ -355,13 +392,11 @@ def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1,
         _answer(ack, ok=True, was_active=True)
         return
     # Before the start: no marked frame goes through a trampoline.
-    marker = _tag_running() if running else None
+    marks = _tag_running() if running else None
     try:
         # A folder per window: its dump is not kept open after it.
         jitring.start(dir=out, release=True)
     except Exception as e:
-        if marker is not None:
-            _running_threads(marker)
         _answer(ack, ok=False, why="start", error=str(e))
         return
     if procs:
@@ -376,7 +411,7 @@ def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1,
     if not 0 < limit <= DURATION_MAX + LIMIT_SLACK:     # nan, inf, huge
         limit = LIMIT_UNBOUNDED
     t = threading.Thread(target=_watcher, args=(pidfd, wake_r, limit, stopfd,
-                                                ack, running, marker),
+                                                ack, running, marks),
                          name="jitring-attach", daemon=True)
     # Before the thread runs: it may stop, and _forget() it, at once.
     _watch = (t, wake_w, (pidfd, wake_r, stopfd), limit)

@@ -12,8 +12,10 @@ are started with JITRING_PROFILE=standby.
     VmRSS, mappings and descriptors flat from window 10 to the last (each
     window's dump left in place, emptied); after the last,
     no jitring thread left in it;
- 2. record --pid PID --duration 1 through real perf, twice: the table
-    names handle_fn, no perf process left, the service still answering;
+ 2. record --pid PID --duration 1 through real perf, twice: the tables
+    name handle_fn (first by self) and the server threads' loop that ran
+    throughout the window, no perf process left, the service still
+    answering;
  3. refusals, each one line and exit 2 with the service untouched: a pid
     that is gone, a process that is not Python, a service whose jitring
     cannot be imported, one with another eval-frame hook (-X perf), one
@@ -221,9 +223,13 @@ def test_record(t, py, svc):
                            capture_output=True, text=True, timeout=300,
                            env=dict(os.environ,
                                     HOME=t.scratch))
-        t.check(p.returncode == 0 and
-                has(sections(p.stdout)["total"], "handle_fn"),
-                "record --pid (%d): the table names handle_fn" % i,
+        # The server threads' loops, running since before the window,
+        # lead the total table; handle_fn leads by self.
+        s = sections(p.stdout)
+        t.check(p.returncode == 0 and has(s["self"][:1], "handle_fn") and
+                has(s["total"], "serve"),
+                "record --pid (%d): the tables name handle_fn, and the "
+                "loop that ran throughout" % i,
                 p.stdout[-1200:] + p.stderr[-800:])
         t.check(not leftovers(out), "no perf process left")
     client.halt.set()
