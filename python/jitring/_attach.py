@@ -223,6 +223,18 @@ def _outer_first(f):
     return st
 
 
+def frames_readable():
+    """Whether a thread here may read the other threads' frames: not on a
+    free-threaded 3.13 running without the GIL, where such a read races
+    with the thread returning from the frame (a use-after-free, fixed in
+    3.14 and not backported: python/cpython#152355), unless the process
+    was started with JITRING_RUNNING_FRAMES=1."""
+    if sys.version_info >= (3, 14) or \
+            getattr(sys, "_is_gil_enabled", lambda: True)():
+        return True
+    return os.environ.get("JITRING_RUNNING_FRAMES") == "1"
+
+
 class _Mark:
     """A window's mark on a frame that runs as it opens: the frame's
     f_trace.  f_trace is read only by a tracer of sys.settrace; one that
@@ -392,7 +404,7 @@ def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1,
         _answer(ack, ok=True, was_active=True)
         return
     # Before the start: no marked frame goes through a trampoline.
-    marks = _tag_running() if running else None
+    marks = _tag_running() if running and frames_readable() else None
     try:
         # A folder per window: its dump is not kept open after it.
         jitring.start(dir=out, release=True)

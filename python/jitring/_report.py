@@ -35,8 +35,9 @@ below the innermost Python frame (C extensions, builtins, libc, the
 kernel) stay.  In a recording of record --pid, the Python frames that ran
 throughout the window in a thread (RUNNING, from the service) are put at
 the root of each of its samples: they never went through a trampoline,
-so perf has them as the interpreter's eval loop only, unnamed.  Samples of jitring's own work (its start-up and stop, its
-threads, its native code: own_work()) are left out altogether.
+so perf has them as the interpreter's eval loop only, unnamed.  Samples
+of jitring's own work (its start-up and stop, its threads, its native
+code: own_work()) are left out altogether.
 """
 
 import errno

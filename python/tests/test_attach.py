@@ -14,8 +14,9 @@ are started with JITRING_PROFILE=standby.
     no jitring thread left in it;
  2. record --pid PID --duration 1 through real perf, twice: the tables
     name handle_fn (first by self) and the server threads' loop that ran
-    throughout the window, no perf process left, the service still
-    answering;
+    throughout the window (where the service reads other threads' frames:
+    not on a free-threaded 3.13 by default), no perf process left, the
+    service still answering;
  3. refusals, each one line and exit 2 with the service untouched: a pid
     that is gone, a process that is not Python, a service whose jitring
     cannot be imported, one with another eval-frame hook (-X perf), one
@@ -210,6 +211,7 @@ def test_windows(t, py, svc, n):
 
 def test_record(t, py, svc):
     from test_record import perf_usable, leftovers, sections, has
+    from jitring import _attach
     why = perf_usable()
     if why:
         t.skip_part("record --pid through perf", why)
@@ -224,10 +226,13 @@ def test_record(t, py, svc):
                            env=dict(os.environ,
                                     HOME=t.scratch))
         # The server threads' loops, running since before the window,
-        # lead the total table; handle_fn leads by self.
+        # lead the total table (where the service reads other threads'
+        # frames: not a free-threaded 3.13's by default); handle_fn leads
+        # by self.
         s = sections(p.stdout)
         t.check(p.returncode == 0 and has(s["self"][:1], "handle_fn") and
-                has(s["total"], "serve"),
+                (has(s["total"], "serve") or
+                 not _attach.frames_readable()),
                 "record --pid (%d): the tables name handle_fn, and the "
                 "loop that ran throughout" % i,
                 p.stdout[-1200:] + p.stderr[-800:])

@@ -30,7 +30,9 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
     service alive after, each window's dump valid; its threads seized
     and let go, and, one thread refusing the seize, every thread let go
     and the request sent to none;
- 8. through real perf, frames that ran throughout the window: a worker
+ 8. through real perf, frames that ran throughout the window (on a
+    free-threaded 3.13, read only with JITRING_RUNNING_FRAMES=1, and
+    that is checked to be so): a worker
     thread inside serve_loop() (calling handle_fn in a loop) since before
     the window: the tables name serve_loop, its total at least
     handle_fn's, and stacks.folded has serve_loop as handle_fn's caller;
@@ -229,7 +231,8 @@ def children(pid):
 
 def env_for(newer, **kw):
     env = dict(os.environ)
-    for k in ("PYTHONPATH", "JITRING_PROFILE", "JITRING_DIR"):
+    for k in ("PYTHONPATH", "JITRING_PROFILE", "JITRING_DIR",
+              "JITRING_RUNNING_FRAMES"):
         env.pop(k, None)
     if not newer:
         env["JITRING_PROFILE"] = "standby"
@@ -458,7 +461,19 @@ def test_running(t, py, newer):
     """Frames that ran throughout the window (called before it: no
     trampoline) are named at the root of their thread's samples."""
     import json
+    from jitring import _attach
     from test_record import perf_usable
+    # A free-threaded 3.13 without the GIL reads other threads' frames
+    # only where the service asks for it.
+    saved = os.environ.pop("JITRING_RUNNING_FRAMES", None)
+    readable = _attach.frames_readable()
+    if saved is not None:
+        os.environ["JITRING_RUNNING_FRAMES"] = saved
+    ft313 = sys.version_info[:2] == (3, 13) and \
+        not getattr(sys, "_is_gil_enabled", lambda: True)()
+    t.check(readable != ft313, "other threads' frames read by default: "
+            "%s (not on a free-threaded 3.13)" % readable)
+    kw = {"JITRING_RUNNING_FRAMES": "1"} if ft313 else {}
     why = perf_usable()
     if why:
         t.skip_part("frames running throughout the window", why)
@@ -466,7 +481,7 @@ def test_running(t, py, newer):
     for shape, outer, inner in (("loop", "serve_loop", "handle_fn"),
                                 ("manager", "Server.serve_client",
                                  "Work.run")):
-        svc = Service(py, shape, env_for(newer))
+        svc = Service(py, shape, env_for(newer, **kw))
         try:
             pid = int(svc.p.stdout.readline()) if shape == "manager" \
                 else svc.pid
