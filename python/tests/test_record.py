@@ -837,11 +837,13 @@ def test_deep(t, r):
                 "stacks.folded)" % (what, said, cut_all), p.stdout[-800:])
         if fp:
             # perf records at most kernel.perf_event_max_stack frames
-            # (127 unless raised): some 30 Python frames.
+            # (127 unless raised): some 30 Python frames, about half the
+            # program's depth, so about half its samples are cut (42 to
+            # 58% seen): a fifth at least, whatever the load.
             with open("/proc/sys/kernel/perf_event_max_stack") as f:
                 limit = int(f.read())
             if limit < 240:
-                t.check(cut > 50 and "kernel.perf_event_max_stack=" in
+                t.check(cut > 20 and "kernel.perf_event_max_stack=" in
                         p.stdout and "--call-graph dwarf" in p.stdout,
                         "deep, fp: cut at perf's limit of %d frames, and "
                         "the note says how to lift it" % limit,
