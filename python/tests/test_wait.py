@@ -38,6 +38,7 @@ import sys
 import textwrap
 
 import jrtest
+import test_record
 
 SHARED = textwrap.dedent("""
     import threading
@@ -219,15 +220,8 @@ def named(rows, fn):
     return [r for r in rows if r[3].startswith(fn + ":")]
 
 
-class Rec:
-    def __init__(self, t, py, env):
-        self.t, self.py, self.env = t, py, env
-
-    def script(self, name, text):
-        path = os.path.join(self.t.scratch, name)
-        with open(path, "w") as f:
-            f.write(text)
-        return path
+class Rec(test_record.Rec):
+    """record --wait on a program given as text."""
 
     def run(self, name, text, args=(), opts=("--wait",), timeout=300,
             prefix=()):
