@@ -231,6 +231,8 @@ def referenced(pd, dumps):
 
 FULL = ".full"
 DUMP_NAME = re.compile(r"^jit-(\d+)\.dump$")
+# The trampolines' ELF file (JITRING_F_TRAMPOLINE_ELF: record in dwarf mode).
+TRAMP_NAME = re.compile(r"^jitring-tramp-(\d+)-[0-9a-f]+\.so$")
 
 
 def restore(out, paths=()):
@@ -252,7 +254,8 @@ def relative_markers(perf_data):
     ``./jit-<pid>.dump`` where the dump lies beside it: perf inject, run
     in that folder, then opens the dumps (and writes its images) there
     wherever the folder has been moved, where the kernel gave perf the
-    absolute path.  The new name is never longer (the rest of the name's
+    absolute path.  The trampolines' ELF files' mmaps likewise (perf
+    script reads their unwind tables).  The new name is never longer (the rest of the name's
     room is zeroed).  Returns how many; -1 when @perf_data is not read
     here (left as it is)."""
     from jitring import _perfdata
@@ -263,7 +266,8 @@ def relative_markers(perf_data):
             for off, _, _, _, name in pd.mmap2_raw():
                 base = os.path.basename(name).decode(errors="replace")
                 new = b"./" + os.path.basename(name)
-                if (name.startswith(b"/") and DUMP_NAME.match(base) and
+                if (name.startswith(b"/") and
+                        (DUMP_NAME.match(base) or TRAMP_NAME.match(base)) and
                         len(new) <= len(name) and
                         os.path.isfile(os.path.join(d, base))):
                     edits.append((off, new.ljust(len(name), b"\0")))
@@ -427,4 +431,73 @@ class FPNames:
                     sym, dso = names[k], ""
                 k += 1
             out.append((sym, dso))
+        return out
+
+
+# ---- DWARF stacks through the trampolines' ELF file -------------------
+
+def memfd_arenas(perf_data):
+    """Whether @perf_data maps trampolines from the memfd image (a
+    process without the ELF file); True where it cannot be read."""
+    from jitring import _perfdata
+    try:
+        with _perfdata.PerfData(perf_data) as pd:
+            return any(name.startswith(ARENA)
+                       for _, _, _, name in pd.mmap2())
+    except (_perfdata.PerfDataError, OSError):
+        return True
+
+
+class ELFNames:
+    """The names of the trampoline frames of stacks perf unwound itself
+    through the trampolines' ELF file (JITRING_F_TRAMPOLINE_ELF), which
+    perf script prints as ``[unknown]`` in ``jitring-tramp-*.so`` at an
+    address of the file (its offsets are its addresses): the process's
+    address is where the file's offset 0 lies (every mapping of the file
+    in a process keeps its layout, see the library's elf_image.c) plus
+    that, and the dumps name it, as perf's injected mmaps would have
+    (the latest load of the address at or before the sample's time: the
+    process's own dump first, then any, for a fork child that runs its
+    parent's copies)."""
+
+    def __init__(self, perf_data):
+        from jitring import _perfdata
+        self.bases = {}
+        with _perfdata.PerfData(perf_data) as pd:
+            self.dumps, _ = marked_dumps(pd)
+            for pid, base, name in pd.mmap2_bases():
+                b = os.path.basename(name)
+                if TRAMP_NAME.match(b):
+                    self.bases[b] = base
+        self.order = list(self.dumps.items())
+        self.names = {}
+
+    def name(self, pid, t, dso, addr):
+        """The name of file address @addr of the ELF file @dso (as perf
+        script printed it) in process @pid at time @t, or None."""
+        base = self.bases.get(os.path.basename(dso))
+        if base is None:
+            return None
+        a = base + addr
+        own = self.dumps.get(pid)
+        for d in ([own] if own else []) + [d for _, d in self.order]:
+            i = d.find(a, t)
+            if i >= 0:
+                k = (id(d), i)
+                n = self.names.get(k)
+                if n is None:
+                    n = self.names[k] = d.name(i)
+                return n
+        return None
+
+    def resolve(self, pid, t, frames):
+        """@frames (leaf first: (symbol, dso), or (symbol, dso, address)
+        for a frame in an ELF file) with those named ((name, "")), or as
+        perf printed them where no dump names them."""
+        out = []
+        for fr in frames:
+            if len(fr) == 3:
+                n = self.name(pid, t, fr[1], fr[2])
+                fr = (n, "") if n else fr[:2]
+            out.append(fr)
         return out

@@ -60,6 +60,7 @@ LOCK = ".jitring-lock"
 NAMES = (META, PROCS, MANIFEST, LOCK, "perf.data", "perf-record.log",
          "perf-script.log") + OUTPUTS
 GROWN = re.compile(r"^(jit-\d+\.dump(\.full)?|jitted-\d+-\d+\.so|"
+                   r"jitring-tramp-\d+-[0-9a-f]+\.so|"
                    + re.escape(PROCS) + r")$")
 # What a full disk raises: the recording is kept, the finishing waits.
 FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -302,6 +303,9 @@ MAX_STACK = 65535
 # The most stack perf copies for a sample in dwarf mode (--stack-size).
 STACK_MAX = 65528
 
+# A frame in a trampolines' ELF file (jitring._jitsyms.TRAMP_NAME).
+TRAMP_DSO = "jitring-tramp-"
+
 HEAD = re.compile(r"^(.*?)\s+(\d+)/(\d+)\s+(?:(\d+)\.(\d{9}):)?")
 FRAME = re.compile(r"^[ \t]+[0-9a-f]+(?: (.*))?$")
 
@@ -322,14 +326,16 @@ def sample_keys(path):
     return keys
 
 
-def script(steps, perf, out, keep=False, inline=False, fp=False):
+def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
     comm, frames)], frames a list of (symbol, dso) from the leaf to the
     root.  Without @inline, native functions inlined into others are not
     listed (perf runs addr2line per address for them: 13.5 s instead of
     1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
     recording, not injected), perf.data is read and the trampolines'
-    frames are named by jitring._jitsyms.FPNames.
+    frames are named by jitring._jitsyms.FPNames; with @elf (a dwarf
+    recording whose trampolines were an ELF file perf unwinds through,
+    not injected either), by jitring._jitsyms.ELFNames.
 
     perf prints a symbol as the dump or map gave it, line breaks
     included, so the text alone cannot tell a sample's first line from
@@ -339,11 +345,12 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
     that is not a frame's continues the name before it.  Names and
     commands come back as jitring._flame.escape() writes them."""
     from jitring._flame import escape
-    data = os.path.join(out, "perf.data" if fp else "perf.jit.data")
+    direct = fp or elf
+    data = os.path.join(out, "perf.data" if direct else "perf.jit.data")
     path = os.path.join(out, "perf.script.txt")
     err = os.path.join(out, "perf-script.log")
     with open(path, "w") as f, open(err, "w") as e:
-        rc = steps.run(perf + ["script", "-i", "perf.data" if fp else
+        rc = steps.run(perf + ["script", "-i", "perf.data" if direct else
                                "perf.jit.data", "--ns", "-F",
                                "comm,pid,tid,time,event,ip,sym,dso",
                                "--max-stack", str(MAX_STACK)] +
@@ -353,10 +360,11 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
     if rc != 0:
         raise RecordError(failed("perf script", rc, err))
     names = None
-    if fp:
+    if direct:
         from jitring import _jitsyms, _perfdata
         try:
-            names = _jitsyms.FPNames(os.path.join(out, "perf.data"))
+            names = (_jitsyms.FPNames if fp else _jitsyms.ELFNames)(
+                os.path.join(out, "perf.data"))
         except (_perfdata.PerfDataError, _jitsyms.DumpError, OSError) as e:
             raise RecordError("cannot read %s/perf.data: %s" % (out, e))
     keys = sample_keys(data)
@@ -368,12 +376,19 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
     rests, frames, escaped = {}, {}, {}
 
     def frame(rest):
-        # "<sym> (<dso>)": the symbol may hold spaces.
-        sym, sep, dso = rest.rpartition(" (")
+        # "<sym> (<dso>)": the symbol may hold spaces.  A frame in a
+        # trampolines' ELF file comes as "<addr>\x01<sym> (<dso>)" and
+        # keeps its address for ELFNames.
+        addr, tramp, text = rest.partition("\x01")
+        if not tramp:
+            text = rest
+        sym, sep, dso = text.rpartition(" (")
         if not sep:
-            sym, dso = rest, ""
-        fr = frames[rest] = (sym.strip() or "[unknown]",
-                             dso.rstrip(")").strip())
+            sym, dso = text, ""
+        fr = (sym.strip() or "[unknown]", dso.rstrip(")").strip())
+        if tramp:
+            fr += (int(addr, 16),)
+        frames[rest] = fr
         return fr
 
     def escaped_frame(fr):
@@ -385,7 +400,8 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
             raw[-1] = raw[-1].rstrip("\n")  # the blank line after it
         stack = [frames.get(rest) or frame(rest) for rest in raw]
         if names:
-            stack = names.resolve(head[2], head[3], stack)
+            stack = names.resolve(head[0] if elf else head[2], head[3],
+                                  stack)
         stack = [escaped.get(fr) or escaped_frame(fr) for fr in stack]
         samples.append((head[0], escape(head[1]), _inlined(stack)))
 
@@ -425,7 +441,10 @@ def script(steps, perf, out, keep=False, inline=False, fp=False):
             if rest is None:
                 m = FRAME.match(line)
                 if m:
-                    rest = rests[line] = m.group(1) or ""
+                    rest = m.group(1) or ""
+                    if elf and TRAMP_DSO in rest:
+                        rest = "%s\x01%s" % (line.split(None, 1)[0], rest)
+                    rests[line] = rest
             if rest is not None:
                 raw.append(rest)
             elif raw:
@@ -906,6 +925,16 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             claim(out, OUTPUTS + ("perf-script.log",))
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
             fp = meta.get("call_graph") == "fp"
+            # A dwarf recording whose trampolines were ELF files: perf
+            # unwinds through them itself (no inject).
+            elf = not fp and bool(meta.get("trampoline_elf"))
+            if elf and not done:
+                # A process whose set fell back to the memfd image (it
+                # said why in its log): perf cannot unwind through
+                # those, so inject, as without ELF files.
+                from jitring import _jitsyms
+                elf = not _jitsyms.memfd_arenas(
+                    os.path.join(out, "perf.data"))
             if not done:
                 # perf opens the dumps by the names of their mmaps, made
                 # relative to the folder: a moved folder finishes.
@@ -918,13 +947,13 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                 if _execfix.fix(os.path.join(out, "perf.data")) >= 0:
                     meta["exec_fixed"] = True
                     write_meta(out, meta)
-            if not done and not fp:
+            if not done and not fp and not elf:
                 try:
                     inject(steps, perf, out, meta)
                 finally:
                     claim_grown(out, before)
             samples = script(steps, perf, out, meta.get("perf_script"),
-                             meta.get("inline"), fp)
+                             meta.get("inline"), fp, elf)
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
             folded, per, total, rows, cut = summarize(
@@ -976,7 +1005,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
           % (" ".join(["perf"] + perf_cmd("perf", out,
                                           meta.get("keep_debug"))[1:]),
              os.path.join(out, "perf.data" if meta.get("call_graph") ==
-                          "fp" else "perf.jit.data")))
+                          "fp" or meta.get("trampoline_elf") else
+                          "perf.jit.data")))
     if meta.get("perf_script"):
         print("stacks:      %s (folded), %s (perf script)"
               % (os.path.join(out, "stacks.folded"),
