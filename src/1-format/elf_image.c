@@ -53,7 +53,14 @@
 #endif
 
 /* Section indices. */
-enum { SH_NULL, SH_TEXT, SH_EH_FRAME, SH_EH_HDR, SH_STRTAB, SH_NUM };
+enum {
+	SH_NULL,
+	SH_TEXT,
+	SH_EH_FRAME,
+	SH_EH_HDR,
+	SH_STRTAB,
+	SH_NUM
+};
 
 static const char shstrtab[] = "\0.text\0.eh_frame\0.eh_frame_hdr\0.shstrtab";
 #define NAME_TEXT 1u
@@ -76,10 +83,10 @@ int jitring_elf_image_plan(struct jitring_elf_image *im)
 	struct jitring_eh_frame_info info;
 	uint64_t nslots, hdr_len;
 
-	if (!im || !im->slot_size || !im->page ||
-	    (im->page & (im->page - 1)) || im->code_size > im->slot_size ||
-	    !im->arena_len || im->arena_len % im->page ||
-	    im->arena_len < im->slot_size || !im->arenas || !im->eh_frame)
+	if (!im || !im->slot_size || !im->page || (im->page & (im->page - 1)) ||
+	    im->code_size > im->slot_size || !im->arena_len ||
+	    im->arena_len % im->page || im->arena_len < im->slot_size ||
+	    !im->arenas || !im->eh_frame)
 		return -EINVAL;
 	if (jitring_eh_frame_check(im->eh_frame, im->eh_frame_size, &info) ||
 	    info.fde_off != info.cie_size)
@@ -89,11 +96,11 @@ int jitring_elf_image_plan(struct jitring_elf_image *im)
 	im->fde_pc_off = info.pc_begin_off - info.fde_off;
 	im->arena_slots = im->arena_len / im->slot_size;
 	nslots = im->arena_slots * im->arenas;
-	im->text_off = align_up(sizeof(Elf64_Ehdr) + 2 * sizeof(Elf64_Phdr),
-				im->page);
+	im->text_off =
+		align_up(sizeof(Elf64_Ehdr) + 2 * sizeof(Elf64_Phdr), im->page);
 	im->eh_off = im->text_off + im->arena_len * im->arenas;
-	im->hdr_off = align_up(im->eh_off + im->cie_size + nslots * im->fde_size,
-			       4);
+	im->hdr_off =
+		align_up(im->eh_off + im->cie_size + nslots * im->fde_size, 4);
 	hdr_len = JR_ELF_HDR_FIXED + nslots * 8;
 	im->unwind_off = im->eh_off;
 	im->unwind_len = align_up(im->hdr_off + hdr_len, im->page) - im->eh_off;

@@ -91,8 +91,8 @@ void jitring_elf_image_tail(const struct jitring_elf_image *im, uint8_t *buf);
 
 /* Arena @k's FDEs: @arena_slots * @fde_size bytes at
  * jitring_elf_image_fde_off(@im, @k). */
-static inline uint64_t jitring_elf_image_fde_off(const struct jitring_elf_image *im,
-						 uint32_t k)
+static inline uint64_t
+jitring_elf_image_fde_off(const struct jitring_elf_image *im, uint32_t k)
 {
 	return im->eh_off + im->cie_size +
 	       (uint64_t)k * im->arena_slots * im->fde_size;
@@ -105,7 +105,8 @@ void jitring_elf_image_fdes(const struct jitring_elf_image *im, uint32_t k,
 static inline uint64_t
 jitring_elf_image_rows_off(const struct jitring_elf_image *im, uint32_t k)
 {
-	return im->hdr_off + JR_ELF_HDR_FIXED + (uint64_t)k * im->arena_slots * 8;
+	return im->hdr_off + JR_ELF_HDR_FIXED +
+	       (uint64_t)k * im->arena_slots * 8;
 }
 void jitring_elf_image_rows(const struct jitring_elf_image *im, uint32_t k,
 			    uint8_t *buf);

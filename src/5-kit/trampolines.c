@@ -381,7 +381,8 @@ static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 {
 	const struct jitring_elf_image *im = &t->elf;
-	size_t fdes = im->arena_slots * im->fde_size, rows = im->arena_slots * 8;
+	size_t fdes = im->arena_slots * im->fde_size,
+	       rows = im->arena_slots * 8;
 	uint64_t off = im->text_off + (uint64_t)k * im->arena_len;
 	uint8_t *buf = malloc(fdes + rows), *p;
 	int ret;
@@ -455,14 +456,21 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 		/* Past the file's room: an anonymous arena (no unwind
 		 * tables for perf: those frames end its stacks). */
 		if (k < t->elf.arenas) {
-			munmap(map, map_len);
-			ret = elf_arena(t, k, &base);
-			if (ret)
-				goto err_free;
-			map = base;
-			map_len = t->elf.arena_len;
-			nslots = t->elf.arena_slots;
-			goto publish;
+			uint8_t *p = NULL;
+
+			if (!elf_arena(t, k, &p)) {
+				munmap(map, map_len);
+				base = map = p;
+				map_len = t->elf.arena_len;
+				nslots = t->elf.arena_slots;
+				goto publish;
+			}
+			/* A hole in the search table (arena k's rows
+			 * unwritten) would hide every later arena from
+			 * an unwinder's binary search: the file takes no
+			 * more arenas. */
+			atomic_store_explicit(&t->elf_next, t->elf.arenas,
+					      memory_order_relaxed);
 		}
 	}
 	if (t->image >= 0) {
@@ -1328,11 +1336,11 @@ int jitring_trampolines_new(struct jitring *jr,
 			if (jr->flags & JITRING_F_TRAMPOLINE_ELF) {
 				ret = elf_make(t, jr->file.dir, len);
 				if (ret)
-					jitring_log(jr, JITRING_LOG_WARNING,
-						    "trampoline ELF file in %s: "
-						    "%s (memfd arenas instead)",
-						    jr->file.dir,
-						    strerror(-ret));
+					jitring_log(
+						jr, JITRING_LOG_WARNING,
+						"trampoline ELF file in %s: "
+						"%s (memfd arenas instead)",
+						jr->file.dir, strerror(-ret));
 			}
 			if (t->elf_fd < 0)
 				t->image = image_make(t, ilen);
