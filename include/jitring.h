@@ -905,7 +905,13 @@ jitring_trampoline_builtin(struct jitring_trampoline_template *t);
  * arena is written read-write and switched to read-execute once), never
  * remapped, between PROT_NONE guard pages so the kernel never merges two.
  * Copies are spaced so perf's extended mapping of one (code + ALIGN_8 + the
- * unwind data's mapped_size) never covers the next.
+ * unwind data's mapped_size) never covers the next.  With
+ * JITRING_F_TRAMPOLINE_ELF on @jr the arenas are instead pieces of one ELF
+ * file made here in @jr's directory (its slots as .text, an FDE per slot,
+ * a sorted .eh_frame_hdr), each written and mapped read-execute at its own
+ * offset when it is made, so that perf unwinds through the copies from
+ * the file (see the flag); where that file cannot be made, a warning is
+ * logged and the memfd image is used.
  *
  * Context: any thread; not async-signal-safe.
  * Return: 0; -EINVAL for NULL arguments, a struct_size below version 1, a

@@ -199,6 +199,34 @@ class Steps:
     def stop(self, signum, frame):
         raise Interrupted(signum)
 
+    def run_all(self, cmds, outs, errs, cwd):
+        """Run @cmds at once, each's stdout and stderr into its file of
+        @outs and @errs; their return codes."""
+        procs = []
+        try:
+            for cmd, o, e in zip(cmds, outs, errs):
+                with open(o, "w") as f, open(e, "w") as g:
+                    procs.append(subprocess.Popen(
+                        cmd, cwd=cwd, stdout=f, stderr=g,
+                        stdin=subprocess.DEVNULL))
+            for p in procs:
+                p.wait()
+        except BaseException:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            raise
+        if no_space(cwd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                          "perf script")
+        return [p.returncode for p in procs]
+
     def run(self, cmd, **kw):
         p = self.proc = subprocess.Popen(cmd, **kw)
         try:
@@ -326,6 +354,65 @@ def sample_keys(path):
     return keys
 
 
+# perf script runs in parallel over this many time slices at most (one a
+# CPU): its DWARF unwinding of each sample is most of a dwarf recording's
+# finishing, and the slices' outputs, in order, are its output whole.
+SCRIPT_SLICES = 4
+# ... with at least this many samples a slice (fewer: one perf script).
+SLICE_MIN = 1000
+
+
+def slices(keys, n):
+    """The perf script --time ranges ("start,stop" in s.ns, inclusive,
+    open at both ends) of @n slices of about as many samples of @keys
+    ({(pid, tid, time): count}), cut between two distinct times."""
+    times = sorted({t for _, _, t in keys})
+
+    def ts(t):
+        return "%d.%09d" % divmod(t, 10**9)
+    cuts = []
+    for i in range(1, n):
+        c = times[len(times) * i // n]
+        if (not cuts or c > cuts[-1]) and c > times[0]:
+            cuts.append(c)
+    bounds = [None] + cuts + [None]
+    return ["%s,%s" % ("" if a is None else ts(a),
+                       "" if b is None else ts(b - 1))
+            for a, b in zip(bounds, bounds[1:])]
+
+
+def run_script(steps, perf, out, data, keys, inline):
+    """perf script of @data (in @out) into files, in parallel over time
+    slices where there are CPUs and samples for it; returns the files,
+    in order.  perf-script.log holds the first slice's messages (perf
+    warns of lost events in each, alike), perf-script-N.log the rest's
+    until they succeed."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    least = int(os.environ.get("JITRING_PY_TEST_SLICE_MIN") or SLICE_MIN)
+    n = min(SCRIPT_SLICES, cpus,
+            max(1, sum(keys.values()) // max(1, least)) if keys else 1)
+    ranges = slices(keys, n) if n > 1 else [None]
+    parts = [os.path.join(out, "perf.script.txt.%d" % i)
+             for i in range(len(ranges))]
+    logs = [os.path.join(out, "perf-script.log" if i == 0 else
+                         "perf-script-%d.log" % i)
+            for i in range(len(ranges))]
+    claim(out, [os.path.basename(p) for p in parts + logs])
+    cmds = [perf + ["script", "-i", data, "--ns", "-F",
+                    "comm,pid,tid,time,event,ip,sym,dso",
+                    "--max-stack", str(MAX_STACK)] +
+            ([] if inline else ["--no-inline"]) +
+            (["--time", r] if r else []) for r in ranges]
+    rcs = steps.run_all(cmds, parts, logs, cwd=out)
+    for rc, log in zip(rcs, logs):
+        if rc != 0:
+            raise RecordError(failed("perf script", rc, log))
+    for log in logs[1:]:
+        os.unlink(log)
+    return parts
+
+
 def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
     comm, frames)], frames a list of (symbol, dso) from the leaf to the
@@ -348,17 +435,14 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
     direct = fp or elf
     data = os.path.join(out, "perf.data" if direct else "perf.jit.data")
     path = os.path.join(out, "perf.script.txt")
-    err = os.path.join(out, "perf-script.log")
-    with open(path, "w") as f, open(err, "w") as e:
-        rc = steps.run(perf + ["script", "-i", "perf.data" if direct else
-                               "perf.jit.data", "--ns", "-F",
-                               "comm,pid,tid,time,event,ip,sym,dso",
-                               "--max-stack", str(MAX_STACK)] +
-                       ([] if inline else ["--no-inline"]),
-                       cwd=out, stdout=f, stderr=e,
-                       stdin=subprocess.DEVNULL)
-    if rc != 0:
-        raise RecordError(failed("perf script", rc, err))
+    keys = sample_keys(data)
+    parts = run_script(steps, perf, out, os.path.basename(data), keys,
+                       inline)
+    if keep:
+        with open(path, "wb") as f:
+            for p in parts:
+                with open(p, "rb") as g:
+                    shutil.copyfileobj(g, f, 1 << 20)
     names = None
     if direct:
         from jitring import _jitsyms, _perfdata
@@ -367,7 +451,6 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
                 os.path.join(out, "perf.data"))
         except (_perfdata.PerfDataError, _jitsyms.DumpError, OSError) as e:
             raise RecordError("cannot read %s/perf.data: %s" % (out, e))
-    keys = sample_keys(data)
     samples = []
     head, raw = None, []
     # A deep program's recording is millions of frame lines, most of them
@@ -420,37 +503,40 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
         keys[k] -= 1
         return h
 
-    with open(path, errors="replace", newline="\n") as f:
-        if not keep:
-            os.unlink(path)     # read from the open file; nothing kept
-        blank = True
-        for line in f:
-            line = line[:-1] if line.endswith("\n") else line
-            h = None
-            if line and line[0] not in " \t":
-                h = starts(line, blank or head is None)
-            blank = not line.strip()
-            if h is not None:
-                if head is not None:
-                    done()
-                head, raw = h, []
-                continue
-            if head is None:
-                continue        # nothing perf.data knows of
-            rest = rests.get(line)
-            if rest is None:
-                m = FRAME.match(line)
-                if m:
-                    rest = m.group(1) or ""
-                    if elf and TRAMP_DSO in rest:
-                        rest = "%s\x01%s" % (line.split(None, 1)[0], rest)
-                    rests[line] = rest
-            if rest is not None:
-                raw.append(rest)
-            elif raw:
-                raw[-1] += "\n" + line     # a name's next line
-        if head is not None:
-            done()
+    def lines():
+        for p in parts:
+            with open(p, errors="replace", newline="\n") as f:
+                os.unlink(p)    # read from the open file; nothing kept
+                yield from f
+
+    blank = True
+    for line in lines():
+        line = line[:-1] if line.endswith("\n") else line
+        h = None
+        if line and line[0] not in " \t":
+            h = starts(line, blank or head is None)
+        blank = not line.strip()
+        if h is not None:
+            if head is not None:
+                done()
+            head, raw = h, []
+            continue
+        if head is None:
+            continue        # nothing perf.data knows of
+        rest = rests.get(line)
+        if rest is None:
+            m = FRAME.match(line)
+            if m:
+                rest = m.group(1) or ""
+                if elf and TRAMP_DSO in rest:
+                    rest = "%s\x01%s" % (line.split(None, 1)[0], rest)
+                rests[line] = rest
+        if rest is not None:
+            raw.append(rest)
+        elif raw:
+            raw[-1] += "\n" + line     # a name's next line
+    if head is not None:
+        done()
     return samples
 
 
@@ -884,10 +970,19 @@ def lock(out, prog):
     return fd
 
 
+SCRIPT_PART = re.compile(r"^(perf\.script\.txt\.\d+|perf-script-\d+\.log)$")
+
+
 def drop_partial(out):
     """Remove the outputs a stopped finishing may have left half
     written."""
     done = injected(out)
+    for name in os.listdir(out):
+        if SCRIPT_PART.match(name):
+            try:
+                os.unlink(os.path.join(out, name))
+            except OSError:
+                pass
     for name in OUTPUTS:
         if done and name == "perf.jit.data":
             continue        # the recording itself now

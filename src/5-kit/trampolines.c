@@ -893,7 +893,11 @@ static bool stock_size(struct jitring_trampolines *t, uint64_t now)
 	/* A getter's want_grow() between our load and this store is lost:
 	 * a hint, raised again by the next take that finds the stock low. */
 	atomic_store_explicit(&t->want, want, memory_order_relaxed);
-	while (atomic_load_explicit(&t->nready, memory_order_relaxed) >
+	/* An ELF file's arenas are kept: each took its place in the file
+	 * for good, and one given back would be written anew at the next
+	 * demand (a burst's stock, over and over). */
+	while (t->elf_fd < 0 &&
+	       atomic_load_explicit(&t->nready, memory_order_relaxed) >
 		       (int32_t)want &&
 	       (a = ready_take(t))) {
 		arena_unlink(t, a);
