@@ -255,9 +255,9 @@ def relative_markers(perf_data):
     in that folder, then opens the dumps (and writes its images) there
     wherever the folder has been moved, where the kernel gave perf the
     absolute path.  The trampolines' ELF files' mmaps likewise (perf
-    script reads their unwind tables).  The new name is never longer (the rest of the name's
-    room is zeroed).  Returns how many; -1 when @perf_data is not read
-    here (left as it is)."""
+    script reads their unwind tables).  The new name is never longer
+    (the rest of the name's room is zeroed).  Returns how many; -1 when
+    @perf_data is not read here (left as it is)."""
     from jitring import _perfdata
     d = os.path.dirname(os.path.abspath(perf_data))
     edits = []
