@@ -1024,9 +1024,9 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             # unwinds through them itself (no inject).
             elf = not fp and bool(meta.get("trampoline_elf"))
             if elf and not done:
-                # A process whose set fell back to the memfd image (it
-                # said why in its log): perf cannot unwind through
-                # those, so inject, as without ELF files.
+                # A process whose set fell back to the memfd image (a
+                # folder others can write, a noexec mount): perf cannot
+                # unwind through those, so inject, as without ELF files.
                 from jitring import _jitsyms
                 elf = not _jitsyms.memfd_arenas(
                     os.path.join(out, "perf.data"))

@@ -56,7 +56,9 @@ wheel.
     the same 60-frame program: the same Python functions over 1%, their
     shares within 3 points, <module> the root of as many samples; the
     folder moved, report finishes it again alike (the ELF file's mmap
-    is read relative to the folder);
+    is read relative to the folder); a child on the memfd image
+    (JITRING_TRAMPOLINE_ELF=0): the recording is injected, and both
+    processes' functions named;
 12. deep: a recursive-descent parser 60 Python frames deep: in dwarf
     mode its <module> holds every sample of the program's functions (the
     32 KiB stack copy, perf script reading every frame); with 8 KiB copies,
@@ -882,6 +884,20 @@ def test_deep(t, r):
                     "note names --stack-size" % cut, p.stdout[-800:])
 
 
+MIXED = textwrap.dedent("""
+    import os, subprocess, sys
+    def spin_parent(n):
+        s = 0
+        for i in range(n):
+            s += i
+        return s
+    spin_parent(3000000)
+    subprocess.run([sys.executable, "-c", %r],
+                   env=dict(os.environ, JITRING_TRAMPOLINE_ELF="0"),
+                   check=True)
+""" % SHORT)
+
+
 def test_elf(t, r):
     import shutil
     prog = DEEP
@@ -926,6 +942,22 @@ def test_elf(t, r):
     t.check(p.returncode == 0 and shares(moved) == se,
             "elf: the folder moved, report finishes it alike",
             p.stderr[-1500:])
+    # A child whose trampolines are the memfd image (as where its ELF
+    # file cannot be made): perf cannot unwind through those, so the
+    # recording is injected, and both processes' functions are named.
+    prog = r.script("mixed.py", MIXED)
+    out = r.out("elf-mixed")
+    p = r.run(["record", "-o", out, "--call-graph", "dwarf", "--top",
+               "40", "--", prog])
+    sh = shares(out) if p.returncode == 0 else {}
+    names = os.listdir(out) if p.returncode == 0 else []
+    t.check(sh.get("spin_parent", 0) > 5 and sh.get("spin_short", 0) > 5 and
+            "perf.jit.data" in names and
+            len([n for n in names if n.startswith("jitring-tramp-")]) == 1,
+            "elf: a child on the memfd image: injected, both named "
+            "(%.1f%%, %.1f%%)" % (sh.get("spin_parent", 0),
+                                   sh.get("spin_short", 0)),
+            p.stderr[-1500:] + str(names))
 
 
 def test_fp(t, r):

@@ -22,6 +22,16 @@
  * switched to PROT_READ|PROT_EXEC once, before any copy in them is handed
  * out.  Either way they are never written, remapped or re-protected while
  * copies are out (W^X).
+ * With JITRING_F_TRAMPOLINE_ELF the arenas are pieces of one ELF file in
+ * the dump's directory (elf_make(), src/1-format/elf_image.c), so that
+ * perf unwinds through the copies without perf inject: the set reserves
+ * the object's whole span once and maps its unwind tables there; arena k
+ * (claimed by a fetch_add of elf_next) is written to the file and mapped
+ * MAP_PRIVATE read-execute over its own place, never twice, so every
+ * mapping keeps the object's layout (perf's unwinder places the tables
+ * from the lowest mapping of the file).  Such arenas are kept when the
+ * stock shrinks (their place in the file is taken for good); past the
+ * file's room, or after a failed write, arenas are written anonymous.
  * A slot is jitring_trampoline_slot_size() bytes, 16-aligned and large enough
  * for perf's extended mapping of the copy, [addr, addr + ALIGN_8(code_size)
  * + mapped_size), so no copy lies inside another one's mapping (96 bytes
