@@ -114,6 +114,25 @@ class Dump:
     def loads(self):
         return self.addr
 
+    def live(self, a, t):
+        """(find(a, t), since, until): the load, and the times between
+        which the answer holds (that load's, and the next load's of its
+        address or infinity)."""
+        k = bisect.bisect_right(self.saddr, a) - 1
+        until = float("inf")
+        if k < 0:
+            return -1, 0, until
+        start = self.saddr[k]
+        order, times = self.order, self.time
+        while k >= 0 and self.saddr[k] == start:
+            i = order[k]
+            if times[i] <= t:
+                return (i if a < start + self.size[i] else -1,
+                        times[i], until)
+            until = times[i]
+            k -= 1
+        return -1, 0, until
+
     def find(self, a, t):
         """The load whose code holds address @a at time @t (the latest
         load of that address at or before @t), or -1."""
@@ -471,16 +490,32 @@ class ELFNames:
                     self.bases[b] = base
         self.order = list(self.dumps.items())
         self.names = {}
+        self.base_of = {}   # dso as perf script printed it -> base
+        self.memo = {}      # (pid, address) -> (since, until, name)
 
     def name(self, pid, t, dso, addr):
         """The name of file address @addr of the ELF file @dso (as perf
         script printed it) in process @pid at time @t, or None."""
-        base = self.bases.get(os.path.basename(dso))
+        base = self.base_of.get(dso)
         if base is None:
+            base = self.base_of[dso] = \
+                self.bases.get(os.path.basename(dso), -1)
+        if base < 0:
             return None
         a = base + addr
+        # Most frames are the same few copies, sample after sample: the
+        # process's own dump's answer holds until that address's next
+        # load.
+        m = self.memo.get((pid, a))
+        if m is not None and m[0] <= t < m[1]:
+            return m[2]
         own = self.dumps.get(pid)
-        for d in ([own] if own else []) + [d for _, d in self.order]:
+        if own is not None:
+            i, since, until = own.live(a, t)
+            if i >= 0:
+                n = self.memo[(pid, a)] = (since, until, own.name(i))
+                return n[2]
+        for d in [d for _, d in self.order]:
             i = d.find(a, t)
             if i >= 0:
                 k = (id(d), i)
