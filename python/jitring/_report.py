@@ -460,17 +460,15 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
 
     def frame(rest):
         # "<sym> (<dso>)": the symbol may hold spaces.  A frame in a
-        # trampolines' ELF file comes as "<addr>\x01<sym> (<dso>)" and
+        # trampolines' ELF file comes as (address, "<sym> (<dso>)") and
         # keeps its address for ELFNames.
-        addr, tramp, text = rest.partition("\x01")
-        if not tramp:
-            text = rest
+        text = rest[1] if type(rest) is tuple else rest
         sym, sep, dso = text.rpartition(" (")
         if not sep:
             sym, dso = text, ""
         fr = (sym.strip() or "[unknown]", dso.rstrip(")").strip())
-        if tramp:
-            fr += (int(addr, 16),)
+        if text is not rest:
+            fr += (rest[0],)
         frames[rest] = fr
         return fr
 
@@ -480,7 +478,9 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
 
     def done():
         if raw:
-            raw[-1] = raw[-1].rstrip("\n")  # the blank line after it
+            last = raw[-1]      # the blank line after it
+            raw[-1] = (last[0], last[1].rstrip("\n")) \
+                if type(last) is tuple else last.rstrip("\n")
         stack = [frames.get(rest) or frame(rest) for rest in raw]
         if names:
             stack = names.resolve(head[0] if elf else head[2], head[3],
@@ -529,12 +529,15 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
             if m:
                 rest = m.group(1) or ""
                 if elf and TRAMP_DSO in rest:
-                    rest = "%s\x01%s" % (line.split(None, 1)[0], rest)
+                    rest = (int(line.split(None, 1)[0], 16), rest)
                 rests[line] = rest
         if rest is not None:
             raw.append(rest)
         elif raw:
-            raw[-1] += "\n" + line     # a name's next line
+            if type(raw[-1]) is tuple:
+                raw[-1] = (raw[-1][0], raw[-1][1] + "\n" + line)
+            else:
+                raw[-1] += "\n" + line     # a name's next line
     if head is not None:
         done()
     return samples
