@@ -5,7 +5,8 @@
  *
  * Layout (file offset == virtual address, as in a linked .so, base 0):
  *
- *   0            ELF header, program headers (PT_LOAD, PT_GNU_EH_FRAME)
+ *   0            ELF header, program headers (PT_LOAD of the headers,
+ *                PT_LOAD of .text to .eh_frame_hdr, PT_GNU_EH_FRAME)
  *   text_off     .text: room for `arenas` arenas of arena_len bytes each
  *                (a page: the arenas map at page-aligned file offsets)
  *   eh_off       .eh_frame: the template's CIE once, then one FDE per
@@ -21,14 +22,18 @@
  *
  * Why one file laid out like this, mapped in pieces.  perf 6.1 unwinds
  * with libunwind (built without .debug_frame), which finds a mapping's
- * unwind table at the address the object would have if loaded at the
- * LOWEST of its mappings (start - pgoff), and reads the table through
- * the recorded mappings of that address: so every mapping of the file
- * must keep the object's own layout (start - pgoff the same for all),
- * and the tables must be mapped too (executable, or perf does not
- * record the mapping).  The runtime reserves the object's whole span
- * once, maps the unwind pages over their place, and maps each arena
- * over its own place when it makes it; no file range is mapped twice.
+ * unwind table at the object's load address plus .eh_frame_hdr's
+ * address, the load address being the LOWEST of the file's mappings
+ * (start, or start - pgoff in later perf and 6.1's stable updates) less
+ * the first PT_LOAD's address, and reads the table through the recorded
+ * mappings of that address: so every mapping of the file must keep the
+ * object's own layout (start - pgoff the same for all), the tables must
+ * be mapped too (executable, or perf does not record the mapping), and
+ * with the first PT_LOAD at address 0 (the headers) mapped at the load
+ * address both formulas agree.  The runtime reserves the object's whole
+ * span once, maps the header page and the unwind pages over their place,
+ * and maps each arena over its own place when it makes it; no file range
+ * is mapped twice.
  *
  * The content of every byte depends only on its position (the slots are
  * identical, each FDE and row is a function of its slot), so pieces may
@@ -97,7 +102,7 @@ int jitring_elf_image_plan(struct jitring_elf_image *im)
 	im->arena_slots = im->arena_len / im->slot_size;
 	nslots = im->arena_slots * im->arenas;
 	im->text_off =
-		align_up(sizeof(Elf64_Ehdr) + 2 * sizeof(Elf64_Phdr), im->page);
+		align_up(sizeof(Elf64_Ehdr) + 3 * sizeof(Elf64_Phdr), im->page);
 	im->eh_off = im->text_off + im->arena_len * im->arenas;
 	im->hdr_off =
 		align_up(im->eh_off + im->cie_size + nslots * im->fde_size, 4);
@@ -126,12 +131,24 @@ void jitring_elf_image_head(const struct jitring_elf_image *im, uint8_t *buf)
 		.e_shoff = im->sh_off,
 		.e_ehsize = sizeof(Elf64_Ehdr),
 		.e_phentsize = sizeof(Elf64_Phdr),
-		.e_phnum = 2,
+		.e_phnum = 3,
 		.e_shentsize = sizeof(Elf64_Shdr),
 		.e_shnum = SH_NUM,
 		.e_shstrndx = SH_STRTAB,
 	};
-	Elf64_Phdr ph[2] = {
+	Elf64_Phdr ph[3] = {
+		{
+			/* The headers: the object's base is where this
+			 * page is mapped. */
+			.p_type = PT_LOAD,
+			.p_flags = PF_R,
+			.p_offset = 0,
+			.p_vaddr = 0,
+			.p_paddr = 0,
+			.p_filesz = im->text_off,
+			.p_memsz = im->text_off,
+			.p_align = im->page,
+		},
 		{
 			.p_type = PT_LOAD,
 			.p_flags = PF_R | PF_X,

@@ -72,7 +72,8 @@ int jitring_elf_image_plan(struct jitring_elf_image *im);
  * header), so the table stays sorted with any prefix of arenas written.
  */
 
-/* [0, @text_off): the ELF header and program headers. */
+/* [0, @text_off): the ELF header and program headers (map this page at
+ * the object's base too: see elf_image.c). */
 void jitring_elf_image_head(const struct jitring_elf_image *im, uint8_t *buf);
 
 /* [@eh_off, @eh_off + @cie_size): the CIE. */

@@ -206,8 +206,11 @@ struct jitring_trampolines {
 	 */
 	int elf_fd;
 	struct jitring_elf_image elf;
-	uint8_t *elf_span; /* the object's .text; a guard page either side */
-	size_t elf_span_len;
+	uint8_t *elf_span;   /* the object's .text */
+	size_t elf_span_len; /* .text to the tables' end */
+	uint8_t *elf_map;    /* the reservation: a guard page, the object from
+			   * address 0 (its base), a guard page */
+	size_t elf_map_len;
 	uint8_t *elf_slots; /* one arena's slots, as written to the file */
 	_Atomic uint32_t elf_next;
 	size_t page;
@@ -975,8 +978,8 @@ static void set_destroy(struct jitring_trampolines *t)
 			munmap(a->map, a->map_len);
 		free(a);
 	}
-	if (t->elf_span)
-		munmap(t->elf_span - t->page, t->elf_span_len + 2 * t->page);
+	if (t->elf_map)
+		munmap(t->elf_map, t->elf_map_len);
 	if (t->elf_fd >= 0)
 		close(t->elf_fd);
 	free(t->elf_slots);
@@ -1114,20 +1117,29 @@ static int elf_make(struct jitring_trampolines *t, const char *dir,
 	}
 	slots_fill(t, t->elf_slots, arena_len);
 	t->elf_span_len = im->unwind_off + im->unwind_len - im->text_off;
-	span = mmap(NULL, t->elf_span_len + 2 * t->page, PROT_NONE,
+	t->elf_map_len = im->unwind_off + im->unwind_len + 2 * t->page;
+	span = mmap(NULL, t->elf_map_len, PROT_NONE,
 		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (span == MAP_FAILED) {
 		ret = -errno;
 		goto err_free;
 	}
-	if (mmap(span + t->page + (im->unwind_off - im->text_off),
-		 im->unwind_len, PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED,
-		 fd, (off_t)im->unwind_off) == MAP_FAILED) {
+	/*
+	 * The headers at the object's base (perf takes the base from the
+	 * lowest mapping of the file) and the tables at their place, both
+	 * read-execute so that perf records them.
+	 */
+	if (mmap(span + t->page, im->text_off, PROT_READ | PROT_EXEC,
+		 MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED ||
+	    mmap(span + t->page + im->unwind_off, im->unwind_len,
+		 PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd,
+		 (off_t)im->unwind_off) == MAP_FAILED) {
 		ret = -errno;
-		munmap(span, t->elf_span_len + 2 * t->page);
+		munmap(span, t->elf_map_len);
 		goto err_free;
 	}
-	t->elf_span = span + t->page;
+	t->elf_map = span;
+	t->elf_span = span + t->page + im->text_off;
 	t->elf_fd = fd;
 	atomic_init(&t->elf_next, 0);
 	return 0;

@@ -67,7 +67,7 @@ static bool parse(const uint8_t *f, size_t len, struct parsed *p)
 #elif defined(__aarch64__)
 	T_CHECK_EQ(e->e_machine, EM_AARCH64);
 #endif
-	T_CHECK_EQ(e->e_phnum, 2);
+	T_CHECK_EQ(e->e_phnum, 3);
 	T_CHECK(e->e_shoff + (uint64_t)e->e_shnum * sizeof(Elf64_Shdr) <= len);
 	p->text = section(f, ".text");
 	p->eh = section(f, ".eh_frame");
@@ -79,14 +79,20 @@ static bool parse(const uint8_t *f, size_t len, struct parsed *p)
 	T_CHECK_EQ(p->hdr->sh_addr, p->hdr->sh_offset);
 	T_CHECK(p->text->sh_flags & SHF_EXECINSTR);
 	ph = (const void *)(f + e->e_phoff);
+	/* The first PT_LOAD at address 0 (perf takes the object's base as
+	 * its lowest mapping less this address: the headers' page). */
 	T_CHECK_EQ(ph[0].p_type, PT_LOAD);
-	T_CHECK_EQ(ph[0].p_offset, p->text->sh_offset);
-	T_CHECK_EQ(ph[0].p_vaddr, p->text->sh_addr);
-	T_CHECK_EQ(ph[0].p_offset + ph[0].p_filesz,
+	T_CHECK_EQ(ph[0].p_offset, 0);
+	T_CHECK_EQ(ph[0].p_vaddr, 0);
+	T_CHECK_EQ(ph[0].p_filesz, p->text->sh_offset);
+	T_CHECK_EQ(ph[1].p_type, PT_LOAD);
+	T_CHECK_EQ(ph[1].p_offset, p->text->sh_offset);
+	T_CHECK_EQ(ph[1].p_vaddr, p->text->sh_addr);
+	T_CHECK_EQ(ph[1].p_offset + ph[1].p_filesz,
 		   p->hdr->sh_offset + p->hdr->sh_size);
-	T_CHECK_EQ(ph[0].p_flags, PF_R | PF_X);
-	T_CHECK_EQ(ph[1].p_type, PT_GNU_EH_FRAME);
-	T_CHECK_EQ(ph[1].p_vaddr, p->hdr->sh_addr);
+	T_CHECK_EQ(ph[1].p_flags, PF_R | PF_X);
+	T_CHECK_EQ(ph[2].p_type, PT_GNU_EH_FRAME);
+	T_CHECK_EQ(ph[2].p_vaddr, p->hdr->sh_addr);
 	/* .eh_frame_hdr: version 1, eh_frame_ptr pcrel|sdata4 to .eh_frame,
 	 * fde_count udata4, table datarel|sdata4. */
 	{
@@ -390,7 +396,12 @@ static void check_copies(const char *file, void *const *addrs, size_t n,
 				  (uint32_t)eh_size - cie - 16);
 		}
 	}
-	/* The tables, mapped where the object has them. */
+	/* The headers at the base (the lowest mapping of the file), the
+	 * tables where the object has them. */
+	T_REQUIRE(mapping_of(*base, &m));
+	T_CHECK(!strcmp(m.path, file));
+	T_CHECK_EQ(m.lo, *base);
+	T_CHECK_EQ(m.pgoff, 0);
 	T_REQUIRE(mapping_of(*base + p.hdr->sh_addr, &m));
 	T_CHECK(!strcmp(m.path, file));
 	T_CHECK_EQ(m.lo - m.pgoff, *base);
