@@ -153,9 +153,22 @@ enum jitring_engine {
  *  jitring_open() in its directory (by this process or one with our pid in
  *  another pid namespace), which replaces it instead of continuing it. */
 #define JITRING_F_RELEASE (1u << 3)
+/** Back the arenas of trampoline sets (jitring_trampolines_new()) with an
+ *  ELF file in the dump's directory, jitring-tramp-<pid>-<random>.so:
+ *  the slots as .text, one FDE per slot in .eh_frame, a sorted
+ *  .eh_frame_hdr, so that perf's DWARF unwinding (perf record
+ *  --call-graph dwarf) reads the copies' unwind rules from the file the
+ *  mappings name, with no perf inject.  The file is made new (O_EXCL,
+ *  never through a symbolic link, mode 0700), only in a directory that
+ *  no one but the user (or root) can write, and stays after the set is
+ *  freed (perf reads it when the recording is finished): about 92 KiB on
+ *  disk per 682 copies of the built-in template (a sparse file).  Where
+ *  it cannot be made (a template without CFI, another's directory, a
+ *  noexec mount), the set logs a warning and uses the memfd image. */
+#define JITRING_F_TRAMPOLINE_ELF (1u << 4)
 #define JITRING_F_ALL                                                          \
 	(JITRING_F_WRITE_CLOSE | JITRING_F_DROP | JITRING_F_PERF_MAP |         \
-	 JITRING_F_RELEASE)
+	 JITRING_F_RELEASE | JITRING_F_TRAMPOLINE_ELF)
 
 /* Levels passed to the log hook. */
 #define JITRING_LOG_ERR 3
@@ -892,7 +905,13 @@ jitring_trampoline_builtin(struct jitring_trampoline_template *t);
  * arena is written read-write and switched to read-execute once), never
  * remapped, between PROT_NONE guard pages so the kernel never merges two.
  * Copies are spaced so perf's extended mapping of one (code + ALIGN_8 + the
- * unwind data's mapped_size) never covers the next.
+ * unwind data's mapped_size) never covers the next.  With
+ * JITRING_F_TRAMPOLINE_ELF on @jr the arenas are instead pieces of one ELF
+ * file made here in @jr's directory (its slots as .text, an FDE per slot,
+ * a sorted .eh_frame_hdr), each written and mapped read-execute at its own
+ * offset when it is made, so that perf unwinds through the copies from
+ * the file (see the flag); where that file cannot be made, a warning is
+ * logged and the memfd image is used.
  *
  * Context: any thread; not async-signal-safe.
  * Return: 0; -EINVAL for NULL arguments, a struct_size below version 1, a

@@ -39,6 +39,7 @@ the share cut, the share with Python frames but none of the program's
 Python frame (what the sampler sees), the folder beyond perf's data file,
 and flame.html.
 Usage: bench_record.py [--quick] [--routes a,b] [--python PY] [--real LIST]
+                       [--record-args "OPTIONS"]
 """
 
 import argparse
@@ -304,8 +305,9 @@ def run_real(a, py, scratch, env):
         alone = time.monotonic() - t0
         out = os.path.join(scratch, "real-" + name)
         t0 = time.monotonic()
-        p = subprocess.run([py, "-m", "jitring", "record", "-o", out,
-                            "--"] + argv, env=penv, cwd=scratch,
+        p = subprocess.run([py, "-m", "jitring", "record", "-o", out] +
+                           a.record_args.split() + ["--"] + argv,
+                           env=penv, cwd=scratch,
                            capture_output=True, text=True)
         wall = time.monotonic() - t0
         if p.returncode != 0:
@@ -358,6 +360,10 @@ def main():
     ap.add_argument("--json", help="append one JSON line per row here")
     ap.add_argument("--real", default="hello,deep-60,rst2html,compileall,"
                     "pools", help="the real programs to run ('' for none)")
+    ap.add_argument("--record-args", default="",
+                    help="more record options for the real programs "
+                    "(e.g. --memfd-trampolines: dwarf mode's perf inject "
+                    "route, to compare)")
     a = ap.parse_args()
     scratch = tempfile.mkdtemp(prefix="bench-record-")
     env = dict(os.environ, HOME=scratch)

@@ -108,7 +108,7 @@ def _exit_flushing(status):
 
 
 def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
-          ready_copies=0, release=False):
+          ready_copies=0, release=False, trampoline_elf=None):
     """Start profiling: open ``jit-<pid>.dump`` in *dir*.
 
     *dir*: a directory (str, bytes or path-like); None means
@@ -127,6 +127,13 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
     *release*: at stop(), let go of the dump's descriptor and lock (kept
     until exit otherwise): for a dump in a folder of its own that no later
     start() continues, as ``record --pid`` makes one per window.
+    *trampoline_elf*: back the trampolines with an ELF file in *dir*
+    (``jitring-tramp-<pid>-<random>.so``) whose unwind tables perf reads
+    itself, so that ``perf record --call-graph dwarf`` unwinds through
+    Python frames with no ``perf inject`` (the dumps then name the
+    frames by address); None means ``$JITRING_TRAMPOLINE_ELF`` is ``1``
+    (what ``python -m jitring record`` sets in dwarf mode).  It holds for
+    the process's life: the first start() decides.
 
     Raises RuntimeError if already active or if another eval-frame function
     (a debugger, ``-X perf``) is installed, OSError if the dump cannot be
@@ -134,13 +141,18 @@ def start(dir=None, engine="rings", perf_map=False, ready_rings=0,
     """
     marked = _own_begin()
     try:
-        _start(dir, engine, perf_map, ready_rings, ready_copies, release)
+        if trampoline_elf is None:
+            trampoline_elf = \
+                _os.environ.get("JITRING_TRAMPOLINE_ELF") == "1"
+        _start(dir, engine, perf_map, ready_rings, ready_copies, release,
+               trampoline_elf)
     finally:
         if marked:
             _own_end()
 
 
-def _start(dir, engine, perf_map, ready_rings, ready_copies, release):
+def _start(dir, engine, perf_map, ready_rings, ready_copies, release,
+           trampoline_elf=False):
     if dir is not None and not _os.fspath(dir):
         raise ValueError("dir must name a directory, not %r" % (dir,))
     for name, v in (("ready_rings", ready_rings),
@@ -150,7 +162,7 @@ def _start(dir, engine, perf_map, ready_rings, ready_copies, release):
             raise ValueError("%s must be an int in [0, 2**32), not %r"
                              % (name, v))
     _jitring.start(dir, engine, perf_map, ready_rings, ready_copies,
-                   bool(release))
+                   bool(release), bool(trampoline_elf))
     if _os._exit is _real_exit:
         _os._exit = _exit_flushing
     _note_process("start")

@@ -798,10 +798,10 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	static const char *const kwlist[] = { "dir",	     "engine",
 					      "perf_map",    "ready_rings",
 					      "ready_copies", "release",
-					      NULL };
+					      "trampoline_elf", NULL };
 	PyObject *dir_obj = Py_None, *dir_bytes = NULL;
 	const char *engine = "rings";
-	int perf_map = 0, release = 0, ret, opened;
+	int perf_map = 0, release = 0, trampoline_elf = 0, ret, opened;
 	Py_ssize_t ready_rings = 0, ready_copies = 0;
 	struct jitring_config cfg;
 	struct jitring_trampoline_template tt;
@@ -812,10 +812,10 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	_PyFrameEvalFunction old;
 
 	(void)mod;
-	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Ospnnp:start",
+	if (!PyArg_ParseTupleAndKeywords(args, kw, "|Ospnnpp:start",
 					 (char **)kwlist, &dir_obj, &engine,
 					 &perf_map, &ready_rings, &ready_copies,
-					 &release))
+					 &release, &trampoline_elf))
 		return NULL;
 	if (ready_rings < 0 || ready_rings > UINT32_MAX || ready_copies < 0 ||
 	    ready_copies > UINT32_MAX) {
@@ -847,6 +847,11 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 		cfg.flags |= JITRING_F_PERF_MAP;
 	if (release)
 		cfg.flags |= JITRING_F_RELEASE;
+	/* perf's DWARF unwinding through the copies without perf inject
+	 * (record in dwarf mode); the set is made once per process, so the
+	 * first start() decides. */
+	if (trampoline_elf)
+		cfg.flags |= JITRING_F_TRAMPOLINE_ELF;
 	/* A program that starts many threads at once may say so (0: the
 	 * library's defaults; see jitring_config). */
 	cfg.ready_rings = (uint32_t)ready_rings;

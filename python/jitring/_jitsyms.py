@@ -114,6 +114,25 @@ class Dump:
     def loads(self):
         return self.addr
 
+    def live(self, a, t):
+        """(find(a, t), since, until): the load, and the times between
+        which the answer holds (that load's, and the next load's of its
+        address or infinity)."""
+        k = bisect.bisect_right(self.saddr, a) - 1
+        until = float("inf")
+        if k < 0:
+            return -1, 0, until
+        start = self.saddr[k]
+        order, times = self.order, self.time
+        while k >= 0 and self.saddr[k] == start:
+            i = order[k]
+            if times[i] <= t:
+                return (i if a < start + self.size[i] else -1,
+                        times[i], until)
+            until = times[i]
+            k -= 1
+        return -1, 0, until
+
     def find(self, a, t):
         """The load whose code holds address @a at time @t (the latest
         load of that address at or before @t), or -1."""
@@ -231,6 +250,8 @@ def referenced(pd, dumps):
 
 FULL = ".full"
 DUMP_NAME = re.compile(r"^jit-(\d+)\.dump$")
+# The trampolines' ELF file (JITRING_F_TRAMPOLINE_ELF: record in dwarf mode).
+TRAMP_NAME = re.compile(r"^jitring-tramp-(\d+)-[0-9a-f]+\.so$")
 
 
 def restore(out, paths=()):
@@ -252,9 +273,10 @@ def relative_markers(perf_data):
     ``./jit-<pid>.dump`` where the dump lies beside it: perf inject, run
     in that folder, then opens the dumps (and writes its images) there
     wherever the folder has been moved, where the kernel gave perf the
-    absolute path.  The new name is never longer (the rest of the name's
-    room is zeroed).  Returns how many; -1 when @perf_data is not read
-    here (left as it is)."""
+    absolute path.  The trampolines' ELF files' mmaps likewise (perf
+    script reads their unwind tables).  The new name is never longer
+    (the rest of the name's room is zeroed).  Returns how many; -1 when
+    @perf_data is not read here (left as it is)."""
     from jitring import _perfdata
     d = os.path.dirname(os.path.abspath(perf_data))
     edits = []
@@ -263,7 +285,8 @@ def relative_markers(perf_data):
             for off, _, _, _, name in pd.mmap2_raw():
                 base = os.path.basename(name).decode(errors="replace")
                 new = b"./" + os.path.basename(name)
-                if (name.startswith(b"/") and DUMP_NAME.match(base) and
+                if (name.startswith(b"/") and
+                        (DUMP_NAME.match(base) or TRAMP_NAME.match(base)) and
                         len(new) <= len(name) and
                         os.path.isfile(os.path.join(d, base))):
                     edits.append((off, new.ljust(len(name), b"\0")))
@@ -427,4 +450,89 @@ class FPNames:
                     sym, dso = names[k], ""
                 k += 1
             out.append((sym, dso))
+        return out
+
+
+# ---- DWARF stacks through the trampolines' ELF file -------------------
+
+def memfd_arenas(perf_data):
+    """Whether @perf_data maps trampolines from the memfd image (a
+    process without the ELF file); True where it cannot be read."""
+    from jitring import _perfdata
+    try:
+        with _perfdata.PerfData(perf_data) as pd:
+            return any(name.startswith(ARENA)
+                       for _, _, _, name in pd.mmap2())
+    except (_perfdata.PerfDataError, OSError):
+        return True
+
+
+class ELFNames:
+    """The names of the trampoline frames of stacks perf unwound itself
+    through the trampolines' ELF file (JITRING_F_TRAMPOLINE_ELF), which
+    perf script prints as ``[unknown]`` in ``jitring-tramp-*.so`` at an
+    address of the file (its offsets are its addresses): the process's
+    address is where the file's offset 0 lies (every mapping of the file
+    in a process keeps its layout, see the library's elf_image.c) plus
+    that, and the dumps name it, as perf's injected mmaps would have
+    (the latest load of the address at or before the sample's time: the
+    process's own dump first, then any, for a fork child that runs its
+    parent's copies)."""
+
+    def __init__(self, perf_data):
+        from jitring import _perfdata
+        self.bases = {}
+        with _perfdata.PerfData(perf_data) as pd:
+            self.dumps, _ = marked_dumps(pd)
+            for pid, base, name in pd.mmap2_bases():
+                b = os.path.basename(name)
+                if TRAMP_NAME.match(b):
+                    self.bases[b] = base
+        self.order = list(self.dumps.items())
+        self.names = {}
+        self.base_of = {}   # dso as perf script printed it -> base
+        self.memo = {}      # (pid, address) -> (since, until, name)
+
+    def name(self, pid, t, dso, addr):
+        """The name of file address @addr of the ELF file @dso (as perf
+        script printed it) in process @pid at time @t, or None."""
+        base = self.base_of.get(dso)
+        if base is None:
+            base = self.base_of[dso] = \
+                self.bases.get(os.path.basename(dso), -1)
+        if base < 0:
+            return None
+        a = base + addr
+        # Most frames are the same few copies, sample after sample: the
+        # process's own dump's answer holds until that address's next
+        # load.
+        m = self.memo.get((pid, a))
+        if m is not None and m[0] <= t < m[1]:
+            return m[2]
+        own = self.dumps.get(pid)
+        if own is not None:
+            i, since, until = own.live(a, t)
+            if i >= 0:
+                n = self.memo[(pid, a)] = (since, until, own.name(i))
+                return n[2]
+        for d in [d for _, d in self.order]:
+            i = d.find(a, t)
+            if i >= 0:
+                k = (id(d), i)
+                n = self.names.get(k)
+                if n is None:
+                    n = self.names[k] = d.name(i)
+                return n
+        return None
+
+    def resolve(self, pid, t, frames):
+        """@frames (leaf first: (symbol, dso), or (symbol, dso, address)
+        for a frame in an ELF file) with those named ((name, "")), or as
+        perf printed them where no dump names them."""
+        out = []
+        for fr in frames:
+            if len(fr) == 3:
+                n = self.name(pid, t, fr[1], fr[2])
+                fr = (n, "") if n else fr[:2]
+            out.append(fr)
         return out

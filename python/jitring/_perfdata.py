@@ -172,6 +172,16 @@ class PerfData:
                 end = off + size
             yield name_off, pid, addr, n, m[name_off:end]
 
+    def mmap2_bases(self):
+        """(pid, addr - pgoff, filename) of each MMAP2 record: where the
+        file's offset 0 would be in the process (a mapping's address for
+        an offset of the file is the base plus the offset)."""
+        m = self.m
+        for name_off, pid, addr, _, name in self.mmap2_raw():
+            # pgoff follows pid, tid, addr and len.
+            pgoff = struct.unpack_from("<Q", m, name_off - 40)[0]
+            yield pid, addr - pgoff, name.decode(errors="replace")
+
     def mmap2_names(self):
         """{(pid, filename)} of the MMAP2 records (the process's files)."""
         return {(pid, name) for pid, _, _, name in self.mmap2()}

@@ -120,7 +120,8 @@ def parser():
     p.add_argument("--call-graph", choices=("auto", "dwarf", "fp"),
                    default="auto",
                    help="how perf records stacks: dwarf (a stack "
-                   "copy per sample, then perf inject), fp (frame "
+                   "copy per sample; perf unwinds through the "
+                   "trampolines' ELF files, no perf inject), fp (frame "
                    "pointers: no copies, no inject; the interpreter must "
                    "keep them), auto (default): fp where the interpreter "
                    "was built with -fno-omit-frame-pointer")
@@ -137,6 +138,10 @@ def parser():
                    help="which functions perf inject makes images of: "
                    "those the samples reach (default), or every one the "
                    "dumps describe (slow at many functions; a yardstick)")
+    p.add_argument("--memfd-trampolines", action="store_true",
+                   help="dwarf mode: keep the trampolines in memfd "
+                   "images and finish with perf inject, as before the "
+                   "ELF files (slower; a yardstick)")
     p.add_argument("--inline", action="store_true",
                    help="list native functions inlined into others as "
                    "frames of their own (perf runs addr2line for them: "
@@ -315,6 +320,12 @@ def program_env(out, opts):
     else:
         env["JITRING_PROFILE"] = "1"
     env["JITRING_DIR"] = out
+    # dwarf mode: the trampolines as ELF files perf unwinds through
+    # itself, so the recording is finished without perf inject.
+    if opts.call_graph == "dwarf" and not opts.memfd_trampolines:
+        env["JITRING_TRAMPOLINE_ELF"] = "1"
+    else:
+        env.pop("JITRING_TRAMPOLINE_ELF", None)
     env["JITRING_RECORD_PROCS"] = os.path.join(out, PROCS)
     return env
 
@@ -565,7 +576,10 @@ def meta_of(opts, command):
             "cwd": os.getcwd(), "started": time.time(),
             "max_stack": max_stack(), "stack_size": opts.stack_size,
             "wait": opts.wait or opts.wall, "wall": opts.wall,
-            "wait_stack_size": opts.wait_stack_size}
+            "wait_stack_size": opts.wait_stack_size,
+
+            "trampoline_elf": (opts.call_graph == "dwarf" and
+                               not opts.memfd_trampolines)}
 
 
 def max_stack():
@@ -760,7 +774,10 @@ def attach_window(opts, perf_bin, info, how, out):
     from jitring import _attach
     perf = _report.perf_cmd(perf_bin, out, opts.keep_debug)
     meta = meta_of(opts, info["argv"])
-    meta.update(attached=True, route=how, pid=opts.pid, status=0)
+    # The target's trampolines are whatever its jitring made (memfd
+    # arenas): a dwarf window is finished with perf inject.
+    meta.update(attached=True, route=how, pid=opts.pid, status=0,
+                trampoline_elf=False)
     limit = (opts.duration + _attach.LIMIT_SLACK if opts.duration else
              _attach.LIMIT_UNBOUNDED)
     procs = os.path.join(out, PROCS)

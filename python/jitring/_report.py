@@ -73,6 +73,7 @@ LOCK = ".jitring-lock"
 NAMES = (META, PROCS, RUNNING, MANIFEST, LOCK, "perf.data",
          "perf-record.log", "perf-script.log") + OUTPUTS
 GROWN = re.compile(r"^(jit-\d+\.dump(\.full)?|jitted-\d+-\d+\.so|"
+                   r"jitring-tramp-\d+-[0-9a-f]+\.so|"
                    + re.escape(PROCS) + r")$")
 # What a full disk raises: the recording is kept, the finishing waits.
 FULL = (errno.ENOSPC, errno.EDQUOT)
@@ -276,6 +277,34 @@ class Steps:
     def stop(self, signum, frame):
         raise Interrupted(signum)
 
+    def run_all(self, cmds, outs, errs, cwd):
+        """Run @cmds at once, each's stdout and stderr into its file of
+        @outs and @errs; their return codes."""
+        procs = []
+        try:
+            for cmd, o, e in zip(cmds, outs, errs):
+                with open(o, "w") as f, open(e, "w") as g:
+                    procs.append(subprocess.Popen(
+                        cmd, cwd=cwd, stdout=f, stderr=g,
+                        stdin=subprocess.DEVNULL))
+            for p in procs:
+                p.wait()
+        except BaseException:
+            for p in procs:
+                if p.poll() is None:
+                    p.terminate()
+            for p in procs:
+                try:
+                    p.wait(10)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+            raise
+        if no_space(cwd):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
+                          "perf script")
+        return [p.returncode for p in procs]
+
     def run(self, cmd, **kw):
         p = self.proc = subprocess.Popen(cmd, **kw)
         try:
@@ -380,6 +409,9 @@ MAX_STACK = 65535
 # The most stack perf copies for a sample in dwarf mode (--stack-size).
 STACK_MAX = 65528
 
+# A frame in a trampolines' ELF file (jitring._jitsyms.TRAMP_NAME).
+TRAMP_DSO = "jitring-tramp-"
+
 HEAD = re.compile(r"^(.*?)\s+(\d+)/(\d+)\s+(?:(\d+)\.(\d{9}):)?")
 FRAME = re.compile(r"^[ \t]+[0-9a-f]+(?: (.*))?$")
 
@@ -400,7 +432,66 @@ def sample_keys(path):
     return keys
 
 
-def script(steps, perf, out, keep=False, inline=False, fp=False,
+# perf script runs in parallel over this many time slices at most (one a
+# CPU): its DWARF unwinding of each sample is most of a dwarf recording's
+# finishing, and the slices' outputs, in order, are its output whole.
+SCRIPT_SLICES = 4
+# ... with at least this many samples a slice (fewer: one perf script).
+SLICE_MIN = 1000
+
+
+def slices(keys, n):
+    """The perf script --time ranges ("start,stop" in s.ns, inclusive,
+    open at both ends) of @n slices of about as many samples of @keys
+    ({(pid, tid, time): count}), cut between two distinct times."""
+    times = sorted({t for _, _, t in keys})
+
+    def ts(t):
+        return "%d.%09d" % divmod(t, 10**9)
+    cuts = []
+    for i in range(1, n):
+        c = times[len(times) * i // n]
+        if (not cuts or c > cuts[-1]) and c > times[0]:
+            cuts.append(c)
+    bounds = [None] + cuts + [None]
+    return ["%s,%s" % ("" if a is None else ts(a),
+                       "" if b is None else ts(b - 1))
+            for a, b in zip(bounds, bounds[1:])]
+
+
+def run_script(steps, perf, out, data, keys, inline):
+    """perf script of @data (in @out) into files, in parallel over time
+    slices where there are CPUs and samples for it; returns the files,
+    in order.  perf-script.log holds the first slice's messages (perf
+    warns of lost events in each, alike), perf-script-N.log the rest's
+    until they succeed."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)
+    least = int(os.environ.get("JITRING_PY_TEST_SLICE_MIN") or SLICE_MIN)
+    n = min(SCRIPT_SLICES, cpus,
+            max(1, sum(keys.values()) // max(1, least)) if keys else 1)
+    ranges = slices(keys, n) if n > 1 else [None]
+    parts = [os.path.join(out, "perf.script.txt.%d" % i)
+             for i in range(len(ranges))]
+    logs = [os.path.join(out, "perf-script.log" if i == 0 else
+                         "perf-script-%d.log" % i)
+            for i in range(len(ranges))]
+    claim(out, [os.path.basename(p) for p in parts + logs])
+    cmds = [perf + ["script", "-i", data, "--ns", "-F",
+                    "comm,pid,tid,time,event,ip,sym,dso",
+                    "--max-stack", str(MAX_STACK)] +
+            ([] if inline else ["--no-inline"]) +
+            (["--time", r] if r else []) for r in ranges]
+    rcs = steps.run_all(cmds, parts, logs, cwd=out)
+    for rc, log in zip(rcs, logs):
+        if rc != 0:
+            raise RecordError(failed("perf script", rc, log))
+    for log in logs[1:]:
+        os.unlink(log)
+    return parts
+
+
+def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
            heads=False):
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
     comm, frames, tid)], frames a list of (symbol, dso) from the leaf to
@@ -410,7 +501,9 @@ def script(steps, perf, out, keep=False, inline=False, fp=False,
     runs addr2line per address for them: 13.5 s instead of
     1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
     recording, not injected), perf.data is read and the trampolines'
-    frames are named by jitring._jitsyms.FPNames.
+    frames are named by jitring._jitsyms.FPNames; with @elf (a dwarf
+    recording whose trampolines were an ELF file perf unwinds through,
+    not injected either), by jitring._jitsyms.ELFNames.
 
     perf prints a symbol as the dump or map gave it, line breaks
     included, so the text alone cannot tell a sample's first line from
@@ -420,27 +513,25 @@ def script(steps, perf, out, keep=False, inline=False, fp=False,
     that is not a frame's continues the name before it.  Names and
     commands come back as jitring._flame.escape() writes them."""
     from jitring._flame import escape
-    data = os.path.join(out, "perf.data" if fp else "perf.jit.data")
+    direct = fp or elf
+    data = os.path.join(out, "perf.data" if direct else "perf.jit.data")
     path = os.path.join(out, "perf.script.txt")
-    err = os.path.join(out, "perf-script.log")
-    with open(path, "w") as f, open(err, "w") as e:
-        rc = steps.run(perf + ["script", "-i", "perf.data" if fp else
-                               "perf.jit.data", "--ns", "-F",
-                               "comm,pid,tid,time,event,ip,sym,dso",
-                               "--max-stack", str(MAX_STACK)] +
-                       ([] if inline else ["--no-inline"]),
-                       cwd=out, stdout=f, stderr=e,
-                       stdin=subprocess.DEVNULL)
-    if rc != 0:
-        raise RecordError(failed("perf script", rc, err))
+    keys = sample_keys(data)
+    parts = run_script(steps, perf, out, os.path.basename(data), keys,
+                       inline)
+    if keep:
+        with open(path, "wb") as f:
+            for p in parts:
+                with open(p, "rb") as g:
+                    shutil.copyfileobj(g, f, 1 << 20)
     names = None
-    if fp:
+    if direct:
         from jitring import _jitsyms, _perfdata
         try:
-            names = _jitsyms.FPNames(os.path.join(out, "perf.data"))
+            names = (_jitsyms.FPNames if fp else _jitsyms.ELFNames)(
+                os.path.join(out, "perf.data"))
         except (_perfdata.PerfDataError, _jitsyms.DumpError, OSError) as e:
             raise RecordError("cannot read %s/perf.data: %s" % (out, e))
-    keys = sample_keys(data)
     samples = []
     head, raw = None, []
     # A deep program's recording is millions of frame lines, most of them
@@ -449,12 +540,17 @@ def script(steps, perf, out, keep=False, inline=False, fp=False,
     rests, frames, escaped = {}, {}, {}
 
     def frame(rest):
-        # "<sym> (<dso>)": the symbol may hold spaces.
-        sym, sep, dso = rest.rpartition(" (")
+        # "<sym> (<dso>)": the symbol may hold spaces.  A frame in a
+        # trampolines' ELF file comes as (address, "<sym> (<dso>)") and
+        # keeps its address for ELFNames.
+        text = rest[1] if type(rest) is tuple else rest
+        sym, sep, dso = text.rpartition(" (")
         if not sep:
-            sym, dso = rest, ""
-        fr = frames[rest] = (sym.strip() or "[unknown]",
-                             dso.rstrip(")").strip())
+            sym, dso = text, ""
+        fr = (sym.strip() or "[unknown]", dso.rstrip(")").strip())
+        if text is not rest:
+            fr += (rest[0],)
+        frames[rest] = fr
         return fr
 
     def escaped_frame(fr):
@@ -463,10 +559,13 @@ def script(steps, perf, out, keep=False, inline=False, fp=False,
 
     def done():
         if raw:
-            raw[-1] = raw[-1].rstrip("\n")  # the blank line after it
+            last = raw[-1]      # the blank line after it
+            raw[-1] = (last[0], last[1].rstrip("\n")) \
+                if type(last) is tuple else last.rstrip("\n")
         stack = [frames.get(rest) or frame(rest) for rest in raw]
         if names:
-            stack = names.resolve(head[2], head[3], stack)
+            stack = names.resolve(head[0] if elf else head[2], head[3],
+                                  stack)
         stack = [escaped.get(fr) or escaped_frame(fr) for fr in stack]
         if heads:
             samples.append((head[0], escape(head[1]), _inlined(stack),
@@ -491,34 +590,43 @@ def script(steps, perf, out, keep=False, inline=False, fp=False,
         keys[k] -= 1
         return h
 
-    with open(path, errors="replace", newline="\n") as f:
-        if not keep:
-            os.unlink(path)     # read from the open file; nothing kept
-        blank = True
-        for line in f:
-            line = line[:-1] if line.endswith("\n") else line
-            h = None
-            if line and line[0] not in " \t":
-                h = starts(line, blank or head is None)
-            blank = not line.strip()
-            if h is not None:
-                if head is not None:
-                    done()
-                head, raw = h, []
-                continue
-            if head is None:
-                continue        # nothing perf.data knows of
-            rest = rests.get(line)
-            if rest is None:
-                m = FRAME.match(line)
-                if m:
-                    rest = rests[line] = m.group(1) or ""
-            if rest is not None:
-                raw.append(rest)
-            elif raw:
+    def lines():
+        for p in parts:
+            with open(p, errors="replace", newline="\n") as f:
+                os.unlink(p)    # read from the open file; nothing kept
+                yield from f
+
+    blank = True
+    for line in lines():
+        line = line[:-1] if line.endswith("\n") else line
+        h = None
+        if line and line[0] not in " \t":
+            h = starts(line, blank or head is None)
+        blank = not line.strip()
+        if h is not None:
+            if head is not None:
+                done()
+            head, raw = h, []
+            continue
+        if head is None:
+            continue        # nothing perf.data knows of
+        rest = rests.get(line)
+        if rest is None:
+            m = FRAME.match(line)
+            if m:
+                rest = m.group(1) or ""
+                if elf and TRAMP_DSO in rest:
+                    rest = (int(line.split(None, 1)[0], 16), rest)
+                rests[line] = rest
+        if rest is not None:
+            raw.append(rest)
+        elif raw:
+            if type(raw[-1]) is tuple:
+                raw[-1] = (raw[-1][0], raw[-1][1] + "\n" + line)
+            else:
                 raw[-1] += "\n" + line     # a name's next line
-        if head is not None:
-            done()
+    if head is not None:
+        done()
     return samples
 
 
@@ -1006,10 +1114,19 @@ def lock(out, prog):
     return fd
 
 
+SCRIPT_PART = re.compile(r"^(perf\.script\.txt\.\d+|perf-script-\d+\.log)$")
+
+
 def drop_partial(out):
     """Remove the outputs a stopped finishing may have left half
     written."""
     done = injected(out)
+    for name in os.listdir(out):
+        if SCRIPT_PART.match(name):
+            try:
+                os.unlink(os.path.join(out, name))
+            except OSError:
+                pass
     for name in OUTPUTS:
         if done and name == "perf.jit.data":
             continue        # the recording itself now
@@ -1048,6 +1165,16 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             claim(out, OUTPUTS + ("perf-script.log",))
             perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
             fp = meta.get("call_graph") == "fp"
+            # A dwarf recording whose trampolines were ELF files: perf
+            # unwinds through them itself (no inject).
+            elf = not fp and bool(meta.get("trampoline_elf"))
+            if elf and not done:
+                # A process whose set fell back to the memfd image (a
+                # folder others can write, a noexec mount): perf cannot
+                # unwind through those, so inject, as without ELF files.
+                from jitring import _jitsyms
+                elf = not _jitsyms.memfd_arenas(
+                    os.path.join(out, "perf.data"))
             if not done:
                 # perf opens the dumps by the names of their mmaps, made
                 # relative to the folder: a moved folder finishes.
@@ -1060,14 +1187,14 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                 if _execfix.fix(os.path.join(out, "perf.data")) >= 0:
                     meta["exec_fixed"] = True
                     write_meta(out, meta)
-            if not done and not fp:
+            if not done and not fp and not elf:
                 try:
                     inject(steps, perf, out, meta)
                 finally:
                     claim_grown(out, before)
             waits = bool(meta.get("wait"))     # record --wait
             samples = script(steps, perf, out, meta.get("perf_script"),
-                             meta.get("inline"), fp, heads=waits)
+                             meta.get("inline"), fp, elf, heads=waits)
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
             if waits:
@@ -1134,7 +1261,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
           % (" ".join(["perf"] + perf_cmd("perf", out,
                                           meta.get("keep_debug"))[1:]),
              os.path.join(out, "perf.data" if meta.get("call_graph") ==
-                          "fp" else "perf.jit.data")))
+                          "fp" or meta.get("trampoline_elf") else
+                          "perf.jit.data")))
     if meta.get("perf_script"):
         print("stacks:      %s (folded), %s (perf script)"
               % (os.path.join(out, "stacks.folded"),

@@ -1,6 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Hostile input is data, never structure: names and recordings that try
 to pass for something else, through python -m jitring record and report.
+The recordings take dwarf mode's perf inject route (--memfd-trampolines),
+whose perf.jit.data the cases read.
 
  1. names: a program whose functions are named with a newline (one
     spelling a whole perf script sample, header and frame, after it),
@@ -255,7 +257,7 @@ def test_names(t):
         f.write(PROG)
     out = os.path.join(t.scratch, "names")
     p = run(t, ["record", "-o", out, "--keep-perf-data", "--top", "40",
-                "--", prog])
+                "--memfd-trampolines", "--", prog])
     if not t.check(p is not None and p.returncode == 0,
                    "names: record exits 0",
                    p and p.stderr[-800:]):
@@ -617,7 +619,7 @@ def main(t):
         f.write(SMALL)
     small = os.path.join(t.scratch, "small")
     p = run(t, ["record", "-o", small, "--keep-perf-data", "-F", "199",
-                "--", small_prog])
+                "--memfd-trampolines", "--", small_prog])
     if not t.check(p is not None and p.returncode == 0,
                    "fuzz: a small recording to damage",
                    p and p.stderr[-800:]):

@@ -15,8 +15,9 @@ wheel.
     handles KeyboardInterrupt and exits 5), SIGTERM to record alone (143),
     timeout -s TERM: each finishes the profile, and no perf or program
     process outlives record; a SIGINT while the recording is finished
-    stops that, keeps perf.data and the dumps, names the command that
-    finishes them, and `report DIR` does;
+    stops that (in perf script, every parallel slice of it; with
+    --memfd-trampolines in perf inject), keeps perf.data and the dumps,
+    names the command that finishes them, and `report DIR` does;
  3. record -m module; the program's stdout and stderr (a traceback)
     reach record's; a
     script or module that does not exist gets python's own message and
@@ -33,7 +34,8 @@ wheel.
     recording's; default names never collide; an unusable folder, a
     missing perf and a refused perf record are one message and exit 2;
  8. check: 0 for a recording's dump, non-zero for a damaged copy;
- 9. scale: an 8-thread program's recording finished both ways
+ 9. scale: an 8-thread program's recording (--memfd-trampolines: the
+    perf inject route) finished both ways
     from one perf.data, perf inject given the reached functions only
     (the default) and the whole dumps (report --inject full): the same
     stacks, far fewer jitted images, the full dumps back after;
@@ -48,6 +50,15 @@ wheel.
     second pair of runs where a loaded machine's first differs more);
     skipped elsewhere (scripts/build-python.sh --fp builds a 3.13t with
     frame pointers);
+13. elf: dwarf mode's default, the trampolines an ELF file perf unwinds
+    through, finished with no perf inject (no perf.jit.data, no jitted
+    image, no inject log), against --memfd-trampolines (perf inject) on
+    the same 60-frame program: the same Python functions over 1%, their
+    shares within 3 points, <module> the root of as many samples; the
+    folder moved, report finishes it again alike (the ELF file's mmap
+    is read relative to the folder); a child on the memfd image
+    (JITRING_TRAMPOLINE_ELF=0): the recording is injected, and both
+    processes' functions named;
 12. deep: a recursive-descent parser 60 Python frames deep: in dwarf
     mode its <module> holds every sample of the program's functions (the
     32 KiB stack copy, perf script reading every frame); with 8 KiB copies,
@@ -463,23 +474,33 @@ def test_signals(t, r):
 
 
 def test_interrupted_finish(t, r):
-    """A stand-in perf whose inject says so on a FIFO and then waits to
+    """A stand-in perf whose finishing step (perf script of a recording
+    through the trampolines' ELF files, each of its parallel slices; perf
+    inject with --memfd-trampolines) says so on a FIFO and then waits to
     be stopped: SIGINT then, as a second Ctrl-C would."""
+    for step, opts in (("script", []),
+                       ("inject", ["--memfd-trampolines"])):
+        interrupted_at(t, r, step, opts)
+
+
+def interrupted_at(t, r, step, opts):
     import shutil
     real = shutil.which("perf")
-    fifo = os.path.join(t.scratch, "inject.fifo")
+    fifo = os.path.join(t.scratch, step + ".fifo")
     os.mkfifo(fifo)
-    fake = fake_tool(t, "slowinject",
-                     "for a; do [ \"$a\" = inject ] && { echo injecting > "
+    fake = fake_tool(t, "slow" + step,
+                     "for a; do [ \"$a\" = %s ] && { echo %s > "
                      "%s; exec sleep 617; }; done\n"
-                     "exec %s \"$@\"\n" % (fifo, real))
-    env = dict(r.env, PATH=fake + os.pathsep + r.env.get("PATH", ""))
+                     "exec %s \"$@\"\n" % (step, step, fifo, real))
+    # Slices of a sample each: every slice waits, and all are stopped.
+    env = dict(r.env, PATH=fake + os.pathsep + r.env.get("PATH", ""),
+               JITRING_PY_TEST_SLICE_MIN="1")
     prog = r.script("short.py", SHORT)
-    out = r.out("interrupted")
+    out = r.out("interrupted-" + step)
     fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
-    p = r.start(["record", "-o", out, "--", prog], env=env)
+    p = r.start(["record", "-o", out] + opts + ["--", prog], env=env)
     rd, _, _ = select.select([fd], [], [], 240)
-    if not t.check(rd, "the recording reached perf inject"):
+    if not t.check(rd, "the recording reached perf %s" % step):
         p.kill()
         p.communicate()
         return
@@ -487,14 +508,18 @@ def test_interrupted_finish(t, r):
     so, se = p.communicate(timeout=120)
     os.close(fd)
     t.check(p.returncode == 128 + signal.SIGINT,
-            "a signal while finishing: exit 130", "%d %s"
+            "a signal in perf %s: exit 130" % step, "%d %s"
             % (p.returncode, se[-500:]))
     t.check("jitring report %s" % out in se,
-            "it names the command that finishes the recording", se[-500:])
+            "%s: it names the command that finishes the recording" % step,
+            se[-500:])
     t.check(os.path.exists(os.path.join(out, "perf.data")) and
             jrtest.dumps(out) and
-            not os.path.exists(os.path.join(out, "perf.jit.data")),
-            "perf.data and the dump kept, no partial output")
+            not os.path.exists(os.path.join(out, "perf.jit.data")) and
+            not [n for n in os.listdir(out)
+                 if n.startswith(("perf.script.txt", "stacks.folded"))],
+            "%s: perf.data and the dump kept, no partial output" % step,
+            os.listdir(out))
     sleepers = []
     for d in os.listdir("/proc"):
         try:
@@ -503,12 +528,15 @@ def test_interrupted_finish(t, r):
                     sleepers.append(d)
         except OSError:
             pass
-    t.check(not sleepers, "the interrupted step is stopped", sleepers)
+    t.check(not sleepers, "%s: the interrupted step is stopped%s"
+            % (step, " (every slice)" if step == "script" else ""),
+            sleepers)
     p = r.run(["report", out])
     t.check(p.returncode == 0 and
             has(sections(p.stdout)["total"], "spin_short") and
             os.path.exists(os.path.join(out, "flame.html")),
-            "report DIR finishes it", p.stdout[-800:] + p.stderr[-800:])
+            "%s: report DIR finishes it" % step,
+            p.stdout[-800:] + p.stderr[-800:])
 
 
 def test_output(t, r):
@@ -706,8 +734,8 @@ def test_scale(t, r):
     import shutil
     out = r.out("scale")
     p = r.run(["record", "-o", out, "--call-graph", "dwarf",
-               "--keep-perf-data", "--top", "40", "--", PERF_PROG, "8",
-               "3"])
+               "--memfd-trampolines", "--keep-perf-data", "--top", "40",
+               "--", PERF_PROG, "8", "3"])
     if not t.check(p.returncode == 0, "scale: record", p.stderr[-1500:]):
         return
     red, nr = py_stacks(out), len(jitted(out))
@@ -858,6 +886,82 @@ def test_deep(t, r):
                     "note names --stack-size" % cut, p.stdout[-800:])
 
 
+MIXED = textwrap.dedent("""
+    import os, subprocess, sys
+    def spin_parent(n):
+        s = 0
+        for i in range(n):
+            s += i
+        return s
+    spin_parent(3000000)
+    subprocess.run([sys.executable, "-c", %r],
+                   env=dict(os.environ, JITRING_TRAMPOLINE_ELF="0"),
+                   check=True)
+""" % SHORT)
+
+
+def test_elf(t, r):
+    import shutil
+    prog = DEEP
+    got = {}
+    for what, opts in (("elf", []), ("inject", ["--memfd-trampolines"])):
+        out = r.out("elf-" + what)
+        # perf script in as many slices as there are CPUs (up to 4).
+        p = r.run(["record", "-o", out, "--call-graph", "dwarf"] + opts +
+                  ["--top", "40", "--", prog, "20", "250"],
+                  env=dict(r.env, JITRING_PY_TEST_SLICE_MIN="1"))
+        if not t.check(p.returncode == 0, "elf: record, %s" % what,
+                       p.stderr[-1500:]):
+            return
+        names = os.listdir(out)
+        tramp = [n for n in names if n.startswith("jitring-tramp-")]
+        if what == "elf":
+            t.check(len(tramp) == 1 and "perf.data" in names and
+                    "perf.jit.data" not in names and not jitted(out) and
+                    "perf-inject.log" not in names,
+                    "elf: one ELF file, perf.data, no inject", names)
+        else:
+            t.check(not tramp and "perf.jit.data" in names and jitted(out),
+                    "elf: --memfd-trampolines injects", names)
+        mod, cut, _ = deep_shares(out, prog)
+        got[what] = (shares(out), mod, cut, out)
+    (se, me, ce, out), (si, mi, ci, _) = got["elf"], got["inject"]
+    top_e = {k for k, v in se.items() if v > 1}
+    top_i = {k for k, v in si.items() if v > 1}
+    t.check(top_e and top_e == top_i,
+            "elf: the same Python functions over 1%% as with inject (%d)"
+            % len(top_e), sorted(top_e ^ top_i))
+    far = sorted((k, round(se.get(k, 0), 1), round(si.get(k, 0), 1))
+                 for k in top_e | top_i
+                 if abs(se.get(k, 0) - si.get(k, 0)) >= 3)
+    t.check(not far, "elf: their shares within 3 points", far)
+    t.check(me >= 85 and abs(me - mi) < 5 and ce < 2,
+            "elf: <module> roots %.1f%% of the samples (%.1f%% with "
+            "inject), %.1f%% cut" % (me, mi, ce))
+    moved = out + "-moved"
+    shutil.move(out, moved)
+    p = r.run(["report", moved, "--top", "40"])
+    t.check(p.returncode == 0 and shares(moved) == se,
+            "elf: the folder moved, report finishes it alike",
+            p.stderr[-1500:])
+    # A child whose trampolines are the memfd image (as where its ELF
+    # file cannot be made): perf cannot unwind through those, so the
+    # recording is injected, and both processes' functions are named.
+    prog = r.script("mixed.py", MIXED)
+    out = r.out("elf-mixed")
+    p = r.run(["record", "-o", out, "--call-graph", "dwarf", "--top",
+               "40", "--", prog])
+    sh = shares(out) if p.returncode == 0 else {}
+    names = os.listdir(out) if p.returncode == 0 else []
+    t.check(sh.get("spin_parent", 0) > 5 and sh.get("spin_short", 0) > 5 and
+            "perf.jit.data" in names and
+            len([n for n in names if n.startswith("jitring-tramp-")]) == 1,
+            "elf: a child on the memfd image: injected, both named "
+            "(%.1f%%, %.1f%%)" % (sh.get("spin_parent", 0),
+                                   sh.get("spin_short", 0)),
+            p.stderr[-1500:] + str(names))
+
+
 def test_fp(t, r):
     p = subprocess.run([r.py, "-c", "import jitring._record as m; "
                         "print(m.keeps_frame_pointers())"],
@@ -915,7 +1019,7 @@ def main(t):
              ("interrupted", test_interrupted_finish),
              ("output", test_output), ("event", test_event),
              ("scale", test_scale), ("reuse", test_reuse), ("fp", test_fp),
-             ("deep", test_deep)]
+             ("deep", test_deep), ("elf", test_elf)]
     got = {}
     for name, fn in tests:
         if not only or name in only:

@@ -102,13 +102,15 @@ class Rec:
                                 env=env or self.env, cwd=self.t.scratch)
 
     def perf_env(self, name, inject):
-        """An environment whose perf runs @inject (shell) for perf
-        inject, the real perf for all else."""
+        """An environment whose perf runs @inject (shell) for the
+        finishing's perf steps (perf inject, perf script: dwarf mode
+        finishes with perf script alone), the real perf for all else."""
         d = self.path(name)
         os.mkdir(d)
         with open(os.path.join(d, "perf"), "w") as f:
-            f.write("#!/bin/sh\nfor a; do [ \"$a\" = inject ] && { %s; }; "
-                    "done\nexec %s \"$@\"\n" % (inject, shutil.which("perf")))
+            f.write("#!/bin/sh\nfor a; do case \"$a\" in inject|script) "
+                    "%s;; esac; done\nexec %s \"$@\"\n"
+                    % (inject, shutil.which("perf")))
         os.chmod(os.path.join(d, "perf"), 0o755)
         return dict(self.env, PATH=d + os.pathsep + self.env["PATH"])
 
@@ -220,7 +222,7 @@ def test_force(t, r):
 
 
 def unfinished(t, r, name):
-    """A recording whose finishing failed (perf inject exits 9)."""
+    """A recording whose finishing failed (its perf step exits 9)."""
     out = r.path(name)
     p = r.run(["record", "-o", out, "--", r.path("short.py", SHORT)],
               env=r.perf_env("noinject-" + name, "exit 9"))
@@ -246,7 +248,7 @@ def test_concurrent(t, r):
     out = unfinished(t, r, "twice")
     if not out:
         return
-    # perf inject a second slower: the two finishings overlap.
+    # Each perf step a second slower: the two finishings overlap.
     env = r.perf_env("slowinject", "sleep 1")
     a = r.start(["report", out], env=env)
     b = r.start(["report", out], env=env)

@@ -22,6 +22,16 @@
  * switched to PROT_READ|PROT_EXEC once, before any copy in them is handed
  * out.  Either way they are never written, remapped or re-protected while
  * copies are out (W^X).
+ * With JITRING_F_TRAMPOLINE_ELF the arenas are pieces of one ELF file in
+ * the dump's directory (elf_make(), src/format/elf_image.c), so that
+ * perf unwinds through the copies without perf inject: the set reserves
+ * the object's whole span once and maps its unwind tables there; arena k
+ * (claimed by a fetch_add of elf_next) is written to the file and mapped
+ * MAP_PRIVATE read-execute over its own place, never twice, so every
+ * mapping keeps the object's layout (perf's unwinder places the tables
+ * from the lowest mapping of the file).  Such arenas are kept when the
+ * stock shrinks (their place in the file is taken for good); past the
+ * file's room, or after a failed write, arenas are written anonymous.
  * A slot is jitring_trampoline_slot_size() bytes, 16-aligned and large enough
  * for perf's extended mapping of the copy, [addr, addr + ALIGN_8(code_size)
  * + mapped_size), so no copy lies inside another one's mapping (96 bytes
@@ -120,10 +130,12 @@
 #include <limits.h>
 #include <pthread.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -134,6 +146,7 @@
 #include "core/internal.h"
 #include "engines/engine.h"
 #include "format/cfi_presets.h"
+#include "format/elf_image.h"
 #include "format/record.h"
 #include "trampolines.h"
 
@@ -186,6 +199,21 @@ struct jitring_trampolines {
 	int image;
 	size_t image_len;    /* bytes of the image */
 	uint32_t image_maps; /* times an arena maps it, back to back */
+	/*
+	 * JITRING_F_TRAMPOLINE_ELF: the arenas' ELF file (see elf_make()),
+	 * or -1.  Arena k maps the file's arena k at elf_span + k *
+	 * arena_len, claimed by a fetch_add of elf_next; the unwind tables
+	 * are mapped once, at their place after the arenas' room.
+	 */
+	int elf_fd;
+	struct jitring_elf_image elf;
+	uint8_t *elf_span;   /* the object's .text */
+	size_t elf_span_len; /* .text to the tables' end */
+	uint8_t *elf_map;    /* the reservation: a guard page, the object from
+			   * address 0 (its base), a guard page */
+	size_t elf_map_len;
+	uint8_t *elf_slots; /* one arena's slots, as written to the file */
+	_Atomic uint32_t elf_next;
 	size_t page;
 	uint64_t serial; /* set number, mixed into the salt */
 	/* The copies' group, planned (and its eh_frame checked) once. */
@@ -328,6 +356,79 @@ static void slots_fill(const struct jitring_trampolines *t, uint8_t *p,
 		memcpy(p + i * t->slot_size, t->code, t->code_size);
 }
 
+/* Write all of @len bytes at @off of @fd.  Return: 0 or -errno. */
+static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
+{
+	const uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = pwrite(fd, p, len, (off_t)off);
+
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (!n)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+/*
+ * Arena @k of the ELF file: its slots, FDEs and search-table rows written
+ * (the same bytes whoever writes them: elf_image.c), then its slots mapped
+ * read-execute over their place in the span, into *@base.
+ * Return: 0 or -errno of pwrite(2)/mmap(2) (-ENOMEM if malloc fails).
+ */
+static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
+{
+	const struct jitring_elf_image *im = &t->elf;
+	size_t fdes = im->arena_slots * im->fde_size,
+	       rows = im->arena_slots * 8;
+	uint64_t off = im->text_off + (uint64_t)k * im->arena_len;
+	uint8_t *buf = malloc(fdes + rows), *p;
+	int ret;
+
+	if (!buf)
+		return -ENOMEM;
+	jitring_elf_image_fdes(im, k, buf);
+	jitring_elf_image_rows(im, k, buf + fdes);
+	ret = pwrite_all(t->elf_fd, t->elf_slots, im->arena_len, off);
+	if (!ret)
+		ret = pwrite_all(t->elf_fd, buf, fdes,
+				 jitring_elf_image_fde_off(im, k));
+	if (!ret)
+		ret = pwrite_all(t->elf_fd, buf + fdes, rows,
+				 jitring_elf_image_rows_off(im, k));
+	free(buf);
+	if (ret)
+		return ret;
+	p = t->elf_span + (off - im->text_off);
+	if (mmap(p, im->arena_len, PROT_READ | PROT_EXEC,
+		 MAP_PRIVATE | MAP_FIXED, t->elf_fd, (off_t)off) == MAP_FAILED)
+		return -errno;
+	*base = p;
+	return 0;
+}
+
+/* Give arena @a's memory back (a ready arena: no copy handed out). */
+static void arena_unmap(struct jitring_trampolines *t, struct tr_arena *a)
+{
+	/* Inside the ELF span: back to a reserved hole, so nothing else is
+	 * mapped where perf's unwinder expects the object. */
+	if (t->elf_span && a->map >= (void *)t->elf_span &&
+	    (uint8_t *)a->map < t->elf_span + t->elf_span_len) {
+		mmap(a->map, a->map_len, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		return;
+	}
+	munmap(a->map, a->map_len);
+}
+
 /*
  * Map, fill and seal one arena, and put it on the set's `all` list.  Any
  * thread; makes system calls.
@@ -354,6 +455,30 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 		goto err_free;
 	}
 	base = map + t->page;
+	if (t->elf_fd >= 0) {
+		uint32_t k = atomic_fetch_add_explicit(&t->elf_next, 1,
+						       memory_order_relaxed);
+
+		/* Past the file's room: an anonymous arena (no unwind
+		 * tables for perf: those frames end its stacks). */
+		if (k < t->elf.arenas) {
+			uint8_t *p = NULL;
+
+			if (!elf_arena(t, k, &p)) {
+				munmap(map, map_len);
+				base = map = p;
+				map_len = t->elf.arena_len;
+				nslots = t->elf.arena_slots;
+				goto publish;
+			}
+			/* A hole in the search table (arena k's rows
+			 * unwritten) would hide every later arena from
+			 * an unwinder's binary search: the file takes no
+			 * more arenas. */
+			atomic_store_explicit(&t->elf_next, t->elf.arenas,
+					      memory_order_relaxed);
+		}
+	}
 	if (t->image >= 0) {
 		/* The image over the middle of the reservation, image_maps
 		 * times: one run of slots (a whole number in each image, see
@@ -495,7 +620,8 @@ static void want_grow(struct jitring_trampolines *t, uint32_t seen)
 	}
 	/* No flusher (mutex engine): callers make every arena anyway.  An
 	 * image's arenas have a fixed size. */
-	if (tr_writer(t)->engine != JITRING_ENGINE_RINGS || t->image >= 0)
+	if (tr_writer(t)->engine != JITRING_ENGINE_RINGS || t->image >= 0 ||
+	    t->elf_fd >= 0)
 		return;
 	len = atomic_load_explicit(&t->slots_len, memory_order_relaxed);
 	/* Twice the bytes per arena, half as many kept ready: the ready
@@ -772,11 +898,15 @@ static bool stock_size(struct jitring_trampolines *t, uint64_t now)
 	/* A getter's want_grow() between our load and this store is lost:
 	 * a hint, raised again by the next take that finds the stock low. */
 	atomic_store_explicit(&t->want, want, memory_order_relaxed);
-	while (atomic_load_explicit(&t->nready, memory_order_relaxed) >
+	/* An ELF file's arenas are kept: each took its place in the file
+	 * for good, and one given back would be written anew at the next
+	 * demand (a burst's stock, over and over). */
+	while (t->elf_fd < 0 &&
+	       atomic_load_explicit(&t->nready, memory_order_relaxed) >
 		       (int32_t)want &&
 	       (a = ready_take(t))) {
 		arena_unlink(t, a);
-		munmap(a->map, a->map_len);
+		arena_unmap(t, a);
 		free(a);
 	}
 	return want > t->want_floor;
@@ -836,9 +966,15 @@ static void set_destroy(struct jitring_trampolines *t)
 	for (a = atomic_load_explicit(&t->all, memory_order_relaxed); a;
 	     a = n) {
 		n = a->all_next;
-		munmap(a->map, a->map_len);
+		if (!t->elf_span)
+			munmap(a->map, a->map_len);
 		free(a);
 	}
+	if (t->elf_map)
+		munmap(t->elf_map, t->elf_map_len);
+	if (t->elf_fd >= 0)
+		close(t->elf_fd);
+	free(t->elf_slots);
 	if (t->image >= 0)
 		close(t->image);
 	free(t->code);
@@ -878,6 +1014,140 @@ static int image_make(const struct jitring_trampolines *t, size_t len)
 err:
 	close(fd);
 	return -1;
+}
+
+/* Arenas an ELF file has room for: 64 MiB of slots (698,368 copies of the
+ * built-in template), a 92 MiB sparse file of which each arena made
+ * takes 92 KiB. */
+#define TR_ELF_ARENAS 1024u
+
+/*
+ * JITRING_F_TRAMPOLINE_ELF: the arenas' ELF file (elf_image.c) in @dir,
+ * the dump's directory: made new (O_EXCL, never through a link) with a
+ * name no one else's, checked by fstat(2) to be the regular file we made
+ * in a directory only we (or root) can write, laid out, and its unwind
+ * tables mapped read-execute at their place in a reserved span.  Arenas
+ * are then written and mapped one by one (elf_arena()).  The file stays
+ * when the set goes: perf reads it when the recording is finished.
+ * Return: 0, or -errno (the caller uses the memfd image instead).
+ */
+static int elf_make(struct jitring_trampolines *t, const char *dir,
+		    size_t arena_len)
+{
+	struct jitring_elf_image *im = &t->elf;
+	struct stat st;
+	uint8_t *buf, *span;
+	size_t len;
+	uint64_t rnd = 0;
+	char name[64];
+	int dfd, fd, ret;
+
+	memset(im, 0, sizeof(*im));
+	im->slot_size = t->slot_size;
+	im->code_size = t->code_size;
+	im->eh_frame = t->eh_frame;
+	im->eh_frame_size = t->eh_frame_size;
+	im->page = (uint32_t)t->page;
+	im->arena_len = arena_len;
+	im->arenas = TR_ELF_ARENAS;
+	if (!t->eh_frame || jitring_elf_image_plan(im))
+		return -EINVAL;
+	dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	if (fstat(dfd, &st) || (st.st_uid != geteuid() && st.st_uid != 0) ||
+	    (st.st_mode & (S_IWGRP | S_IWOTH))) {
+		close(dfd);
+		return -EPERM;
+	}
+	if (getrandom(&rnd, sizeof(rnd), GRND_NONBLOCK) != (ssize_t)sizeof(rnd))
+		rnd = jr_mix64(jitring_clock_ns() ^ (uintptr_t)t);
+	snprintf(name, sizeof(name), "jitring-tramp-%d-%016llx.so",
+		 (int)getpid(), (unsigned long long)rnd);
+	fd = openat(dfd, name,
+		    O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC |
+			    O_NOCTTY,
+		    0700);
+	close(dfd);
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    st.st_nlink != 1) {
+		ret = -EPERM;
+		goto err_close;
+	}
+	len = im->text_off > im->size - im->str_off ? im->text_off :
+						      im->size - im->str_off;
+	buf = calloc(1, len);
+	if (!buf) {
+		ret = -ENOMEM;
+		goto err_close;
+	}
+	ret = ftruncate(fd, (off_t)im->size) ? -errno : 0;
+	if (!ret) {
+		jitring_elf_image_head(im, buf);
+		ret = pwrite_all(fd, buf, im->text_off, 0);
+	}
+	if (!ret)
+		ret = pwrite_all(fd, jitring_elf_image_cie(im), im->cie_size,
+				 im->eh_off);
+	if (!ret) {
+		jitring_elf_image_hdr(im, buf);
+		ret = pwrite_all(fd, buf, JR_ELF_HDR_FIXED, im->hdr_off);
+	}
+	if (!ret) {
+		jitring_elf_image_tail(im, buf);
+		ret = pwrite_all(fd, buf, im->size - im->str_off, im->str_off);
+	}
+	free(buf);
+	if (ret)
+		goto err_close;
+	t->elf_slots = malloc(arena_len);
+	if (!t->elf_slots) {
+		ret = -ENOMEM;
+		goto err_close;
+	}
+	slots_fill(t, t->elf_slots, arena_len);
+	t->elf_span_len = im->unwind_off + im->unwind_len - im->text_off;
+	t->elf_map_len = im->unwind_off + im->unwind_len + 2 * t->page;
+	span = mmap(NULL, t->elf_map_len, PROT_NONE,
+		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (span == MAP_FAILED) {
+		ret = -errno;
+		goto err_free;
+	}
+	/*
+	 * The headers at the object's base (perf takes the base from the
+	 * lowest mapping of the file) and the tables at their place, both
+	 * read-execute so that perf records them.
+	 */
+	if (mmap(span + t->page, im->text_off, PROT_READ | PROT_EXEC,
+		 MAP_PRIVATE | MAP_FIXED, fd, 0) == MAP_FAILED ||
+	    mmap(span + t->page + im->unwind_off, im->unwind_len,
+		 PROT_READ | PROT_EXEC, MAP_PRIVATE | MAP_FIXED, fd,
+		 (off_t)im->unwind_off) == MAP_FAILED) {
+		ret = -errno;
+		munmap(span, t->elf_map_len);
+		goto err_free;
+	}
+	t->elf_map = span;
+	t->elf_span = span + t->page + im->text_off;
+	t->elf_fd = fd;
+	atomic_init(&t->elf_next, 0);
+	return 0;
+
+err_free:
+	free(t->elf_slots);
+	t->elf_slots = NULL;
+err_close:
+	close(fd);
+	/* Ours, and of no use now. */
+	dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (dfd >= 0) {
+		unlinkat(dfd, name, 0);
+		close(dfd);
+	}
+	return ret;
 }
 
 static int template_check(const struct jitring_trampoline_template *ut,
@@ -1010,6 +1280,7 @@ int jitring_trampolines_new(struct jitring *jr,
 		return -ENOMEM;
 	memset(t, 0, sizeof(*t));
 	t->image = -1;
+	t->elf_fd = -1;
 	atomic_init(&t->jr, jr);
 	t->code_size = tp.code_size;
 	t->salt_offset = tp.salt_offset;
@@ -1081,8 +1352,20 @@ int jitring_trampolines_new(struct jitring *jr,
 			while (maps == 1 && ilen < JR_TRAMP_IMAGE_MAX &&
 			       ilen * 4 * JR_TRAMP_WANT_MAX < stock)
 				ilen *= 2;
-			t->image = image_make(t, ilen);
-			if (t->image >= 0) {
+			if (jr->flags & JITRING_F_TRAMPOLINE_ELF) {
+				ret = elf_make(t, jr->file.dir, len);
+				if (ret)
+					jitring_log(
+						jr, JITRING_LOG_WARNING,
+						"trampoline ELF file in %s: "
+						"%s (memfd arenas instead)",
+						jr->file.dir, strerror(-ret));
+			}
+			if (t->elf_fd < 0)
+				t->image = image_make(t, ilen);
+			if (t->elf_fd >= 0) {
+				len = t->elf.arena_len;
+			} else if (t->image >= 0) {
 				t->image_len = ilen;
 				t->image_maps = maps;
 				len = ilen * maps;
@@ -1101,7 +1384,8 @@ int jitring_trampolines_new(struct jitring *jr,
 		 */
 		t->want_default = want;
 		if (stock) {
-			while (t->image < 0 && len < JR_TRAMP_ARENA_MAX &&
+			while (t->image < 0 && t->elf_fd < 0 &&
+			       len < JR_TRAMP_ARENA_MAX &&
 			       len * JR_TRAMP_WANT_MAX < stock)
 				len *= 2;
 			want = stock_floor(stock, len);
