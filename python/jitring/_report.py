@@ -161,19 +161,27 @@ def no_space(out):
         (st.f_bfree if os.geteuid() == 0 else st.f_bavail) == 0
 
 
-def write_meta(out, meta):
-    claim(out, [META])
-    tmp = os.path.join(out, META + ".tmp")
+def write_json(out, name, data, indent=None):
+    """@data as the file @name of the folder @out, whole or not at all
+    (written beside, then renamed over it; never through a link)."""
+    claim(out, [name])
+    tmp = os.path.join(out, name + ".tmp")
     try:
-        with open(tmp, "w") as f:
-            json.dump(meta, f, indent=1)
-        os.replace(tmp, os.path.join(out, META))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
+                     os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=indent)
+        os.replace(tmp, os.path.join(out, name))
     except BaseException:
         try:
             os.unlink(tmp)
         except OSError:
             pass
         raise
+
+
+def write_meta(out, meta):
+    write_json(out, META, meta, indent=1)
 
 
 def checked_running(data):
@@ -208,20 +216,7 @@ def checked_running(data):
 
 def write_running(out, data):
     """@data (checked_running()) as the recording's RUNNING."""
-    claim(out, [RUNNING])
-    tmp = os.path.join(out, RUNNING + ".tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
-                     os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f)
-        os.replace(tmp, os.path.join(out, RUNNING))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_json(out, RUNNING, data)
 
 
 def running(out, pid):
@@ -1209,8 +1204,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             write_outputs(out, meta, folded, total)
             if waits:
                 wait = _wait.Waits(out, meta, switches, procs, top_pid,
-                                   os.path.join(out, "perf.data" if fp else
-                                                "perf.jit.data"))
+                                   os.path.join(out, "perf.data" if fp or
+                                                elf else "perf.jit.data"))
     except Interrupted as e:
         # Stopped while waiting for the lock: the outputs are the other
         # finishing's.
@@ -1260,9 +1255,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
     print("perf report: %s report -i %s --children --sort sym"
           % (" ".join(["perf"] + perf_cmd("perf", out,
                                           meta.get("keep_debug"))[1:]),
-             os.path.join(out, "perf.data" if meta.get("call_graph") ==
-                          "fp" or meta.get("trampoline_elf") else
-                          "perf.jit.data")))
+             os.path.join(out, "perf.jit.data" if os.path.exists(
+                 os.path.join(out, "perf.jit.data")) else "perf.data")))
     if meta.get("perf_script"):
         print("stacks:      %s (folded), %s (perf script)"
               % (os.path.join(out, "stacks.folded"),
