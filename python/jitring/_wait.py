@@ -337,6 +337,10 @@ SPECIFIC = {
     "_PyEval_StopTheWorldAll": "stop-the-world",
     "stop_the_world": "stop-the-world",
     "tstate_wait_attach": "stop-the-world",
+    # Free-threaded: a thread waits in its attach only while a
+    # stop-the-world holds it suspended (tstate_wait_attach() inlined
+    # there in 3.13t); with a GIL, take_gil (nearer the leaf) names it.
+    "_PyThreadState_Attach": "stop-the-world",
     "lock_PyThread_acquire_lock": "threading.Lock",
     "_thread_lock_acquire_impl": "threading.Lock",
     "lock_acquire_parse_args": "threading.Lock",

@@ -15,12 +15,15 @@ real perf.
     "unnamed native");
  3. sleep (--wall): a thread that sleeps 30 ms after each 20 ms of work,
     beside a thread that only computes: the sleeper's line gives sleep
-    within 5 points of the share the program measured itself, and the
+    within 5 points of the share the program measured itself, its CPU
+    and waits add up to the life it measured within 5 %, and the
     computing thread's function is in no wait table (on a GIL build,
     where each waits for the other's GIL, the sleeper alone);
  4. I/O: a socketpair reader blocked on a writer that sleeps between
     sends, and a main thread waiting for a child process: recv, sleep and
     child wait named;
+ 4b. gc (free-threaded): gc.collect() in a loop while two threads
+    allocate: their largest wait is the collector's stop-the-world;
  5. reasons: stacks of the wait paths no program here takes (the GIL, a
     stop-the-world pause, a page fault, a yield in a PyMutex, a
     preemption, stripped code) named as record names them;
@@ -118,6 +121,28 @@ SLEEP = textwrap.dedent("""
         c.join()
     with open(sys.argv[1], "w") as f:
         json.dump(got, f)
+""")
+
+GC = textwrap.dedent("""
+    import gc, threading, time
+    keep = [[i] * 4 for i in range(300000)]   # a heap for gc to walk
+    stop = False
+    def worker():
+        while not stop:
+            x = [[i] for i in range(100)]
+    def collector():
+        for _ in range(40):
+            gc.collect()
+            time.sleep(0.005)
+    ws = [threading.Thread(target=worker) for _ in range(2)]
+    for w in ws:
+        w.start()
+    c = threading.Thread(target=collector)
+    c.start()
+    c.join()
+    stop = True
+    for w in ws:
+        w.join()
 """)
 
 IO = textwrap.dedent("""
@@ -329,6 +354,13 @@ def test_sleep(t, r):
         t.check(abs(share - want) <= 5,
                 "sleep: the sleeper sleeps %.1f%% of its life by record, "
                 "%.1f%% by its own clock" % (share, want), got)
+        # Its time adds up: CPU and every wait, against the life it
+        # measured itself (the thread's own start and end just outside).
+        whole = cpu + sum(reasons.values())
+        t.check(abs(whole - own["life"]) <= 0.05 * own["life"],
+                "sleep: --wall's CPU %.3f s and waits %.3f s make the "
+                "sleeper's life, %.3f s by its own clock, within 5%%"
+                % (cpu, whole - cpu, own["life"]), got)
     tabs = tables(p.stdout)
     t.check(named(tabs["self"], "sleeper") and
             named(tabs["self"], "sleeper")[0][2] == "sleep",
@@ -348,6 +380,24 @@ def test_sleep(t, r):
             c)
 
 
+def test_gc(t, r):
+    """gc.collect() in one thread while two others allocate: on a
+    free-threaded interpreter each collection stops the world, and the
+    others wait for it to end."""
+    if not jrtest.free_threaded():
+        t.skip_part("gc: stop-the-world", "a GIL build's collector stops "
+                    "no one: the others wait for the GIL")
+        return
+    p, out = r.run("gc", GC)
+    t.check(p.returncode == 0, "gc: record --wait exits 0",
+            p.stderr[-1500:])
+    rows = named(tables(p.stdout)["self"], "worker")
+    t.check(rows and rows[0][2] == "stop-the-world",
+            "gc: the allocating threads' largest wait is the collector's "
+            "stop-the-world (%s)" % (rows[0][2] if rows else None),
+            p.stdout[-3000:])
+
+
 def test_io(t, r):
     p, out = r.run("io", IO)
     t.check(p.returncode == 0, "io: record --wait exits 0",
@@ -362,7 +412,7 @@ def test_io(t, r):
             rows)
 
 
-def test_reasons(t):
+def test_reasons(t, r):
     from jitring import _wait
 
     def k(*names):
@@ -458,17 +508,10 @@ def test_refused(t, r):
             "refused: only above 1 and without privilege")
 
 
-def main(t):
-    test_reasons(t)
+def fixture(t):
     py, env = jrtest.record_python(t)
-    r = Rec(t, py, env)
-    only = sys.argv[1:]
-    for name, fn in (("shared", test_shared), ("lock", test_lock),
-                     ("sleep", test_sleep), ("io", test_io),
-                     ("refused", test_refused)):
-        if not only or name in only:
-            fn(t, r)
+    return (Rec(t, py, env),)
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), fixture)
