@@ -21,8 +21,10 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
  5. through real perf: record --pid on a service whose main thread waits
     names handle_fn, and none of jitring's attach functions;
  6. a service whose jitring was already on: record --pid killed with
-    SIGKILL at several points of its finishing, and report run after it:
-    the service's dump stays whole, in place (the same file), growing;
+    SIGKILL at 4 points of its finishing ($JITRING_TEST_KILL_POINTS: 20
+    in make stress's py_attach_kill_soak, spread over the window and
+    3 s after it), and report run after it: the service's dump stays
+    whole, in place (the same file), growing;
  7. 3.14 and later: a thread-per-request HTTP service (its threads come
     and go all the time) whose main thread joins a thread, asked by a
     client thread without pause through 10 windows, each sent to every
@@ -531,7 +533,7 @@ def test_running(t, py, newer):
         t.check(not err, shape + ": nothing on the service's stderr", err)
 
 
-def test_marks(t):
+def test_marks(t, py, newer):
     """The window's marks in this process: what ran throughout is told
     from a new call of the same function."""
     import threading
@@ -642,9 +644,14 @@ def test_live_dump(t, py, newer):
         ino = os.stat(dump).st_ino
         bad = []
         # Where to kill record: once a file of its finishing is there (and
-        # a while after), or a time after its window.
-        points = (("perf-inject.log", 0.0), ("perf-inject.log", 0.2),
-                  ("perf.jit.data", 0.0), (None, 1.5))
+        # a while after), or a time after its window opened; with
+        # $JITRING_TEST_KILL_POINTS (20 in make stress's soak) more
+        # times, spread from the window's start to 3 s after its end.
+        points = [("perf-inject.log", 0.0), ("perf-inject.log", 0.2),
+                  ("perf.jit.data", 0.0), (None, 1.5)]
+        extra = int(os.environ.get("JITRING_TEST_KILL_POINTS", "4")) - 4
+        points += [(None, -0.45 + 3.5 * k / max(1, extra - 1))
+                   for k in range(max(0, extra))]
         for i, (when, after) in enumerate(points):
             out = os.path.join(t.scratch, "live%d" % i)
             p = subprocess.Popen([py, "-m", "jitring", "record", "-o", out,
@@ -671,9 +678,9 @@ def test_live_dump(t, py, newer):
                         profiling(svc.pid) == []:
                     bad.append((when, after, step, st and st.st_ino,
                                 os.listdir(d)))
-        t.check(not bad, "record killed at 4 points of its finishing, and "
-                "report after: the service's dump in place, the same file, "
-                "still written", bad)
+        t.check(not bad, "record killed at %d points of its window and "
+                "finishing, and report after: the service's dump in "
+                "place, the same file, still written" % len(points), bad)
     finally:
         svc.stop()
     t.check(jrtest.check_dump(dump)[0], "and whole once the service exits",
@@ -864,7 +871,7 @@ def test_seize(t, py, newer):
             "rest sent to and let go", (seen, n, after))
 
 
-def main(t):
+def fixture(t):
     import jitring
     site = os.path.dirname(os.path.dirname(os.path.abspath(
         jitring.__file__)))
@@ -872,20 +879,8 @@ def main(t):
         py = sys.executable
     else:
         py = jrtest.hook_venv(t, True)
-    newer = sys.version_info >= (3, 14)
-    t0 = time.monotonic()
-    test_shapes(t, py, newer)
-    test_no_python(t, py, newer)
-    test_void(t, py, newer)
-    test_children(t, py, newer)
-    test_thread_per_request(t, py, newer)
-    test_seize(t, py, newer)
-    test_record_own(t, py, newer)
-    test_running(t, py, newer)
-    test_marks(t)
-    test_live_dump(t, py, newer)
-    print("%.1f s" % (time.monotonic() - t0))
+    return py, sys.version_info >= (3, 14)
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), fixture)
