@@ -285,15 +285,7 @@ class Steps:
             for p in procs:
                 p.wait()
         except BaseException:
-            for p in procs:
-                if p.poll() is None:
-                    p.terminate()
-            for p in procs:
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            end_procs(procs)
             raise
         if no_space(cwd):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
@@ -305,13 +297,7 @@ class Steps:
         try:
             p.wait()
         except BaseException:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(10)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait()
+            end_procs([p])
             raise
         finally:
             self.proc = None
@@ -320,6 +306,20 @@ class Steps:
                           "perf " + next((a for a in cmd if a in
                                           ("inject", "script")), "?"))
         return p.returncode
+
+
+def end_procs(procs):
+    """End the processes @procs that still run (a signal stopped the
+    finishing): SIGTERM, then SIGKILL to any still there 10 s later."""
+    for p in procs:
+        if p.poll() is None:
+            p.terminate()
+    for p in procs:
+        try:
+            p.wait(10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
 
 
 def tail_of(path, n=5):

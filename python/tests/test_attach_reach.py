@@ -494,6 +494,11 @@ def test_running(t, py, newer):
                                capture_output=True, text=True, timeout=300,
                                env=dict(os.environ, HOME=t.scratch))
         finally:
+            # The service killed first (its calls would fail, EOFError on
+            # its stderr, once the Manager's server is gone), then the
+            # server (which holds the service's pipes), then read.
+            svc.p.kill()
+            svc.p.wait()
             if shape == "manager" and pid != svc.pid:
                 try:
                     os.kill(pid, signal.SIGKILL)
