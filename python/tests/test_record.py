@@ -790,8 +790,11 @@ def test_reuse(t, r):
             "reuse: one perf data file, no perf.script.txt", names)
     sh = shares(out)
     a, b = sh.get("first_fn", 0), sh.get("second_fn", 0)
-    t.check(a > 10 and b > 10 and abs(a - b) < 0.4 * max(a, b),
-            "reuse: each named with its own share, the same work alike "
+    # The same work each, but CPU time is not the same on a loaded
+    # machine (56/32 % seen): misnamed, second_fn would have none and
+    # first_fn both shares.
+    t.check(a > 15 and b > 15,
+            "reuse: each named with its own share of the same work "
             "(%.1f%%, %.1f%%)"
             % (sh.get("first_fn", 0), sh.get("second_fn", 0)),
             p.stdout[-1500:])
