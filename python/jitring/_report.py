@@ -486,12 +486,11 @@ def run_script(steps, perf, out, data, keys, inline):
     return parts
 
 
-def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
-           heads=False):
+def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
-    comm, frames, tid)], frames a list of (symbol, dso) from the leaf to
-    the root; with @heads, [(pid, comm, frames, tid, time in ns, event)]
-    (record --wait tells its two events apart: jitring._wait).  Without
+    comm, frames, tid, time in ns, event)], frames a list of (symbol,
+    dso) from the leaf to the root (record --wait tells its two events
+    apart by the event: jitring._wait).  Without
     @inline, native functions inlined into others are not listed (perf
     runs addr2line per address for them: 13.5 s instead of
     1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
@@ -562,12 +561,8 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
             stack = names.resolve(head[0] if elf else head[2], head[3],
                                   stack)
         stack = [escaped.get(fr) or escaped_frame(fr) for fr in stack]
-        if heads:
-            samples.append((head[0], escape(head[1]), _inlined(stack),
-                            head[2], head[3], head[4]))
-        else:
-            samples.append((head[0], escape(head[1]), _inlined(stack),
-                            head[2]))
+        samples.append((head[0], escape(head[1]), _inlined(stack),
+                        head[2], head[3], head[4]))
 
     def starts(line, after_blank):
         m = HEAD.match(line)
@@ -968,7 +963,7 @@ def summarize(samples, procs, top_pid, limit=127, outer=None):
     # Samples of one stack are classified once: their frames are shared
     # tuples (script()), and a profile repeats its stacks.
     seen = {}
-    for pid, comm, frames, tid in samples:
+    for pid, comm, frames, tid, _, _ in samples:
         if top_pid is not None and pid != top_pid:
             continue
         o = o_tids.get(tid) if pid == o_pid else None
@@ -1189,7 +1184,7 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                     claim_grown(out, before)
             waits = bool(meta.get("wait"))     # record --wait
             samples = script(steps, perf, out, meta.get("perf_script"),
-                             meta.get("inline"), fp, elf, heads=waits)
+                             meta.get("inline"), fp, elf)
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
             if waits:

@@ -143,14 +143,10 @@ def check():
 # ---- the recording -----------------------------------------------------
 
 def split(samples):
-    """(the CPU samples as (pid, comm, frames, tid), the switch samples
-    as script() gives them)."""
+    """(the CPU samples, the switch samples) of script()'s."""
     cpu, waits = [], []
     for s in samples:
-        if s[5].startswith(EVENT):
-            waits.append(s)
-        else:
-            cpu.append(s[:4])
+        (waits if s[5].startswith(EVENT) else cpu).append(s)
     return cpu, waits
 
 
