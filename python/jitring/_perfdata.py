@@ -68,9 +68,13 @@ ATTR_MIN = 64 + 16
 
 
 class Attr:
-    __slots__ = ("sample_type", "regs_user", "nregs", "sample_id_all")
+    __slots__ = ("type", "config", "sample_type", "regs_user", "nregs",
+                 "sample_id_all", "ids")
 
     def __init__(self, raw):
+        self.type, = _U32.unpack_from(raw, 0)
+        self.config, = _U64.unpack_from(raw, 8)
+        self.ids = ()       # the sample ids of its instances
         (self.sample_type,) = _U64.unpack_from(raw, 24)
         flags, = _U64.unpack_from(raw, 40)
         self.sample_id_all = bool(flags & (1 << 18))
@@ -111,7 +115,11 @@ class PerfData:
                                 % (path, attr_size, a_size))
         self.attrs = []
         for o in range(a_off, a_off + a_size - attr_size + 1, attr_size):
-            self.attrs.append(Attr(m[o:o + attr_size - 16]))
+            a = Attr(m[o:o + attr_size - 16])
+            i_off, i_size = struct.unpack_from("<QQ", m, o + attr_size - 16)
+            if i_size % 8 == 0 and i_off + i_size <= len(m):
+                a.ids = struct.unpack_from("<%dQ" % (i_size // 8), m, i_off)
+            self.attrs.append(a)
         if not self.attrs:
             self.close()
             raise PerfDataError("%s has no event" % path)

@@ -79,6 +79,20 @@ def positive(s):
     return n
 
 
+def wait_freq(s):
+    """--wait-freq: 0 (every switch) or a frequency perf's default limit
+    (kernel.perf_event_max_sample_rate, 100000) takes."""
+    try:
+        n = int(s)
+    except ValueError:
+        n = -1
+    if not 0 <= n <= 100000:
+        raise argparse.ArgumentTypeError(
+            "needs 0 (every switch) or samples a second up to 100000, "
+            "not %r" % s)
+    return n
+
+
 def parser():
     p = argparse.ArgumentParser(
         prog="python -m jitring record", usage=USAGE,
@@ -161,6 +175,15 @@ def parser():
                    "perf copies at each context switch (default %d: "
                    "a program switching often loses fewer samples; up "
                    "to %d)" % (WAIT_STACK, STACK_MAX))
+    from jitring._wait import FREQ as WAIT_FREQ
+    p.add_argument("--wait-freq", type=wait_freq, default=WAIT_FREQ,
+                   metavar="HZ",
+                   help="with --wait: take the stacks of at most HZ "
+                   "context switches a second a thread, each weighing the "
+                   "switches it stands for: cheaper for programs that "
+                   "switch thousands of times a second, but a rare long "
+                   "wait may go unsampled (default %d: every switch)"
+                   % WAIT_FREQ)
     p.add_argument("--wall", action="store_true",
                    help="--wait, and a line per thread: its CPU time and "
                    "its time off CPU by reason")
@@ -433,7 +456,7 @@ class Perf:
         if opts.wait or opts.wall:
             from jitring import _wait
             cmd[cmd.index("-p"):cmd.index("-p")] = _wait.perf_args(
-                opts.call_graph, opts.wait_stack_size)
+                opts.call_graph, opts.wait_stack_size, opts.wait_freq)
         if not opts.keep_debug:
             # No build-id cache (a 5.4 MB copy of kallsyms a recording:
             # most of an fp recording's folder); it is finished at once,
@@ -577,6 +600,7 @@ def meta_of(opts, command):
             "max_stack": max_stack(), "stack_size": opts.stack_size,
             "wait": opts.wait or opts.wall, "wall": opts.wall,
             "wait_stack_size": opts.wait_stack_size,
+            "wait_freq": opts.wait_freq,
 
             "trampoline_elf": (opts.call_graph == "dwarf" and
                                not opts.memfd_trampolines)}

@@ -15,9 +15,15 @@ program's threads, twice:
     again.
 
 A switch sample of thread T at time t weighs the time until T runs
-again: the first IN of T after its OUT at t.  A sample whose OUT or IN
-was lost (perf's buffer full), or that waits past the recording's end,
-weighs nothing and is counted.  A switch is voluntary (the thread
+again: the first IN of T after its OUT at t, times the switches the
+sample stands for (1, or its period with --wait-freq).  The records time
+every switch, so each thread's time blocked and its time preempted (by
+the OUT's flag) are exact; the samples only split them by stack: each
+sample's weight is scaled so that its thread's samples of that kind add
+up to the records' time (which also spreads the time of samples perf
+lost over the others of their thread).  A sample whose OUT or IN is
+missing, or that waits past the recording's end, weighs nothing and is
+counted.  A switch is voluntary (the thread
 blocked) unless its OUT is flagged PREEMPT and its stack does not show
 sched_yield (PyMutex spins with sched_yield before it parks: that thread
 waits for the lock, not for a CPU); involuntary ones ("preempted") are
@@ -48,8 +54,21 @@ import struct
 
 from jitring import _flame, _perfdata, _report
 
-# The event perf samples at each switch (a period of 1: every one).
+# The event perf samples as a thread leaves its CPU.
 EVENT = "context-switches"
+# --wait-freq: 0 samples every switch with its stack (exact).  HZ asks
+# perf's frequency mode for at most HZ switch samples a second a thread:
+# the kernel sets each thread's period from its rate and each sample
+# carries its period, the switches it stands for.  Every switch still has
+# its records (--switch-events), so each thread's time blocked and
+# preempted stays exact; only its split by stack is sampled.  The cost
+# falls with the samples (a 4.5 s program switching 15,000 times a second:
+# folder 379 -> 97 MB, finish 21 -> 5 s at 999 Hz), but the period is
+# systematic, not random, and a new thread inherits its creator's: a
+# thread that switches rarely after a busy start, or a rare long wait in
+# a busy thread, may have no sample (a 0.3 s child wait was missed at
+# 999 Hz), so it is not the default.
+FREQ = 0
 # dwarf mode's stack copy per switch sample (--wait-stack-size): perf
 # writes each sample's whole copy, and at 20,000 switches a second 32 KiB
 # copies (660 MB/s) lost 41-69% of the samples here, 8 KiB none or a
@@ -63,6 +82,8 @@ STACK_SIZE = 8192
 # by default), and perf would refuse.
 MMAP = "32M"
 
+PERF_TYPE_SOFTWARE = 1
+PERF_COUNT_SW_CONTEXT_SWITCHES = 3
 PERF_RECORD_COMM = 3
 PERF_RECORD_EXIT = 4
 PERF_RECORD_FORK = 7
@@ -77,15 +98,19 @@ MISC_SWITCH_OUT_PREEMPT = 1 << 14
 PAIR_NS = 1000000
 
 PREEMPTED = "preempted"
+# A thread's time off CPU of a kind (blocked, preempted) none of whose
+# switches has a sample.
+UNSAMPLED = "no sampled stack"
 
 
-def perf_args(call_graph, stack_size=STACK_SIZE):
+def perf_args(call_graph, stack_size=STACK_SIZE, freq=FREQ):
     """What perf record is given besides its CPU event: -F stays that
-    event's, the switch event has a period of its own (and in dwarf mode
-    its own stack copy); -P records the period in every sample, so that
-    both events' samples have one layout (jitring._perfdata reads
-    one)."""
-    terms = "period=1"
+    event's, the switch event has a frequency (or at @freq 0, a period of
+    1) of its own (and in dwarf mode its own stack copy); -P records the
+    period in every sample, so that both events' samples have one layout
+    (jitring._perfdata reads one) and each switch sample says how many
+    switches it stands for."""
+    terms = "freq=%d" % freq if freq else "period=1"
     if call_graph == "dwarf":
         terms += ",call-graph=dwarf,stack-size=%d" % stack_size
     return ["-e", "%s/%s/" % (EVENT, terms), "--switch-events", "-P"] + \
@@ -163,6 +188,9 @@ class Threads:
         self.end = {}       # tid -> time of its EXIT
         self.pid = {}       # tid -> pid
         self.comm = {}      # tid -> (time, comm): its latest name
+        # (tid, time) -> the switches a switch sample stands for, where
+        # more than one (sampled at a frequency: --wait-freq)
+        self.period = {}
         with _perfdata.PerfData(path) as pd:
             self._read(pd)
         for d in (self.outs, self.ins):
@@ -181,18 +209,39 @@ class Threads:
         # stream_id, cpu, identifier, as sample_type has them.
         tail = 8 * bin(st & (S.S_TID | S.S_TIME | S.S_ID | S.S_STREAM_ID |
                              S.S_CPU | S.S_IDENTIFIER)).count("1")
-        # A sample's tid and time: after its identifier and ip.
+        # A sample's tid and time: after its identifier and ip; its
+        # period after those, addr, id, stream_id and cpu.
         s_tid = 8 + 8 * bool(st & S.S_IDENTIFIER) + 8 * bool(st & S.S_IP)
+        s_period = 8 + 8 * bin(st & (S.S_IDENTIFIER | S.S_IP | S.S_TID |
+                                     S.S_TIME | S.S_ADDR | S.S_ID |
+                                     S.S_STREAM_ID | S.S_CPU)).count("1")
+        # The switch event's samples, by their id (the identifier first in
+        # a sample, or the id after its addr).
+        s_id = 8 if st & S.S_IDENTIFIER else \
+            8 + 8 * bin(st & (S.S_IP | S.S_TID | S.S_TIME |
+                              S.S_ADDR)).count("1")
+        switch_ids = set()
+        if st & (S.S_IDENTIFIER | S.S_ID) and st & S.S_PERIOD:
+            for a in pd.attrs:
+                if (a.type, a.config) == (PERF_TYPE_SOFTWARE,
+                                          PERF_COUNT_SW_CONTEXT_SWITCHES):
+                    switch_ids.update(a.ids)
         m = pd.m
         pidtid = struct.Struct("<II")
         u64 = struct.Struct("<Q")
         first, last, outs, ins = self.first, self.last, self.outs, self.ins
+        period = self.period
         for typ, misc, off, size in pd.records():
             if typ == PERF_RECORD_SAMPLE:
-                if size < s_tid + 16:
+                if size < max(s_tid + 16, s_period + 8):
                     continue
                 pid, tid = pidtid.unpack_from(m, off + s_tid)
                 t, = u64.unpack_from(m, off + s_tid + 8)
+                if switch_ids and u64.unpack_from(m, off + s_id)[0] in \
+                        switch_ids:
+                    n, = u64.unpack_from(m, off + s_period)
+                    if n > 1:
+                        period[(tid, t)] = n
             elif typ in (PERF_RECORD_SWITCH, PERF_RECORD_COMM):
                 if size < 8 + tail:
                     continue
@@ -261,19 +310,23 @@ class Threads:
             return None
         return t_in - t, preempt
 
-    def on_cpu(self, tid):
-        """ns the thread ran: its lifetime less the spans from each OUT to
-        the IN after it."""
+    def off_cpu(self, tid):
+        """{preempted: ns} the thread was off its CPU, from each OUT to
+        the IN after it (or the thread's end), by the OUT's preemption
+        flag."""
         a, b = self.life(tid)
-        off = 0
+        off = {}
         ins = self.ins.get(tid, [])
-        for t, _ in self.outs.get(tid, []):
+        for t, pre in self.outs.get(tid, []):
             j = bisect.bisect_right(ins, t)
-            if j < len(ins):
-                off += min(ins[j], b) - t
-            else:
-                off += b - t
-        return max(0, b - a - off)
+            e = min(ins[j], b) if j < len(ins) else b
+            off[pre] = off.get(pre, 0) + max(0, e - t)
+        return off
+
+    def on_cpu(self, tid):
+        """ns the thread ran: its lifetime less its time off CPU."""
+        a, b = self.life(tid)
+        return max(0, b - a - sum(self.off_cpu(tid).values()))
 
 
 # ---- why a thread waits ------------------------------------------------
@@ -491,6 +544,8 @@ def reason(frames, preempt):
         r = _refined(frames[inner:])
         if r:
             return r
+        if generic == 1 and _gil_condvar(native):
+            return "GIL"
         if generic == 1 and why:
             return why
         if caller is None:
@@ -505,6 +560,29 @@ def reason(frames, preempt):
         if not SCHED.match(s) and not _unnamed(s):
             return "other (%s)" % _bare(s)
     return "unnamed native" if user else "other"
+
+
+# An interpreter's file: python3.X or libpython3.X with the build's ABI
+# flags (t: free-threaded).
+_INTERP = re.compile(r"^(?:lib)?python3(?:\.\d+)?([a-z]*)(?:[-.].*)?$")
+CONDVARS = ("pthread_cond_wait", "pthread_cond_timedwait",
+            "pthread_cond_clockwait")
+
+
+def _gil_condvar(native):
+    """Whether @native (leaf first) waits on a condition variable called
+    from unnamed code of a GIL build's interpreter: the GIL, even where
+    take_gil has no symbol (Debian's stripped python3.X).  CPython 3.12 to
+    3.15 on Linux wait on a condition variable only in the GIL (take_gil,
+    drop_gil's forced switch): their locks and parking lot wait on
+    semaphores."""
+    outer = max((i for i, (s, d) in enumerate(native)
+                 if _bare(s) in CONDVARS), default=None)
+    if outer is None or outer + 1 >= len(native):
+        return False
+    s, d = native[outer + 1]
+    m = _INTERP.match(os.path.basename(d))
+    return bool(m) and "t" not in m.group(1) and _unnamed(s)
 
 
 def _refined(py):
@@ -543,25 +621,30 @@ class Waits:
                                       "of %s: %s" % (data, e))
         self.unmatched = 0
         self.own = 0
-        total, self_, stacks = {}, {}, {}
-        pre_self = {}
-        per_thread = {}     # tid -> {reason: ns}
-        entry = {}          # tid -> {first user Python frame: n}
-        self.switches = len(samples)
+        self.samples = len(samples)
         self.cut_ns = 0
-        matched = {}        # tid -> ns its switch samples explain
-        self.comm = {}      # tid -> its name in its samples
-        comms = {}
+        covered = {}        # tid -> the switches its samples stand for
+        sampled = set()     # the tids with a sample for more than one
+        # Pass 1: each sample's wait, weighed by the switches it stands
+        # for (its period, sampled at a frequency), and its sum by thread
+        # and kind of switch (the OUT record's preemption flag).
+        rows = []
+        raw = {}            # (tid, preempted) -> ns the samples weigh
         seen = {}
         for pid, comm, frames, tid, t, _ in samples:
             if top_pid is not None and pid != top_pid:
                 continue
+            n = th.period.get((tid, t), 1)
+            covered[tid] = covered.get(tid, 0) + n
+            if n > 1:
+                sampled.add(tid)
             w = th.wait_of(tid, t)
             if w is None:
                 self.unmatched += 1
                 continue
             ns, preempt = w
-            matched[tid] = matched.get(tid, 0) + ns
+            ns *= n
+            raw[(tid, preempt)] = raw.get((tid, preempt), 0) + ns
             k = (comm, tuple(frames), preempt)
             c = seen.get(k)
             if c is None:
@@ -569,6 +652,23 @@ class Waits:
             if c is False:
                 self.own += 1
                 continue
+            rows.append((pid, comm, tid, preempt, ns, c))
+        # The records time every switch: each thread's time blocked and
+        # preempted is theirs, and only its split by stack is the
+        # samples' (exact at every switch sampled, an estimate at a
+        # frequency; perf's lost samples leave the others to share it).
+        exact = {}
+        for tid in {r[2] for r in rows} | {k[0] for k in raw}:
+            for kind, ns in th.off_cpu(tid).items():
+                exact[(tid, kind)] = ns
+        total, self_, stacks = {}, {}, {}
+        pre_self = {}
+        per_thread = {}     # tid -> {reason: ns}
+        entry = {}          # tid -> {first user Python frame: n}
+        self.comm = {}      # tid -> its name in its samples
+        comms = {}
+        for pid, comm, tid, preempt, ns, c in rows:
+            ns = ns * exact.get((tid, preempt), 0) // raw[(tid, preempt)]
             key, why, py, first, cut = c
             if cut:
                 self.cut_ns += ns
@@ -601,12 +701,21 @@ class Waits:
                       pid in comms or pid in procs)]
         self.thread_ns = sum(th.life(t)[1] - th.life(t)[0]
                              for t in self.tids)
-        # Off CPU by the switch records, and not explained by a sample
-        # (perf lost it: its buffer was full).
-        self.off_ns = sum(th.life(t)[1] - th.life(t)[0] - th.on_cpu(t)
-                          for t in self.tids)
-        self.lost_ns = max(0, self.off_ns - sum(matched.get(t, 0)
-                                                for t in self.tids))
+        # Every context switch of the program's threads, by the records.
+        self.switches = sum(len(th.outs.get(t, ())) for t in self.tids)
+        self.sampled = bool(sampled)
+        # Switches no sample stands for (perf lost them: its buffer was
+        # full), and time off CPU of a kind of which a thread has no
+        # sample at all (no stack to give it).
+        self.lost = sum(max(0, len(th.outs.get(t, ())) - covered.get(t, 0))
+                        for t in self.tids)
+        self.unsampled_ns = 0
+        for t in self.tids:
+            for kind, ns in th.off_cpu(t).items():
+                if (t, kind) not in raw:
+                    self.unsampled_ns += ns
+                    r = per_thread.setdefault(t, {})
+                    r[UNSAMPLED] = r.get(UNSAMPLED, 0) + ns
         names = {pid: "%s [%d]" % (_report.command_of(pid, comms[pid],
                                                       procs), pid)
                  for pid in comms}
@@ -650,7 +759,9 @@ class Waits:
             title="jitring waits: " + cmd,
             subtitle="where threads were off CPU, in microseconds until "
             "each ran again ([wait: REASON] under the innermost Python "
-            "frame), %d context switches" % self.switches,
+            "frame), %d context switches%s" % (
+                self.switches, ", %d sampled with their stack"
+                % self.samples if self.sampled else ""),
             unit="\u00b5s off CPU")
 
     # -- printing ----------------------------------------------------
@@ -672,7 +783,7 @@ class Waits:
         vol = sum(self.self_.values())
         pre = sum(r.get(PREEMPTED, 0) for r in self.per_thread.values())
         print()
-        if not self.switches and any(self.threads.outs.values()):
+        if not self.samples and any(self.threads.outs.values()):
             print("perf recorded the threads' context switches but no "
                   "sample of them (its samples of the kernel were "
                   "withheld?): no table of waits")
@@ -682,6 +793,11 @@ class Waits:
               % (self.switches, len(self.tids),
                  "" if len(self.tids) == 1 else "s", self.thread_ns / 1e9,
                  vol / 1e9, self.share(vol), pre / 1e9, self.share(pre)))
+        if self.sampled:
+            print("(%d of them sampled with their stack, at up to %s a "
+                  "second a thread (--wait-freq): each weighs the switches "
+                  "it stands for)"
+                  % (self.samples, self.meta.get("wait_freq") or "?"))
         reasons = {}
         for (_, why), ns in self.self_.items():
             reasons[why] = reasons.get(why, 0) + ns
@@ -738,11 +854,16 @@ class Waits:
         if self.own:
             notes.append("%d switch%s of jitring's own work left out"
                          % (self.own, "" if self.own == 1 else "es"))
-        if self.lost_ns * 100 > self.thread_ns:
-            notes.append("%.3f s off CPU (%.1f%% of thread time) has no "
-                         "switch sample: perf lost them (see its warning "
-                         "below)" % (self.lost_ns / 1e9,
-                                     self.share(self.lost_ns)))
+        if self.lost * 100 > self.switches:
+            notes.append("%d of %d switches have no sample: perf lost them "
+                         "(see its warning below); their time is shared "
+                         "among the sampled ones of their thread"
+                         % (self.lost, self.switches))
+        if self.unsampled_ns * 100 > self.thread_ns:
+            notes.append("%.3f s off CPU (%.1f%% of thread time) in threads "
+                         "with no sampled switch of its kind: in no table"
+                         % (self.unsampled_ns / 1e9,
+                            self.share(self.unsampled_ns)))
         if self.cut_ns * 100 > self.thread_ns:
             size = self.meta.get("wait_stack_size") or STACK_SIZE
             notes.append("%.1f%% of thread time waits with a cut stack "

@@ -19,6 +19,10 @@ real perf.
     and waits add up to the life it measured within 5 %, and the
     computing thread's function is in no wait table (on a GIL build,
     where each waits for the other's GIL, the sleeper alone);
+ 3b. sampled (--wall --wait-freq 200): switch_prog.py's two threads
+    passing a byte through pipes: a third of its switches or fewer have
+    a stack, yet the echo thread's CPU and waits add up to its life
+    within 5 %, its largest wait its pipe's read;
  4. I/O: a socketpair reader blocked on a writer that sleeps between
     sends, and a main thread waiting for a child process: recv, sleep and
     child wait named;
@@ -398,6 +402,41 @@ def test_gc(t, r):
             p.stdout[-3000:])
 
 
+def test_sampled(t, r):
+    """--wait-freq: a program switching thousands of times a second, its
+    switches' stacks sampled (each weighing the switches it stands for),
+    its threads' times still whole."""
+    prog = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "switch_prog.py")
+    with open(prog) as f:
+        text = f.read()
+    p, out = r.run("sampled", text, args=["4000", "450"],
+                   opts=("--wall", "--wait-freq", "200"))
+    t.check(p.returncode == 0, "sampled: record --wall --wait-freq 200 "
+            "exits 0", p.stderr[-1500:])
+    m = re.search(r"^(\d+) context switches of .*\n\((\d+) of them "
+                  r"sampled with their stack", p.stdout, re.M)
+    t.check(m and int(m.group(2)) * 3 < int(m.group(1)),
+            "sampled: a third of the switches or fewer have a stack (%s)"
+            % (m and m.group(0).replace("\n", " ")), p.stdout[-3000:])
+    got = wall_lines(p.stdout).get("echo")
+    t.check(got, "sampled: --wall has a line for the echo thread",
+            p.stdout[-3000:])
+    if got:
+        life, cpu, reasons = got
+        whole = cpu + sum(reasons.values())
+        t.check(abs(whole - life) <= 0.05 * life,
+                "sampled: the echo thread's CPU %.3f s and sampled waits "
+                "%.3f s make its life %.3f s within 5%%"
+                % (cpu, whole - cpu, life), got)
+        t.check(reasons and max(reasons, key=reasons.get) == "I/O (read)",
+                "sampled: the echo thread waits most on its pipe's read",
+                reasons)
+    echo = named(tables(p.stdout)["self"], "echo")
+    t.check(echo and echo[0][2] == "I/O (read)",
+            "sampled: echo's wait is named I/O (read)", echo)
+
+
 def test_io(t, r):
     p, out = r.run("io", IO)
     t.check(p.returncode == 0, "io: record --wait exits 0",
@@ -449,8 +488,22 @@ def test_reasons(t, r):
          True, "per-object lock"),
         ("a preemption", k("schedule", "irqentry_exit_to_user_mode") +
          u("list_append"), True, "preempted"),
-        ("stripped code", futex + [("[unknown]", "/usr/bin/python3")] * 3,
-         False, "unnamed native (futex)"),
+        ("stripped code", futex[:-1] + [("[unknown]", "/usr/bin/python3")]
+         * 3, False, "unnamed native (futex)"),
+        # The GIL of Debian's stripped python3.14: only the GIL waits on a
+        # condition variable in a GIL build's interpreter.
+        ("a stripped GIL build's condition variable", futex + [
+            ("[unknown]", "/usr/bin/python3.14")] * 3, False, "GIL"),
+        ("the same under the eval breaker", futex + [
+            ("[unknown]", "/usr/bin/python3.14"),
+            ("_Py_HandlePending", "/usr/bin/python3.14")], False, "GIL"),
+        ("a stripped free-threaded build's condition variable", futex + [
+            ("[unknown]", "/usr/bin/python3.13t")] * 3, False,
+         "unnamed native (futex)"),
+        ("a condition variable of a library", futex + [
+            ("[unknown]", "/usr/lib/libfoo.so")] + [
+            ("[unknown]", "/usr/bin/python3.14")], False,
+         "unnamed native (futex)"),
         ("a PyMutex elsewhere", futex + u(
             "_PySemaphore_Wait", "_PyParkingLot_Park", "_PyMutex_LockTimed",
             "_PyType_Lookup"), False, "PyMutex (in _PyType_Lookup)"),
