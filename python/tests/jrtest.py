@@ -11,7 +11,8 @@ Test (and what the file's fixture gives); main(globals()) runs them on
 unittest, in the order they are written, each on its own: an exception
 or a timeout ($JITRING_TEST_CASE_TIMEOUT seconds, 900 by default) fails
 that case, and the next one runs.  Case names on the command line (with
-or without test_) run those alone.
+or without test_) run those alone; a file that takes another word there
+(test_threads.py's engine) takes it off sys.argv before main().
 """
 
 import glob
@@ -73,14 +74,6 @@ class Test:
             os._exit(SKIP)
         os._exit(PASS)
 
-    def run(self, fn):
-        try:
-            fn(self)
-        except Exception:
-            traceback.print_exc()
-            self.check(False, "no exception escapes the test")
-        self.done()
-
 
 class CaseTimeout(Exception):
     pass
@@ -102,8 +95,12 @@ def cases_of(ns):
 def main(ns, fixture=None, timeout=None):
     """Run the cases of the test file whose globals() are @ns on
     unittest (see the module's doc); @fixture(t), if given, returns what
-    each case takes after t (a tuple), made once before the first case.
-    Exits as Test.done() does."""
+    each case takes after t (a tuple), made once before the first case;
+    a generator fixture yields that tuple once, and runs on from there
+    after the last case (to stop what it started, or to check what the
+    cases left), an exception there a failed check.  Exits as
+    Test.done() does."""
+    import inspect
     import signal
     import unittest
     t = Test()
@@ -121,8 +118,12 @@ def main(ns, fixture=None, timeout=None):
               if not want or f.__name__ in want or f.__name__[5:] in want]
     limit = timeout or int(os.environ.get("JITRING_TEST_CASE_TIMEOUT",
                                           "900"))
+    rest = None
     try:
-        args = tuple(fixture(t)) if fixture else ()
+        made = fixture(t) if fixture else ()
+        if inspect.isgenerator(made):
+            rest, made = made, next(made)
+        args = tuple(made)
     except Exception:
         traceback.print_exc()
         t.check(False, "the cases' fixture is made")
@@ -163,6 +164,12 @@ def main(ns, fixture=None, timeout=None):
 
     suite = unittest.TestSuite(one(fn) for fn in chosen)
     suite.run(result)
+    if rest is not None:
+        try:
+            next(rest, None)
+        except Exception:
+            traceback.print_exc()
+            t.check(False, "the cases' fixture is taken down")
     if exited:
         sys.stdout.flush()
         os._exit(exited[0] if isinstance(exited[0], int) else FAIL)

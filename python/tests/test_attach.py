@@ -157,7 +157,8 @@ def service_env(standby):
     return env
 
 
-def test_windows(t, py, svc, n):
+def test_windows(t, py, newer, svc):
+    n = int(os.environ.get("JITRING_TEST_WINDOWS", "40"))
     from jitring import _attach
     client = Client(svc.port)
     client.start()
@@ -209,7 +210,7 @@ def test_windows(t, py, svc, n):
             left)
 
 
-def test_record(t, py, svc):
+def test_record(t, py, newer, svc):
     from test_record import perf_usable, leftovers, sections, has
     from jitring import _attach
     why = perf_usable()
@@ -244,7 +245,7 @@ def test_record(t, py, svc):
             client.errors[:3])
 
 
-def test_record_killed(t, py, svc):
+def test_record_killed(t, py, newer, svc):
     """record --pid killed in its window (SIGKILL: nothing of record's
     runs): the service stops profiling by itself, its dump closed whole."""
     from test_record import perf_usable
@@ -304,7 +305,7 @@ def ptrace_open(nocap, pid):
     return None
 
 
-def test_ptrace_words(t):
+def test_ptrace_words(t, py, newer, svc):
     """The refusal's words where ptrace is refused (staged: the reads of
     /proc fail as a refused ptrace makes them)."""
     from jitring import _attach
@@ -325,7 +326,7 @@ def test_ptrace_words(t):
             msg)
 
 
-def test_refusals(t, py, newer):
+def test_refusals(t, py, newer, svc):
     gone = subprocess.Popen(["true"])
     gone.wait()
     refused(t, py, gone.pid, "a pid that is gone", "no process")
@@ -357,30 +358,30 @@ def test_refusals(t, py, newer):
     nocap = ["setpriv", "--bounding-set=-sys_ptrace",
              "--inh-caps=-sys_ptrace"]
     for what, args, env, want in cases:
-        svc = Service(t, py, env, args)
+        own = Service(t, py, env, args)
         try:
-            before = svc.threads()
+            before = own.threads()
             if what.startswith("ptrace"):
-                why = ptrace_open(nocap, svc.pid)
+                why = ptrace_open(nocap, own.pid)
                 if why:
                     t.skip_part(what, why)
                     continue
-            refused(t, py, svc.pid, what, want,
+            refused(t, py, own.pid, what, want,
                     nocap if what.startswith("ptrace") else ())
-            t.check(svc.threads() == before and svc.p.poll() is None,
+            t.check(own.threads() == before and own.p.poll() is None,
                     what + ": the service untouched")
         finally:
-            svc.stop()
+            own.stop()
 
 
-def test_as_is(t, py):
+def test_as_is(t, py, newer, svc):
     from jitring import _attach
     d = os.path.join(t.scratch, "as-is")
     os.mkdir(d)
     env = dict(service_env(False), JITRING_PROFILE="1", JITRING_DIR=d)
-    svc = Service(t, py, env)
+    own = Service(t, py, env)
     try:
-        info = _attach.probe(svc.pid)
+        info = _attach.probe(own.pid)
         t.check(_attach.route(info) == "as-is",
                 "JITRING_PROFILE=1: recorded as it is")
         out = os.path.join(t.scratch, "as-is-out")
@@ -391,13 +392,16 @@ def test_as_is(t, py):
             w.stop()
         finally:
             w.close()
-        t.check(any(x.startswith("jitring") for x in svc.threads()),
+        t.check(any(x.startswith("jitring") for x in own.threads()),
                 "and left on")
     finally:
-        svc.stop()
+        own.stop()
 
 
-def main(t):
+def fixture(t):
+    """(py, newer, svc): the interpreter, whether it is 3.14 or later,
+    and the service the windows and record cases attach to (stopped after
+    the last case)."""
     import jitring
     site = os.path.dirname(os.path.dirname(os.path.abspath(
         jitring.__file__)))
@@ -407,20 +411,13 @@ def main(t):
         py = jrtest.hook_venv(t, True)
     newer = sys.version_info >= (3, 14)
     svc = Service(t, py, service_env(not newer))
-    if not t.check(svc.port > 0, "the service runs", svc.p.stderr.read()
-                   if svc.p.poll() is not None else ""):
-        return
+    t.check(svc.port > 0, "the service runs", svc.p.stderr.read()
+            if svc.p.poll() is not None else "")
     try:
-        test_windows(t, py, svc,
-                     int(os.environ.get("JITRING_TEST_WINDOWS", "40")))
-        test_record(t, py, svc)
-        test_record_killed(t, py, svc)
+        yield py, newer, svc
     finally:
         svc.stop()
-    test_refusals(t, py, newer)
-    test_ptrace_words(t)
-    test_as_is(t, py)
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), fixture)

@@ -155,7 +155,7 @@ def empty(folder):
             os.unlink(f)
 
 
-def test_privileged(t, py):
+def test_privileged(t, py, svc):
     import pwd
     if os.geteuid() != 0:
         t.skip_part("root records another user's folder", "not root")
@@ -287,7 +287,7 @@ def test_second(t, py, svc):
             first.communicate()
 
 
-def test_messages(t, py):
+def test_messages(t, py, svc):
     from jitring import _attach
     info = {"pid": 1, "version": (3, 11), "argv": ["python3.11"],
             "env": {"JITRING_PROFILE": "standby"}, "uid": os.geteuid()}
@@ -301,9 +301,9 @@ def test_messages(t, py):
             msg)
     if NEWER:
         return
-    svc = Service(py, SVC_OWN_HANDLER="1")
+    own = Service(py, SVC_OWN_HANDLER="1")
     try:
-        info = _attach.probe(svc.pid)
+        info = _attach.probe(own.pid)
         out = os.path.join(t.scratch, "own")
         os.mkdir(out)
         t0 = time.monotonic()
@@ -322,10 +322,10 @@ def test_messages(t, py):
                 "a standby service with its own handler for the signal: "
                 "told so (%.1f s)" % took, msg)
     finally:
-        svc.stop()
+        own.stop()
 
 
-def test_check(t, py):
+def test_check(t, py, svc):
     d = os.path.join(t.scratch, "check")
     os.mkdir(d)
     subprocess.run([py, "-c", "import sys, jitring\n"
@@ -352,22 +352,19 @@ def test_check(t, py):
             p.stderr[-400:])
 
 
-def main(t):
+def fixture(t):
+    """The interpreter, and the service the durations and second cases
+    record (stopped after the last case)."""
     py = sys.executable
     t0 = time.monotonic()
     svc = Service(py)
-    if not t.check(svc.ok, "the service runs"):
-        return
+    t.check(svc.ok, "the service runs")
     try:
-        test_durations(t, py, svc)
-        test_second(t, py, svc)
+        yield py, svc
     finally:
         svc.stop()
-    test_messages(t, py)
-    test_check(t, py)
-    test_privileged(t, py)
     print("%.1f s" % (time.monotonic() - t0))
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), fixture)

@@ -54,6 +54,48 @@ def run_tree(t, py, value, d):
                           env=env, timeout=120)
 
 
+def test_tree(t, py):
+    d = os.path.join(t.scratch, "on")
+    os.mkdir(d)
+    p = run_tree(t, py, "1", d)
+    if not t.check(p.returncode == 0, "the tree ran with JITRING_PROFILE=1",
+                   p.stderr[-800:]):
+        return
+    parent, child, code = p.stdout.split()
+    t.check(code == "0", "the spawn child exited 0")
+    files = jrtest.dumps(d)
+    t.check(len(files) >= 3, "a dump per process (parent, subprocess, "
+            "spawn child and its resource tracker): %d"
+            % len(files), files)
+    names = {}
+    for f in files:
+        ok, out = jrtest.check_dump(f)
+        t.check(ok, "%s valid" % os.path.basename(f), out)
+        pid = os.path.basename(f)[4:-5]
+        names[pid] = [n.split(":")[2] for n in jrtest.load_names(f)
+                      if n.startswith("py::")]
+    own = {"parent_fn": parent, "spawned_child_fn": child}
+    for fn, pid in own.items():
+        t.check(fn in names.get(pid, []), "%s is in process %s's dump"
+                % (fn, pid))
+        others = [q for q, ns in names.items() if q != pid and fn in ns]
+        t.check(not others, "%s in no other process's dump" % fn, others)
+    sub = [q for q, ns in names.items() if "subprocess_child_fn" in ns]
+    t.check(len(sub) == 1 and sub[0] not in (parent, child),
+            "the subprocess child's function in its own dump only", sub)
+
+
+def test_off(t, py):
+    for value in (None, "0"):
+        off = os.path.join(t.scratch, "off-%s" % value)
+        os.mkdir(off)
+        p = run_tree(t, py, value, off)
+        t.check(p.returncode == 0 and not jrtest.dumps(off),
+                "JITRING_PROFILE %s: no dump" %
+                ("unset" if value is None else "=" + value),
+                p.stderr[-300:] + str(jrtest.dumps(off)))
+
+
 SUBINTERP = textwrap.dedent("""
     try:
         import _interpreters as I
@@ -68,7 +110,9 @@ SUBINTERP = textwrap.dedent("""
 """)
 
 
-def test_subinterpreter(t, py, d):
+def test_subinterpreter(t, py):
+    d = os.path.join(t.scratch, "subinterpreter")
+    os.mkdir(d)
     env = dict(os.environ, JITRING_DIR=d, JITRING_PROFILE="1")
     env.pop("PYTHONPATH", None)
     p = subprocess.run([py, "-c", SUBINTERP], capture_output=True,
@@ -153,51 +197,8 @@ def startup_ms(py, env, n=20):
     return 1000 * best[len(best) // 2]
 
 
-def main(t):
-    if not os.path.exists(jrtest.PTH):
-        t.skip("no python/jitring-autostart.pth in this tree")
-    py = jrtest.hook_venv(t, True)
-    d = os.path.join(t.scratch, "on")
-    os.mkdir(d)
-    p = run_tree(t, py, "1", d)
-    if not t.check(p.returncode == 0, "the tree ran with JITRING_PROFILE=1",
-                   p.stderr[-800:]):
-        return
-    parent, child, code = p.stdout.split()
-    t.check(code == "0", "the spawn child exited 0")
-    files = jrtest.dumps(d)
-    t.check(len(files) >= 3, "a dump per process (parent, subprocess, "
-            "spawn child and its resource tracker): %d"
-            % len(files), files)
-    names = {}
-    for f in files:
-        ok, out = jrtest.check_dump(f)
-        t.check(ok, "%s valid" % os.path.basename(f), out)
-        pid = os.path.basename(f)[4:-5]
-        names[pid] = [n.split(":")[2] for n in jrtest.load_names(f)
-                      if n.startswith("py::")]
-    own = {"parent_fn": parent, "spawned_child_fn": child}
-    for fn, pid in own.items():
-        t.check(fn in names.get(pid, []), "%s is in process %s's dump"
-                % (fn, pid))
-        others = [q for q, ns in names.items() if q != pid and fn in ns]
-        t.check(not others, "%s in no other process's dump" % fn, others)
-    sub = [q for q, ns in names.items() if "subprocess_child_fn" in ns]
-    t.check(len(sub) == 1 and sub[0] not in (parent, child),
-            "the subprocess child's function in its own dump only", sub)
-
-    for value in (None, "0"):
-        off = os.path.join(t.scratch, "off-%s" % value)
-        os.mkdir(off)
-        p = run_tree(t, py, value, off)
-        t.check(p.returncode == 0 and not jrtest.dumps(off),
-                "JITRING_PROFILE %s: no dump" %
-                ("unset" if value is None else "=" + value),
-                p.stderr[-300:] + str(jrtest.dumps(off)))
-
-    test_subinterpreter(t, py, d)
-    test_prune(t, py)
-
+def test_startup(t, py):
+    """The hook's cost at start-up, printed (no check)."""
     plain = jrtest.hook_venv(t, False)
     env = dict(os.environ)
     env.pop("PYTHONPATH", None)
@@ -207,5 +208,11 @@ def main(t):
           "%.2f ms against %.2f ms without it (median of 20)" % (b, a))
 
 
+def fixture(t):
+    if not os.path.exists(jrtest.PTH):
+        t.skip("no python/jitring-autostart.pth in this tree")
+    return (jrtest.hook_venv(t, True),)
+
+
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), fixture)

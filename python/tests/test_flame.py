@@ -23,8 +23,10 @@ process) of all samples, native_sort 38% through native and kernel frames;
             (skipped without node), and the template (web/flame.html)
             holds each of its markers once
 
-Exit 77 when no chromium can be installed or run (scripts/deps.sh browser;
-JITRING_CHROMIUM names another binary).
+Each is a case of its own (test_flame.py zoom runs that alone).  Exit 77
+when no chromium can be installed or run (scripts/deps.sh browser;
+JITRING_CHROMIUM names another binary), at the first case that loads the
+page (sources, offline and folded need no browser).
 """
 
 import json
@@ -404,44 +406,77 @@ def check_sources(t):
             "web/%s holds each marker once" % _flame.PAGE, counts)
 
 
-def main(t):
+class Page:
+    """The page, written once from STACKS, and the browser that loads it,
+    found at its first use: the file skips (77) where none runs."""
+
+    def __init__(self, t):
+        self.t = t
+        self.html = os.path.join(t.scratch, "flame.html")
+        info = _flame.write_html(self.html, iter(STACKS), title="test_flame",
+                                 subtitle="synthetic stacks")
+        print("page: %d bytes, %d nodes, %d pruned" % (
+            info["bytes"], info["nodes"], info["pruned_nodes"]))
+        self.url = "file://" + self.html
+        self.b = None
+
+    def browser(self):
+        if self.b is None:
+            exe = find_chromium()
+            if not exe:
+                self.t.skip("no chromium on PATH (scripts/deps.sh browser "
+                            "installs it; JITRING_CHROMIUM names another)")
+            b = Browser(self.t, exe)
+            rc, out, err, _ = b.run("about:blank", "--dump-dom", timeout=60)
+            if rc != 0 or "<html" not in out:
+                self.t.skip("chromium does not run here (exit %s): %s"
+                            % (rc, " | ".join(err.strip().splitlines()[-3:])))
+            self.b = b
+        return self.b
+
+
+def test_sources(t, page):
     check_sources(t)
-    exe = find_chromium()
-    if not exe:
-        t.skip("no chromium on PATH (scripts/deps.sh browser installs it; "
-               "JITRING_CHROMIUM names another)")
-    html = os.path.join(t.scratch, "flame.html")
-    info = _flame.write_html(html, iter(STACKS), title="test_flame",
-                             subtitle="synthetic stacks")
-    print("page: %d bytes, %d nodes, %d pruned" % (
-        info["bytes"], info["nodes"], info["pruned_nodes"]))
-    b = Browser(t, exe)
-    rc, out, err, _ = b.run("about:blank", "--dump-dom", timeout=60)
-    if rc != 0 or "<html" not in out:
-        t.skip("chromium does not run here (exit %s): %s"
-               % (rc, " | ".join(err.strip().splitlines()[-3:])))
-    check_static(t, html)
-    url = "file://" + html
-    rc, dom, err, secs = b.run(url, "--dump-dom")
-    if not t.check(rc == 0, "chromium --dump-dom exits 0", err[-500:]):
-        return
-    check_frames(t, dom, secs)
-    rc, dom, err, _ = b.run(url + "#search=hot_", "--dump-dom")
+
+
+def test_offline(t, page):
+    check_static(t, page.html)
+
+
+def test_frames(t, page):
+    rc, dom, err, secs = page.browser().run(page.url, "--dump-dom")
+    if t.check(rc == 0, "chromium --dump-dom exits 0", err[-500:]):
+        check_frames(t, dom, secs)
+
+
+def test_search(t, page):
+    rc, dom, err, _ = page.browser().run(page.url + "#search=hot_",
+                                         "--dump-dom")
     check_search(t, dom)
-    durl = driven(t, html)
+
+
+def test_zoom(t, page):
+    b = page.browser()
+    durl = driven(t, page.html)
     rc, dom, err, _ = b.run(durl, "--dump-dom")
     rc, dom_reset, err, _ = b.run(durl + "#reset", "--dump-dom")
     check_zoom(t, dom, dom_reset)
+
+
+def test_picture(t, page):
     png = os.path.join(t.scratch, "flame.png")
-    rc, out, err, _ = b.run(url, "--screenshot=" + png)
+    rc, out, err, _ = page.browser().run(page.url, "--screenshot=" + png)
     t.check(rc == 0 and os.path.exists(png), "chromium --screenshot "
             "writes a PNG", err[-500:])
     if os.path.exists(png):
         check_png(t, png)
         if os.environ.get("JITRING_FLAME_PNG"):
             shutil.copy(png, os.environ["JITRING_FLAME_PNG"])
+
+
+def test_folded(t, page):
     check_folded(t)
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), lambda t: (Page(t),))

@@ -32,7 +32,8 @@ whose perf.jit.data the cases read.
     JSON or processes.jsonl garbage): exit 0 with valid outputs, or a
     non-zero exit with one line on stderr, never a traceback, within a
     time limit.
-Skips (77) where perf cannot record here.
+The cases, each run by name: names (1), readers (2), fuzz (3) and
+fuzz_report (4).  Skips (77) where perf cannot record here.
 """
 
 import json
@@ -46,7 +47,6 @@ import subprocess
 import sys
 import textwrap
 import time
-import traceback
 
 import jrtest
 
@@ -251,17 +251,56 @@ def check_recording(t, out, stdout, stderr, what):
             "function with its escapes as text" % what, missing)
 
 
-def test_names(t):
-    prog = os.path.join(t.scratch, "hostile.py")
-    with open(prog, "w") as f:
-        f.write(PROG)
-    out = os.path.join(t.scratch, "names")
-    p = run(t, ["record", "-o", out, "--keep-perf-data", "--top", "40",
-                "--memfd-trampolines", "--", prog])
-    if not t.check(p is not None and p.returncode == 0,
-                   "names: record exits 0",
-                   p and p.stderr[-800:]):
-        return None
+class Recordings:
+    """The recordings the cases read, each made at its first use: that
+    of the hostile names (the names and readers cases) and a small one
+    to damage (the fuzz cases); None where record failed."""
+
+    def __init__(self, t):
+        self.t = t
+        self.made = {}
+        self.seed = int(os.environ.get("JITRING_FUZZ_SEED", "20261128"))
+        self.cases = int(os.environ.get("JITRING_FUZZ_CASES", "300"))
+        print("seed %d" % self.seed)
+        sys.stdout.flush()
+
+    def names(self):
+        """(folder, record's CompletedProcess)."""
+        if "names" not in self.made:
+            t = self.t
+            prog = os.path.join(t.scratch, "hostile.py")
+            with open(prog, "w") as f:
+                f.write(PROG)
+            out = os.path.join(t.scratch, "names")
+            p = run(t, ["record", "-o", out, "--keep-perf-data", "--top",
+                        "40", "--memfd-trampolines", "--", prog])
+            ok = t.check(p is not None and p.returncode == 0,
+                         "names: record exits 0", p and p.stderr[-800:])
+            self.made["names"] = (out, p) if ok else None
+        return self.made["names"]
+
+    def small(self):
+        """The folder (perf.data kept)."""
+        if "small" not in self.made:
+            t = self.t
+            small_prog = os.path.join(t.scratch, "small.py")
+            with open(small_prog, "w") as f:
+                f.write(SMALL)
+            small = os.path.join(t.scratch, "small")
+            p = run(t, ["record", "-o", small, "--keep-perf-data", "-F",
+                        "199", "--memfd-trampolines", "--", small_prog])
+            ok = t.check(p is not None and p.returncode == 0,
+                         "fuzz: a small recording to damage",
+                         p and p.stderr[-800:])
+            self.made["small"] = small if ok else None
+        return self.made["small"]
+
+
+def test_names(t, rec):
+    got = rec.names()
+    if not got:
+        return
+    out, p = got
     check_recording(t, out, p.stdout, p.stderr, "names")
     dumps = jrtest.dumps(out)
     names = [n for d in dumps for n in jrtest.load_names(d)]
@@ -271,7 +310,6 @@ def test_names(t):
             [n for n in names if RAW.search(n)][:3])
     t.check(all(any(n == "py::" + e for n in names) for e in ESCAPED),
             "names: the dump holds each hostile name escaped")
-    return out
 
 
 # Escapes put back raw, each as long as the escape (the dump's records
@@ -281,9 +319,13 @@ UNESCAPE = ((b"\\n", b"\n "), (b"\\t", b"\t "), (b"\\x1b", b"\x1b   "),
             (b"\\u2028", b"\xe2\x80\xa8   "), (b"\\x85", b"\xc2\x85  "))
 
 
-def test_readers(t, out):
+def test_readers(t, rec):
     """The dump's names made raw again (a newline for "\\n", same
     length): the readers alone keep the samples and escape the names."""
+    got = rec.names()
+    if not got:
+        return
+    out = got[0]
     for d in jrtest.dumps(out):
         with open(d, "rb") as f:
             data = bytearray(f.read())
@@ -471,6 +513,9 @@ def in_process(t, out, seed, cases):
     path = os.path.join(t.scratch, "fuzz.data")
     dpath = os.path.join(t.scratch, "jit-fuzz.dump")
     tmp = os.path.join(t.scratch, "jit-fuzz.out")
+    # The case's time limit (jrtest.main's alarm) shares the timer the
+    # reads' limits use: set again, less the time spent, after them.
+    left = signal.getitimer(signal.ITIMER_REAL)[0]
     old = signal.signal(signal.SIGALRM, _alarm)
     bad, results = [], {"read": 0, "refused": 0}
     t0 = time.monotonic()
@@ -500,6 +545,9 @@ def in_process(t, out, seed, cases):
                 signal.setitimer(signal.ITIMER_REAL, 0)
     finally:
         signal.signal(signal.SIGALRM, old)
+        if left:
+            signal.setitimer(signal.ITIMER_REAL,
+                             max(0.001, left - (time.monotonic() - t0)))
     print("fuzz: %d cases in %.1f s: %d read, %d refused"
           % (cases, time.monotonic() - t0, results["read"],
              results["refused"]))
@@ -592,41 +640,24 @@ def whole(t, small, seed):
             "traceback, no hang" % len(cases), bad)
 
 
-def part(t, what, fn, *args):
-    """fn(*args); an exception is a failed check and the next part
-    runs."""
-    try:
-        return fn(*args)
-    except Exception:
-        traceback.print_exc()
-        t.check(False, "%s: no exception escapes the test" % what)
-        return None
+def test_fuzz(t, rec):
+    small = rec.small()
+    if small:
+        in_process(t, small, rec.seed, rec.cases)
 
 
-def main(t):
+def test_fuzz_report(t, rec):
+    small = rec.small()
+    if small:
+        whole(t, small, rec.seed)
+
+
+def fixture(t):
     why = jrtest.perf_usable()
     if why:
         t.skip(why)
-    seed = int(os.environ.get("JITRING_FUZZ_SEED", "20261128"))
-    cases = int(os.environ.get("JITRING_FUZZ_CASES", "300"))
-    print("seed %d" % seed)
-    sys.stdout.flush()
-    out = part(t, "names", test_names, t)
-    if out:
-        part(t, "readers", test_readers, t, out)
-    small_prog = os.path.join(t.scratch, "small.py")
-    with open(small_prog, "w") as f:
-        f.write(SMALL)
-    small = os.path.join(t.scratch, "small")
-    p = run(t, ["record", "-o", small, "--keep-perf-data", "-F", "199",
-                "--memfd-trampolines", "--", small_prog])
-    if not t.check(p is not None and p.returncode == 0,
-                   "fuzz: a small recording to damage",
-                   p and p.stderr[-800:]):
-        return
-    part(t, "fuzz", in_process, t, small, seed, cases)
-    part(t, "fuzz", whole, t, small, seed)
+    return (Recordings(t),)
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), fixture)

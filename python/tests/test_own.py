@@ -135,7 +135,10 @@ def flame_names(path):
     return names
 
 
-def test_own(t, py, env):
+def test_own(t, py, env, why):
+    if why:
+        t.skip_part("own work under record", why)
+        return
     d = os.path.join(t.scratch, "own")
     os.mkdir(d)
     with open(os.path.join(d, "hello.py"), "w") as f:
@@ -193,7 +196,8 @@ def strip_summary(out):
     return out[:m.start()] if m else out
 
 
-def test_tracebacks(t, py, env, record):
+def test_tracebacks(t, py, env, why):
+    record = not why
     d = os.path.join(t.scratch, "tb")
     os.mkdir(d)
     for name, text in SCRIPTS.items():
@@ -226,7 +230,9 @@ def test_tracebacks(t, py, env, record):
                     % (p.returncode, p.stderr, plain.stderr))
 
 
-def main(t):
+def fixture(t):
+    """(py, env, why): the interpreter record runs from, its environment,
+    and why perf cannot record here (None where it can)."""
     import jitring
     site = os.path.dirname(os.path.dirname(os.path.abspath(
         jitring.__file__)))
@@ -238,13 +244,8 @@ def main(t):
     for k in ("JITRING_PROFILE", "PYTHONPATH", "JITRING_RECORD_PROCS",
               "JITRING_DIR"):
         env.pop(k, None)
-    why = jrtest.perf_usable()
-    if why:
-        t.skip_part("own work under record", why)
-    else:
-        test_own(t, py, env)
-    test_tracebacks(t, py, env, record=not why)
+    return py, env, jrtest.perf_usable()
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), fixture)

@@ -40,7 +40,7 @@ CHILD = textwrap.dedent("""
 """)
 
 
-def main(t):
+def test_contended(t):
     env = dict(os.environ, JITRING_PY_TEST_COPY_DELAY_US="20000")
     p = subprocess.run([sys.executable, "-c", CHILD, t.scratch],
                        capture_output=True, text=True, timeout=120, env=env)
@@ -63,4 +63,4 @@ def main(t):
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals())

@@ -65,6 +65,10 @@ wheel.
     and in fp mode past perf's 127-frame limit, the cut stacks sit under
     a frame of their own, <module> and those together hold every sample,
     and the note after the tables gives their share and the remedy.
+The cases, each run by name (test_record.py tree): tree (1, 4, 5 and
+8), signals and interrupted (2), output (3), event (6), cli (7; over
+event's recording where that case ran), scale (9), reuse (10), deep
+(12), elf (13) and fp (11); whatever ran, nothing is written to ~/.debug.
 Skips (77) where perf cannot record here.
 """
 
@@ -72,7 +76,6 @@ import os
 import select
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 
@@ -237,8 +240,12 @@ def fake_tool(t, name, body, tool="perf"):
 
 
 class Rec:
+    """record as a user runs it, and what one case leaves another: the
+    event case's recording (earlier), which the cli case records over."""
+
     def __init__(self, t, py, env):
         self.t, self.py, self.env = t, py, env
+        self.earlier = None
 
     def script(self, name, text):
         path = os.path.join(self.t.scratch, name)
@@ -393,7 +400,8 @@ def test_tree(t, r):
             not has(tabs["total"], "sub_fn") and
             len(procs_table(p.stdout)) == 1,
             "--no-children: the top process only", p.stdout[-2000:])
-    return dumps[0] if dumps else None
+    if dumps:
+        check_cmd(t, r, dumps[0])
 
 
 def wait_line(p, want, timeout=120):
@@ -473,7 +481,7 @@ def test_signals(t, r):
             leftovers(out))
 
 
-def test_interrupted_finish(t, r):
+def test_interrupted(t, r):
     """A stand-in perf whose finishing step (perf script of a recording
     through the trampolines' ELF files, each of its parallel slices; perf
     inject with --memfd-trampolines) says so on a FIFO and then waits to
@@ -583,10 +591,14 @@ def test_event(t, r):
             "Traceback" not in p.stderr and not os.path.exists(marker),
             "an unknown event: a message, exit 2, the program not run",
             "%d %s" % (p.returncode, p.stderr[-500:]))
-    return out
+    r.earlier = out
 
 
-def test_cli(t, r, earlier):
+def test_cli(t, r):
+    earlier = r.earlier
+    if not earlier:
+        t.skip_part("-o over an earlier recording, --browser",
+                    "the event case's recording is not there")
     prog = r.script("short.py", SHORT)
     for args in (["record"], ["record", "--top", "x", prog],
                  ["record", "--bogus", prog], ["record", "-m"]):
@@ -671,7 +683,8 @@ def test_cli(t, r, earlier):
             "not run", p.stderr[-400:])
 
 
-def test_check(t, r, dump):
+def check_cmd(t, r, dump):
+    """jitring check on the tree case's dump, and on a damaged copy."""
     p = r.run(["check", dump])
     t.check(p.returncode == 0, "check: the recording's dump is valid",
             p.stdout[-300:] + p.stderr[-300:])
@@ -1018,26 +1031,14 @@ def test_fp(t, r):
             "fp: perf.data a fifth of dwarf mode's or less", os.listdir(dw))
 
 
-def main(t):
+def fixture(t):
+    """(Rec,), and after the last case: nothing was written to ~/.debug
+    (HOME is the scratch folder)."""
     py, env = jrtest.record_python(t)
-    r = Rec(t, py, env)
-    only = sys.argv[1:]
-    tests = [("tree", test_tree), ("signals", test_signals),
-             ("interrupted", test_interrupted_finish),
-             ("output", test_output), ("event", test_event),
-             ("scale", test_scale), ("reuse", test_reuse), ("fp", test_fp),
-             ("deep", test_deep), ("elf", test_elf)]
-    got = {}
-    for name, fn in tests:
-        if not only or name in only:
-            got[name] = fn(t, r)
-    if not only or "cli" in only:
-        test_cli(t, r, got.get("event"))
-    if got.get("tree"):
-        test_check(t, r, got["tree"])
+    yield (Rec(t, py, env),)
     t.check(not os.path.exists(os.path.join(t.scratch, ".debug")),
             "nothing written to ~/.debug")
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals(), fixture)

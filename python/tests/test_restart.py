@@ -52,7 +52,7 @@ def check_sessions(t, files, what):
     return idx
 
 
-def main(t):
+def test_two_dirs(t):
     d1 = os.path.join(t.scratch, "a")
     d2 = os.path.join(t.scratch, "b")
     os.mkdir(d1)
@@ -63,6 +63,8 @@ def main(t):
                    "two directories")
     t.check(not jitring.is_active(), "inactive after the second stop()")
 
+
+def test_one_dir(t):
     d3 = os.path.join(t.scratch, "c")
     os.mkdir(d3)
     session(d3)
@@ -75,4 +77,4 @@ def main(t):
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    jrtest.main(globals())

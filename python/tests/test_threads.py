@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: MIT
 """Many threads making new functions: each named in the dump exactly once.
 
-test_threads.py [rings|mutex]
+test_threads.py [rings|mutex] [CASE...]: the engine (rings by default) is
+a word of its own on the command line, taken off before the case names.
 
 Threads started before and after start() each make fresh functions and
 call them; all threads also enter the same fresh functions at the same
@@ -18,14 +19,14 @@ import jrtest
 
 import jitring
 
-ENGINE = sys.argv[1] if len(sys.argv) > 1 else "rings"
+ENGINES = ("rings", "mutex")
 BEFORE = 32             # threads started before start()
 AFTER = 32              # and after
 OWN = 200               # fresh functions each thread makes and calls
 SHARED = 200            # fresh functions all threads enter at once
 
 
-def main(t):
+def test_fresh_functions(t, engine):
     gil_at_start = sys._is_gil_enabled() if jrtest.free_threaded() else None
     shared = [jrtest.make_function("shared_%d" % i, "<shared>")
               for i in range(SHARED)]
@@ -55,7 +56,7 @@ def main(t):
     for th in threads:
         th.start()
     started.wait()              # these threads exist before start()
-    jitring.start(dir=t.scratch, engine=ENGINE)
+    jitring.start(dir=t.scratch, engine=engine)
     for k in range(BEFORE, BEFORE + AFTER):
         th = threading.Thread(target=worker, args=(k,))
         th.start()
@@ -106,4 +107,8 @@ def main(t):
 
 
 if __name__ == "__main__":
-    jrtest.Test().run(main)
+    engine = "rings"
+    if sys.argv[1:2] and sys.argv[1] in ENGINES:
+        engine = sys.argv.pop(1)
+    print("engine: " + engine)
+    jrtest.main(globals(), lambda t: (engine,))
