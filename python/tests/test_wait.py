@@ -28,8 +28,9 @@ real perf.
     child wait named;
  4b. gc (free-threaded): gc.collect() in a loop while two threads
     allocate: their largest wait is the collector's stop-the-world;
- 5. reasons: stacks of the wait paths no program here takes (the GIL, a
-    stop-the-world pause, a page fault, a yield in a PyMutex, a
+ 5. reasons: stacks of the wait paths no program here takes (the GIL,
+    also as a stripped GIL build's condition variable, a stop-the-world
+    pause, a page fault, a yield in a PyMutex, a
     preemption, stripped code) named as record names them;
  6. refused: with kernel.perf_event_paranoid above 1 and no privilege (an
     unmapped user namespace), --wait is one line and exit 2, and the
