@@ -814,24 +814,31 @@ class Waits:
                            self.total.items()
                            if self.shown(sum(d.values()))),
                           key=lambda r: (-r[0], r[1]))[:top]
-            print("\nWhere threads wait, by Python function (blocked "
-                  "until each ran again; total: the function and all it "
-                  "calls; share of all thread time):")
-            print("%15s  %-24s %s" % ("total", "reason", "function"))
+            tot = []
             for ns, name, d in rows:
                 main = max(d.items(), key=lambda r: (r[1], r[0]))[0]
                 if len(d) > 1:
                     main += " +%d more" % (len(d) - 1)
-                print("%s  %-24s %s" % (self.cell(ns), main,
-                                        _report.fmt_name(name, cwd)))
-            print("\nBy self (the innermost Python function, by reason):")
-            print("%15s  %-24s %s" % ("self", "reason", "function"))
+                tot.append((ns, main, name))
             rows = sorted(((k, ns) for k, ns in self.self_.items()
                            if self.shown(ns)),
                           key=lambda r: (-r[1], r[0]))[:top]
-            for (name, why), ns in rows:
-                print("%s  %-24s %s" % (self.cell(ns), why,
-                                        _report.fmt_name(name, cwd)))
+            slf = [(ns, why, name) for (name, why), ns in rows]
+            # The reason's column as wide as its longest (two spaces
+            # always part it from the function).
+            w = max([24] + [len(r[1]) for r in tot + slf])
+
+            def table(head, rows):
+                print("%15s  %-*s  %s" % (head, w, "reason", "function"))
+                for ns, why, name in rows:
+                    print("%s  %-*s  %s" % (self.cell(ns), w, why,
+                                            _report.fmt_name(name, cwd)))
+            print("\nWhere threads wait, by Python function (blocked "
+                  "until each ran again; total: the function and all it "
+                  "calls; share of all thread time):")
+            table("total", tot)
+            print("\nBy self (the innermost Python function, by reason):")
+            table("self", slf)
         rows = sorted(((k, ns) for k, ns in self.pre_self.items()
                        if self.shown(ns)),
                       key=lambda r: (-r[1], r[0]))[:top]
