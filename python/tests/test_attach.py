@@ -6,7 +6,7 @@ handle_fn computing the answer; a client thread here checks every answer.
 CPython 3.14 and later are reached through sys.remote_exec, older ones
 are started with JITRING_PROFILE=standby.
 
- 1. $JITRING_TEST_WINDOWS (default 40; 300 in the soak of `make stress`)
+ 1. $JITRING_TEST_WINDOWS (default 20; 300 in the soak of `make stress`)
     attach/detach windows of 0.2-1 s through jitring._attach (record --pid without perf): every response
     right; every window's dump valid and naming handle_fn; the service's
     VmRSS, mappings and descriptors flat from window 10 to the last (each
@@ -158,7 +158,7 @@ def service_env(standby):
 
 
 def test_windows(t, py, newer, svc):
-    n = int(os.environ.get("JITRING_TEST_WINDOWS", "40"))
+    n = int(os.environ.get("JITRING_TEST_WINDOWS", "20"))
     from jitring import _attach
     client = Client(svc.port)
     client.start()
