@@ -138,7 +138,9 @@ def parser():
                    "trampolines' ELF files, no perf inject), fp (frame "
                    "pointers: no copies, no inject; the interpreter must "
                    "keep them), auto (default): fp where the interpreter "
-                   "was built with -fno-omit-frame-pointer")
+                   "was built with -fno-omit-frame-pointer, but dwarf "
+                   "with --wait (a libc without frame pointers cuts the "
+                   "waits' stacks)")
     p.add_argument("--stack-size", type=stack_size, default=STACK_SIZE,
                    metavar="BYTES",
                    help="dwarf mode: the bytes of each sample's stack "
@@ -896,7 +898,12 @@ def main(argv):
             sys.stderr.write("jitring record: %s\n" % why)
             return 2
     if opts.call_graph == "auto":
-        opts.call_graph = "fp" if keeps_frame_pointers() else "dwarf"
+        # A wait's stack runs through libc's futex, sleep and I/O paths,
+        # which keep no frame pointers in Debian's glibc: in fp mode the
+        # frame that names the reason (the GIL's condition variable, a
+        # lock's semaphore) is lost.  --wait unwinds by DWARF.
+        opts.call_graph = "fp" if keeps_frame_pointers() and not (
+            opts.wait or opts.wall) else "dwarf"
     if opts.pid is not None:
         try:
             out, meta = attach(opts, _report.find_perf())

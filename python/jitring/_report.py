@@ -1200,7 +1200,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             if waits:
                 wait = _wait.Waits(out, meta, switches, procs, top_pid,
                                    os.path.join(out, "perf.data" if fp or
-                                                elf else "perf.jit.data"))
+                                                elf else "perf.jit.data"),
+                                   outer)
     except Interrupted as e:
         # Stopped while waiting for the lock: the outputs are the other
         # finishing's.

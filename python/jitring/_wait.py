@@ -611,7 +611,8 @@ class Waits:
     """The waits of a recording: computed, written (stacks-wait.folded,
     flame-wait.html), printed by print()."""
 
-    def __init__(self, out, meta, samples, procs, top_pid, data):
+    def __init__(self, out, meta, samples, procs, top_pid, data,
+                 outer=None):
         self.out, self.meta = out, meta
         self.procs = procs
         try:
@@ -631,6 +632,9 @@ class Waits:
         rows = []
         raw = {}            # (tid, preempted) -> ns the samples weigh
         seen = {}
+        # record --pid: the frames each thread of the service ran
+        # throughout the window (jitring._report.with_running()).
+        o_pid, o_tids = outer or (None, {})
         for pid, comm, frames, tid, t, _ in samples:
             if top_pid is not None and pid != top_pid:
                 continue
@@ -645,10 +649,11 @@ class Waits:
             ns, preempt = w
             ns *= n
             raw[(tid, preempt)] = raw.get((tid, preempt), 0) + ns
-            k = (comm, tuple(frames), preempt)
+            o = o_tids.get(tid) if pid == o_pid else None
+            k = (comm, tuple(frames), preempt, o)
             c = seen.get(k)
             if c is None:
-                c = seen[k] = self._classify(comm, frames, preempt)
+                c = seen[k] = self._classify(comm, frames, preempt, o)
             if c is False:
                 self.own += 1
                 continue
@@ -728,16 +733,20 @@ class Waits:
             folded[k] = folded.get(k, 0) + us
         self.write(folded)
 
-    def _classify(self, comm, frames, preempt):
+    def _classify(self, comm, frames, preempt, outer=None):
         """(flame stack, reason, the program's Python frames root first,
         the thread's first frame of the program), or False for jitring's
-        own work."""
+        own work.  @outer: the frames the thread ran throughout the
+        window (record --pid), as the CPU samples have them."""
         if _report.own_work(comm, frames):
             return False
-        st = _report.program_stack(frames)
-        cut = _report.is_cut(frames)
-        if cut:
-            st.insert(0, _report.CUT)
+        if outer:
+            st, cut = _report.with_running(frames, outer)
+        else:
+            st = _report.program_stack(frames)
+            cut = _report.is_cut(frames)
+            if cut:
+                st.insert(0, _report.CUT)
         why = reason(frames, preempt)
         py = [s for s in st if s.startswith("py::")]
         at = max((i for i, s in enumerate(st) if s.startswith("py::")),

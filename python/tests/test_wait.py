@@ -23,6 +23,10 @@ real perf.
     passing a byte through pipes: a third of its switches or fewer have
     a stack, yet the echo thread's CPU and waits add up to its life
     within 5 %, its largest wait its pipe's read;
+ 3c. attached (record --pid --wait): a service's two threads in a
+    sleep loop entered before the window: the loop leads the self table
+    of waits, as sleep, and a tenth of the waits or less have no Python
+    frame (the frames running throughout the window name them);
  4. I/O: a socketpair reader blocked on a writer that sleeps between
     sends, and a main thread waiting for a child process: recv, sleep and
     child wait named;
@@ -338,56 +342,77 @@ def test_lock(t, r):
 
 
 def test_sleep(t, r):
-    res = os.path.join(t.scratch, "sleep.json")
+    sleep_case(t, r, "sleep", ())
+
+
+def test_sleep_fp(t, r):
+    """The same in fp mode, where the interpreter keeps frame pointers
+    (--wait's auto picks dwarf)."""
+    p = subprocess.run([r.py, "-c", "import jitring._record as m; "
+                        "print(m.keeps_frame_pointers())"],
+                       capture_output=True, text=True, env=r.env)
+    if p.stdout.strip() != "True":
+        t.skip_part("sleep_fp", "this interpreter keeps no frame pointers")
+        return
+    sleep_case(t, r, "sleep_fp", ("--call-graph", "fp"))
+
+
+def sleep_case(t, r, tag, opts):
+    res = os.path.join(t.scratch, tag + ".json")
     # On a GIL build the computing thread holds the GIL the sleeper takes
     # back after each sleep (that wait is the GIL's, and the computing
     # thread waits for it in turn): the two are checked apart there.
     ft = jrtest.free_threaded()
-    p, out = r.run("sleep", SLEEP, args=[res, "1" if ft else "0"],
-                   opts=("--wall",))
-    t.check(p.returncode == 0, "sleep: record --wall exits 0",
-            p.stderr[-1500:])
+    p, out = r.run(tag, SLEEP, args=[res, "1" if ft else "0"],
+                   opts=("--wall",) + opts)
+    t.check(p.returncode == 0, "%s: record %s exits 0"
+            % (tag, " ".join(("--wall",) + opts)), p.stderr[-1500:])
+    with open(os.path.join(out, "jitring-record.json")) as f:
+        mode = json.load(f).get("call_graph")
+    t.check(mode == ("fp" if opts else "dwarf"),
+            "%s: in %s mode" % (tag, mode))
     try:
         with open(res) as f:
             own = json.load(f)
     except (OSError, ValueError):
-        t.check(False, "sleep: the program wrote its own measure")
+        t.check(False, "%s: the program wrote its own measure" % tag)
         return
     wall = wall_lines(p.stdout)
     got = wall.get("sleeper")
-    t.check(got, "sleep: --wall has a line for the sleeper's thread",
+    t.check(got, "%s: --wall has a line for the sleeper's thread" % tag,
             p.stdout[-3000:])
     if got:
         life, cpu, reasons = got
         share = 100.0 * reasons.get("sleep", 0) / life if life else 0
         want = 100.0 * own["slept"] / own["life"]
         t.check(abs(share - want) <= 5,
-                "sleep: the sleeper sleeps %.1f%% of its life by record, "
-                "%.1f%% by its own clock" % (share, want), got)
+                "%s: the sleeper sleeps %.1f%% of its life by record, "
+                "%.1f%% by its own clock" % (tag, share, want), got)
         # Its time adds up: CPU and every wait, against the life it
         # measured itself (the thread's own start and end just outside).
         whole = cpu + sum(reasons.values())
         t.check(abs(whole - own["life"]) <= 0.05 * own["life"],
-                "sleep: --wall's CPU %.3f s and waits %.3f s make the "
+                "%s: --wall's CPU %.3f s and waits %.3f s make the "
                 "sleeper's life, %.3f s by its own clock, within 5%%"
-                % (cpu, whole - cpu, own["life"]), got)
+                % (tag, cpu, whole - cpu, own["life"]), got)
     tabs = tables(p.stdout)
     t.check(named(tabs["self"], "sleeper") and
             named(tabs["self"], "sleeper")[0][2] == "sleep",
-            "sleep: the sleeper's wait is named sleep", tabs["self"])
+            "%s: the sleeper's wait is named sleep" % tag, tabs["self"])
     if not ft:
-        t.skip_part("sleep: the computing thread", "on a GIL build it "
+        t.skip_part("%s: the computing thread" % tag, "on a GIL build it "
                     "waits for the GIL whenever another thread runs")
         return
     t.check(not named(tabs["total"], "compute_only") and
             not named(tabs["self"], "compute_only"),
-            "sleep: the computing thread's function is in no wait table",
+            "%s: the computing thread's function is in no wait table"
+            % tag,
             named(tabs["total"], "compute_only"))
     c = wall.get("compute_only")
     t.check(c and not [w for w in c[2] if w != "preempted" and
                        c[2][w] > 0.0005],
-            "sleep: the computing thread's line: CPU and preemption only",
-            c)
+            "%s: the computing thread's line: CPU and preemption only"
+            % tag, c)
 
 
 def test_gc(t, r):
@@ -441,6 +466,61 @@ def test_sampled(t, r):
     echo = named(tables(p.stdout)["self"], "echo")
     t.check(echo and echo[0][2] == "I/O (read)",
             "sampled: echo's wait is named I/O (read)", echo)
+
+
+ATTACHED = textwrap.dedent("""
+    import threading, time
+    go = threading.Barrier(3)
+    def wait_loop():
+        go.wait()
+        while True:
+            time.sleep(0.002)
+    for _ in range(2):
+        threading.Thread(target=wait_loop, daemon=True).start()
+    go.wait()
+    print("ready", flush=True)
+    while True:
+        time.sleep(0.05)
+""")
+
+
+def test_attached(t, r):
+    """record --pid --wait: a service's threads in a loop entered before
+    the window (no trampoline frame of it in their stacks) have their
+    waits named by that loop, as its CPU samples are."""
+    prog = r.script("attached.py", ATTACHED)
+    env = dict(r.env)
+    if sys.version_info < (3, 14):
+        env["JITRING_PROFILE"] = "standby"
+        # A free-threaded 3.13 reads other threads' frames only where
+        # the service asks for it (jitring._attach.frames_readable()).
+        env["JITRING_RUNNING_FRAMES"] = "1"
+    svc = subprocess.Popen([r.py, prog], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, env=env, text=True)
+    try:
+        ready = svc.stdout.readline().strip() == "ready"
+        out = os.path.join(t.scratch, "attached")
+        p = subprocess.run([r.py, "-m", "jitring", "record", "-o", out,
+                            "--pid", str(svc.pid), "--duration", "1.5",
+                            "--wait", "--top", "40"],
+                           capture_output=True, text=True, env=r.env,
+                           timeout=300)
+    finally:
+        svc.kill()
+        _, err = svc.communicate()
+    t.check(ready and p.returncode == 0, "attached: record --pid --wait "
+            "exits 0", (p.stderr[-1500:], err[-500:]))
+    rows = tables(p.stdout)["self"]
+    loop = named(rows, "wait_loop")
+    bare = [row for row in rows if row[3] == "(no Python frame)"]
+    t.check(rows and rows[0][3].startswith("wait_loop:") and
+            loop[0][2] == "sleep",
+            "attached: the loop running since before the window leads "
+            "the waits, as sleep (%s)" % (loop[:1],), p.stdout[-3000:])
+    t.check(sum(row[0] for row in bare) * 10 <=
+            sum(row[0] for row in rows),
+            "attached: a tenth of the waits or less without a Python "
+            "frame (%s)" % bare, rows)
 
 
 def test_io(t, r):

@@ -262,7 +262,7 @@ fi
 # (sid's 3.15), a reused trampoline copy named in it too.
 if [ "$mode" = sid3.15 ]; then
 	suite py_record_fp test_record.py fp reuse deep
-	# record --wait in fp mode on a GIL build with stripped symbols.
+	# record --wait on a GIL build with stripped symbols (fp mode too).
 	suite py_wait test_wait.py
 fi
 # record --pid through sys.remote_exec (3.14 and later): one mechanism in
