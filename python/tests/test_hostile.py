@@ -264,36 +264,32 @@ class Recordings:
         print("seed %d" % self.seed)
         sys.stdout.flush()
 
+    def _made(self, key, name, text, opts, what):
+        """A recording of @text (as @name) into the folder @key, made at
+        its first use: (folder, record's CompletedProcess), or None."""
+        if key not in self.made:
+            t = self.t
+            prog = os.path.join(t.scratch, name)
+            with open(prog, "w") as f:
+                f.write(text)
+            out = os.path.join(t.scratch, key)
+            p = run(t, ["record", "-o", out, "--keep-perf-data"] + opts +
+                    ["--memfd-trampolines", "--", prog])
+            ok = t.check(p is not None and p.returncode == 0, what,
+                         p and p.stderr[-800:])
+            self.made[key] = (out, p) if ok else None
+        return self.made[key]
+
     def names(self):
         """(folder, record's CompletedProcess)."""
-        if "names" not in self.made:
-            t = self.t
-            prog = os.path.join(t.scratch, "hostile.py")
-            with open(prog, "w") as f:
-                f.write(PROG)
-            out = os.path.join(t.scratch, "names")
-            p = run(t, ["record", "-o", out, "--keep-perf-data", "--top",
-                        "40", "--memfd-trampolines", "--", prog])
-            ok = t.check(p is not None and p.returncode == 0,
-                         "names: record exits 0", p and p.stderr[-800:])
-            self.made["names"] = (out, p) if ok else None
-        return self.made["names"]
+        return self._made("names", "hostile.py", PROG, ["--top", "40"],
+                          "names: record exits 0")
 
     def small(self):
         """The folder (perf.data kept)."""
-        if "small" not in self.made:
-            t = self.t
-            small_prog = os.path.join(t.scratch, "small.py")
-            with open(small_prog, "w") as f:
-                f.write(SMALL)
-            small = os.path.join(t.scratch, "small")
-            p = run(t, ["record", "-o", small, "--keep-perf-data", "-F",
-                        "199", "--memfd-trampolines", "--", small_prog])
-            ok = t.check(p is not None and p.returncode == 0,
-                         "fuzz: a small recording to damage",
-                         p and p.stderr[-800:])
-            self.made["small"] = small if ok else None
-        return self.made["small"]
+        got = self._made("small", "small.py", SMALL, ["-F", "199"],
+                         "fuzz: a small recording to damage")
+        return got and got[0]
 
 
 def test_names(t, rec):
