@@ -851,6 +851,9 @@ def attach_window(opts, perf_bin, info, how, out):
                              "the window: jitring did not start there\n"
                              % opts.pid)
         meta["answered"] = win.answer is not None
+        on = (win.answer or {}).get("on_ns")
+        if type(on) is int and not win.answer.get("was_active"):
+            meta["window_on_ns"] = on
     finally:
         if win:
             win.close()

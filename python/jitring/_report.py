@@ -893,6 +893,19 @@ def _thread_start(sym, dso):
     return sym in ROOTS or os.path.basename(dso).startswith("libc.so")
 
 
+def in_window(samples, meta):
+    """(@samples, how many left out): record --pid enables perf before it
+    asks the service to start jitring (perf must see the start's
+    mappings), so the samples until the service has started it name no
+    Python function: those before the service's clock at its start
+    (window_on_ns, CLOCK_MONOTONIC as perf's -k 1) are left out."""
+    on = meta.get("window_on_ns")
+    if type(on) is not int or not meta.get("attached"):
+        return samples, 0
+    kept = [s for s in samples if s[4] >= on]
+    return kept, len(samples) - len(kept)
+
+
 def with_running(frames, outer):
     """The program stack (root first) of a sample (@frames leaf first)
     of a thread whose Python frames @outer (root first) ran throughout
@@ -1142,6 +1155,7 @@ def finish(out, meta, top=12, browser=False, prog="record"):
     in messages."""
     lockfd = -1
     wait = None
+    early = 0
     try:
         with Steps() as steps:
             lockfd = lock(out, prog)
@@ -1185,6 +1199,7 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             waits = bool(meta.get("wait"))     # record --wait
             samples = script(steps, perf, out, meta.get("perf_script"),
                              meta.get("inline"), fp, elf)
+            samples, early = in_window(samples, meta)
             procs = processes(out)
             top_pid = meta.get("pid") if meta.get("top_only") else None
             if waits:
@@ -1241,6 +1256,10 @@ def finish(out, meta, top=12, browser=False, prog="record"):
     print()
     for line in cut_note(meta, *cut):
         print(line)
+    if early:
+        print("%d sample%s from before jitring started in process %d "
+              "(perf is on first, to see the start) left out"
+              % (early, "" if early == 1 else "s", meta.get("pid")))
     lost = lost_line(out)
     if lost:
         print(lost)

@@ -179,7 +179,8 @@ class Threads:
     """Each thread's switches, life and name, read from perf.data (or
     perf.jit.data: perf inject keeps the records)."""
 
-    def __init__(self, path):
+    def __init__(self, path, since=0):
+        self.since = since  # records before it left out (record --pid)
         self.outs = {}      # tid -> [(time, preempt)], sorted
         self.ins = {}       # tid -> [time], sorted
         self.first = {}     # tid -> time of its first record
@@ -248,6 +249,8 @@ class Threads:
                 p = off + size - tail
                 pid, tid = pidtid.unpack_from(m, p)
                 t, = u64.unpack_from(m, p + 8)
+                if typ == PERF_RECORD_SWITCH and t < self.since:
+                    continue
                 if typ == PERF_RECORD_SWITCH:
                     if misc & MISC_SWITCH_OUT:
                         outs.setdefault(tid, []).append(
@@ -265,13 +268,16 @@ class Threads:
                     continue
                 pid, _, tid, _ = struct.unpack_from("<IIII", m, off + 8)
                 t, = u64.unpack_from(m, off + 24)
-                (self.start if typ == PERF_RECORD_FORK else
-                 self.end)[tid] = t
+                if t >= self.since:
+                    (self.start if typ == PERF_RECORD_FORK else
+                     self.end)[tid] = t
             else:
                 continue
             if t == 0 or tid == 0:
                 continue
             self.pid.setdefault(tid, pid)
+            if t < self.since:
+                continue
             if t < first.get(tid, t + 1):
                 first[tid] = t
             if t > last.get(tid, -1):
@@ -616,7 +622,11 @@ class Waits:
         self.out, self.meta = out, meta
         self.procs = procs
         try:
-            self.threads = th = Threads(data)
+            # record --pid: the window from the service's start of
+            # jitring (jitring._report.in_window()).
+            self.threads = th = Threads(
+                data, meta.get("window_on_ns") or 0
+                if meta.get("attached") else 0)
         except _perfdata.PerfDataError as e:
             raise _report.RecordError("cannot read the context switches "
                                       "of %s: %s" % (data, e))

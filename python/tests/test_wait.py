@@ -26,7 +26,9 @@ real perf.
  3c. attached (record --pid --wait): a service's two threads in a
     sleep loop entered before the window: the loop leads the self table
     of waits, as sleep, and a tenth of the waits or less have no Python
-    frame (the frames running throughout the window name them);
+    frame (the frames running throughout the window name them); the
+    window starts at the service's start of jitring (the samples before
+    it, which name nothing, left out and counted);
  4. I/O: a socketpair reader blocked on a writer that sleeps between
     sends, and a main thread waiting for a child process: recv, sleep and
     child wait named;
@@ -521,6 +523,24 @@ def test_attached(t, r):
             sum(row[0] for row in rows),
             "attached: a tenth of the waits or less without a Python "
             "frame (%s)" % bare, rows)
+    # perf is on before the service starts jitring: the samples until
+    # then name no function, and the window starts at the start.
+    try:
+        with open(os.path.join(out, "jitring-record.json")) as f:
+            on = json.load(f).get("window_on_ns")
+    except (OSError, ValueError):
+        on = None
+    t.check(type(on) is int and on > 0, "attached: the recording holds "
+            "the service's clock at its start of jitring (%r)" % on)
+    from jitring import _report
+    samples = [(1, "c", (), 1, ns, "cpu-clock") for ns in (5, 9, 10, 11)]
+    kept, early = _report.in_window(samples, {"attached": True,
+                                              "window_on_ns": 10})
+    t.check([s[4] for s in kept] == [10, 11] and early == 2 and
+            _report.in_window(samples, {"window_on_ns": 10}) ==
+            (samples, 0),
+            "attached: the samples before it are left out, and counted; "
+            "none where record ran the program", (kept, early))
 
 
 def test_io(t, r):
