@@ -671,8 +671,8 @@ def test_asyncio_busy(t, py, newer):
         t.skip_part("a busy asyncio server through perf", why)
         return
     svc = Service(py, "aserve", env_for(newer, **running_env()))
-    port = int(svc.p.stdout.readline())
     stats = {"asked": 0, "wrong": [], "done": False}
+    port = None
 
     def client(seed):
         # Two clients, so that the loop has a line to answer while the
@@ -694,8 +694,6 @@ def test_asyncio_busy(t, py, newer):
         except OSError as e:
             stats["wrong"].append(repr(e))
     clients = [threading.Thread(target=client, args=(i,)) for i in (1, 2)]
-    for c in clients:
-        c.start()
     after = []
 
     def opened():
@@ -707,6 +705,9 @@ def test_asyncio_busy(t, py, newer):
         after.append(stats["asked"] - n)
         stats["done"] = True
     try:
+        port = int(svc.p.stdout.readline())
+        for c in clients:
+            c.start()
         end = time.monotonic() + 10
         while stats["asked"] < 20 and time.monotonic() < end:
             time.sleep(0.05)
@@ -715,7 +716,8 @@ def test_asyncio_busy(t, py, newer):
     finally:
         stats["done"] = True
         for c in clients:
-            c.join()
+            if c.ident is not None:
+                c.join()
         alive = svc.p.poll() is None
         err = svc.stop()
     main = listed.get(svc.pid, [])
