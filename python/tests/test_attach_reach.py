@@ -8,7 +8,11 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
 
  1. main thread in thread.join(), Event.wait(), signal.pause(), an idle
     asyncio server, a worker thread running handle_fn: each window
-    answered within 2 s, its dump naming handle_fn;
+    answered within 2 s, its dump naming handle_fn; then, through real
+    perf, a window opened after the service started: the worker's loop
+    (worker(), called before any window) named, at least 80 % of the
+    samples total, as handle_fn's caller; the idle loop listed, its
+    suspended coroutine not;
  2. no thread runs Python (the main thread reads stdin, nothing else):
     the window opens (start() does not wait for an answer), and once the
     service runs Python in it, jitring starts there;
@@ -17,7 +21,8 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
     starts and nothing is printed on its stderr;
  4. a child forked during a window is left out of it (its jitring stops
     at the fork), and 5 s after the window neither the service nor the
-    child profiles;
+    child profiles; through real perf, a window on a child forked before
+    any: its worker() named as in 1;
  5. through real perf: record --pid on a service whose main thread waits
     names handle_fn, and none of jitring's attach functions;
  6. a service whose jitring was already on: record --pid killed with
@@ -33,22 +38,28 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
     and let go, and, one thread refusing the seize, every thread let go
     and the request sent to none;
  8. through real perf, frames that ran throughout the window (on a
-    free-threaded 3.13, read only with JITRING_RUNNING_FRAMES=1, and
-    that is checked to be so): a worker
-    thread inside serve_loop() (calling handle_fn in a loop) since before
-    the window: the tables name serve_loop, its total at least
-    handle_fn's, and stacks.folded has serve_loop as handle_fn's caller;
-    a multiprocessing.Manager's server process, whose serve_client()
-    loop runs a client's calls: serve_client named, its total at least
-    that of the method it runs; none of jitring's attach functions in
-    the service's list of those frames;
+    free-threaded 3.13, read only with JITRING_RUNNING_FRAMES=1, which
+    the services of 1, 4, 8 and 10 get, and that is checked to be so;
+    a worker thread's loop: 1): a multiprocessing.Manager's server
+    process, whose serve_client() loop runs a client's calls:
+    serve_client named, its total at least that of the method it runs;
+    none of jitring's attach functions in the service's list of those
+    frames;
  9. in process, the marks: a thread in outer() -> inner() at the mark,
     then in a new call of inner() (the same code at the same depth) at
     the list: outer listed, inner not; jitring's own frames never; a
     second window marks them again; a frame a tracer had set f_trace on
     left as it was; a service's list with junk in it read as what is
-    valid.
-Skips (77) where perf cannot record (5, 6 and 8 only).
+    valid;
+10. through real perf, an asyncio.start_server service kept busy by two
+    clients (the main thread runs the loop, never waiting long): the
+    window opens, the loop (run_forever, called before it) named over
+    at least 80 % of the samples, the handler coroutine (resumed through
+    a trampoline at each await) over most of the loop's iterations as
+    handle_fn's caller; every answer right, the service answering after
+    the window, its dump valid.
+Skips (77) where perf cannot record (5, 6, 8 and 10 only; the perf
+parts of 1 and 4).
 """
 
 import os
@@ -78,12 +89,6 @@ SERVICE = textwrap.dedent("""
             handle_fn(n)
             time.sleep(pause)
 
-    def serve_loop():
-        # Called once, before any window: it never returns.
-        while True:
-            handle_fn(20000)
-            time.sleep(0.002)
-
     def on_usr1(signum, frame):
         # A Python handler: the waiting main thread runs Python here.
         for _ in range(50):
@@ -112,9 +117,7 @@ SERVICE = textwrap.dedent("""
         print(m._process.pid, flush=True)
         while True:
             w.run(20000)
-    if shape == "loop":
-        threading.Thread(target=serve_loop, daemon=True).start()
-    elif shape not in ("stdin", "gate", "http"):
+    if shape not in ("stdin", "gate", "http", "aserve"):
         threading.Thread(target=worker, daemon=True).start()
     if shape == "http":
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -136,12 +139,29 @@ SERVICE = textwrap.dedent("""
         t = threading.Thread(target=server.serve_forever)
         t.start()
         t.join()
+    if shape == "aserve":
+        # An asyncio server kept busy by its client: the main thread runs
+        # the loop, a line in, its answer out, never waiting long.
+        import asyncio
+
+        async def handle_conn(reader, writer):
+            while line := await reader.readline():
+                writer.write(b"%d\\n" % handle_fn(int(line)))
+                await writer.drain()
+            writer.close()
+
+        async def main():
+            server = await asyncio.start_server(handle_conn, "127.0.0.1", 0)
+            print("ready", flush=True)
+            print(server.sockets[0].getsockname()[1], flush=True)
+            await server.serve_forever()
+        asyncio.run(main())
     print("ready", flush=True)
     if shape == "join":
         t = threading.Thread(target=threading.Event().wait)
         t.start()
         t.join()
-    elif shape in ("event", "quiet", "loop"):
+    elif shape in ("event", "quiet"):
         threading.Event().wait()
     elif shape == "pause":
         while True:
@@ -249,9 +269,18 @@ def names_handle(out):
 
 
 def test_shapes(t, py, newer):
+    """Services whose main thread waits: each window answered at once,
+    and, in a window through perf, the worker's loop (worker(), called
+    before any window: it never returns) named over its thread's
+    samples."""
     from jitring import _attach
+    why = jrtest.perf_usable()
+    if why:
+        t.skip_part("the worker's loop through perf", why)
+    # queue.Queue().get() waits as Event.wait() does (Condition.wait(): a
+    # lock's acquire with no timeout).
     for shape in ("join", "event", "pause", "asyncio"):
-        svc = Service(py, shape, env_for(newer))
+        svc = Service(py, shape, env_for(newer, **running_env()))
         try:
             time.sleep(0.2)
             out = os.path.join(t.scratch, "shape-" + shape)
@@ -271,6 +300,18 @@ def test_shapes(t, py, newer):
                     names_handle(out),
                     "main thread in %s: answered in %.2f s, handle_fn "
                     "named" % (shape, took), (a, os.listdir(out)))
+            if not why:
+                listed = check_running(t, py, svc.pid, "main thread in " +
+                                       shape, "worker", "handle_fn",
+                                       "running-" + shape)
+            if shape == "asyncio" and not why:
+                # The server's coroutine waits in the loop, suspended: on
+                # no thread's stack, so not listed; the loop that waits
+                # is (the main thread's), with no samples under it.
+                main = listed.get(svc.pid, [])
+                t.check("BaseEventLoop.run_forever" in main and
+                        "main" not in main,
+                        "the idle loop listed, its coroutine not", listed)
         finally:
             err = svc.stop()
         t.check(not err, shape + ": nothing on the service's stderr", err)
@@ -376,8 +417,13 @@ def test_void(t, py, newer):
 
 def test_children(t, py, newer):
     from jitring import _attach
-    svc = Service(py, "fork", env_for(newer))
+    svc = Service(py, "fork", env_for(newer, **running_env()))
     try:
+        # A child forked before any window: a worker process of a
+        # pre-fork server.
+        svc.send("fork")
+        early = svc.p.stdout.readline().strip() == "forked" and \
+            children(svc.pid)
         time.sleep(0.2)
         out = os.path.join(t.scratch, "children")
         os.mkdir(out)
@@ -403,6 +449,15 @@ def test_children(t, py, newer):
         t.check(not any(left),
                 "5 s after the window, neither the service nor its child "
                 "profiles", left)
+        # A window on the child forked before any: its worker() (called
+        # at the fork, below the main thread's <module>) named.
+        why = jrtest.perf_usable()
+        if why:
+            t.skip_part("a child forked before the window, through perf",
+                        why)
+        elif t.check(early, "a child forked before the window", early):
+            check_running(t, py, early[0], "a child forked before the "
+                          "window", "worker", "handle_fn", "running-fork")
     finally:
         for k in children(svc.pid):
             try:
@@ -459,40 +514,127 @@ ATTACH_OWN = ("target_start", "target_stop", "target_request",
               "standby_handler", "_watcher", "_jitring_request")
 
 
+def ft313():
+    """Whether this is a free-threaded 3.13 running without the GIL: a
+    service there lists the frames that ran throughout a window only
+    with JITRING_RUNNING_FRAMES=1 (jitring._attach.frames_readable())."""
+    return sys.version_info[:2] == (3, 13) and \
+        not getattr(sys, "_is_gil_enabled", lambda: True)()
+
+
+def running_env():
+    """What a service's environment needs for its list of the frames that
+    ran throughout a window."""
+    return {"JITRING_RUNNING_FRAMES": "1"} if ft313() else {}
+
+
+# The least total share (%) of the frame that holds a service's work and
+# ran throughout the window: every sample of its thread is under it, and
+# the service's other threads wait (measured 95-100 %, 2 loaded CPUs).
+RUNNING_SHARE = 80
+# The least share (%) of a busy asyncio server's loop iterations
+# (BaseEventLoop._run_once) that its handler coroutine takes (measured
+# 96-99 %, 2 loaded CPUs).
+HANDLER_SHARE = 70
+
+
+def record_pid(t, py, pid, name, duration="1", opened=None):
+    """record --pid @pid for @duration seconds into the scratch folder
+    @name, calling @opened() once its window opened (it says so): (its
+    CompletedProcess, {function: total %}, {tid: [qualname of each frame
+    that ran throughout, outermost first]}, stacks.folded)."""
+    import json
+    out = os.path.join(t.scratch, name)
+    argv = [py, "-m", "jitring", "record", "-o", out, "--pid", str(pid),
+            "--duration", duration]
+    r = subprocess.Popen(argv, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True,
+                         env=dict(os.environ, HOME=t.scratch))
+    try:
+        first = r.stderr.readline()
+        if opened:
+            opened()
+        o, e = r.communicate(timeout=300)
+    finally:
+        r.kill()
+        r.wait()
+    p = subprocess.CompletedProcess(argv, r.returncode, o, first + e)
+    try:
+        with open(os.path.join(out, "stacks.folded")) as f:
+            folded = f.read()
+    except OSError:
+        folded = ""
+    try:
+        with open(os.path.join(out, "running-frames.json")) as f:
+            data = json.load(f)
+        listed = {th["tid"]: [fr[0] for fr in th["frames"]]
+                  for th in data["threads"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        listed = {"error": [repr(e)]}
+    return p, total_shares(p.stdout), listed, folded
+
+
+def calls(folded, outer, inner):
+    """Whether a stack of @folded has @outer with @inner next."""
+    for line in folded.splitlines():
+        fr = line.rpartition(" ")[0].split(";")
+        if any(a.startswith("py::%s:" % outer) and
+               b.startswith("py::%s:" % inner) for a, b in zip(fr, fr[1:])):
+            return True
+    return False
+
+
+def own_named(p, listed):
+    """jitring's attach functions in record's tables or in the list of
+    the frames that ran throughout."""
+    return [f for f in ATTACH_OWN if f in p.stdout or
+            any(f in n for fs in listed.values() for n in fs)]
+
+
+def check_running(t, py, pid, what, outer, inner, name):
+    """record --pid @pid (its window opened after the service started):
+    @outer, the frame that holds @pid's work (entered before the window:
+    never through a trampoline), listed and named in the tables with at
+    least RUNNING_SHARE % of the samples total, as @inner's caller."""
+    p, shares, listed, folded = record_pid(t, py, pid, name)
+    names = [n for fs in listed.values() for n in fs]
+    own = own_named(p, listed)
+    t.check(p.returncode == 0 and outer in names and
+            shares.get(outer, 0) >= RUNNING_SHARE and
+            calls(folded, outer, inner) and not own,
+            "%s: %s, running since before the window, listed and named "
+            "(%.1f%% total, at least %d%%) as %s's caller"
+            % (what, outer, shares.get(outer, 0), RUNNING_SHARE, inner),
+            (own, listed, shares, p.stdout[-1500:], p.stderr[-600:]))
+    return listed
+
+
 def test_running(t, py, newer):
     """Frames that ran throughout the window (called before it: no
     trampoline) are named at the root of their thread's samples."""
-    import json
     from jitring import _attach
-    from test_record import perf_usable
     # A free-threaded 3.13 without the GIL reads other threads' frames
     # only where the service asks for it.
     saved = os.environ.pop("JITRING_RUNNING_FRAMES", None)
     readable = _attach.frames_readable()
     if saved is not None:
         os.environ["JITRING_RUNNING_FRAMES"] = saved
-    ft313 = sys.version_info[:2] == (3, 13) and \
-        not getattr(sys, "_is_gil_enabled", lambda: True)()
-    t.check(readable != ft313, "other threads' frames read by default: "
+    t.check(readable != ft313(), "other threads' frames read by default: "
             "%s (not on a free-threaded 3.13)" % readable)
-    kw = {"JITRING_RUNNING_FRAMES": "1"} if ft313 else {}
-    why = perf_usable()
+    why = jrtest.perf_usable()
     if why:
         t.skip_part("frames running throughout the window", why)
         return
-    for shape, outer, inner in (("loop", "serve_loop", "handle_fn"),
-                                ("manager", "Server.serve_client",
-                                 "Work.run")):
-        svc = Service(py, shape, env_for(newer, **kw))
+    # A worker thread's loop: test_shapes.
+    for shape, outer, inner in (("manager", "Server.serve_client",
+                                 "Work.run"),):
+        svc = Service(py, shape, env_for(newer, **running_env()))
         try:
             pid = int(svc.p.stdout.readline()) if shape == "manager" \
                 else svc.pid
             time.sleep(0.3)
-            out = os.path.join(t.scratch, "running-" + shape)
-            p = subprocess.run([py, "-m", "jitring", "record", "-o", out,
-                                "--pid", str(pid), "--duration", "1.5"],
-                               capture_output=True, text=True, timeout=300,
-                               env=dict(os.environ, HOME=t.scratch))
+            p, shares, listed, folded = record_pid(
+                t, py, pid, "running-" + shape, "1.5")
         finally:
             # The service killed first (its calls would fail, EOFError on
             # its stderr, once the Manager's server is gone), then the
@@ -505,37 +647,112 @@ def test_running(t, py, newer):
                 except (OSError, NameError):
                     pass
             err = svc.stop()
-        shares = total_shares(p.stdout)
-        try:
-            with open(os.path.join(out, "stacks.folded")) as f:
-                folded = f.read()
-        except OSError:
-            folded = ""
-        try:
-            with open(os.path.join(out, "running-frames.json")) as f:
-                listed = json.load(f)
-        except (OSError, ValueError) as e:
-            listed = {"error": repr(e)}
-        names = [fr[0] for th in listed.get("threads", [])
-                 for fr in th["frames"]]
-        # outer, then inner next in a stack.
-        called = False
-        for line in folded.splitlines():
-            fr = line.rpartition(" ")[0].split(";")
-            called = called or any(
-                a.startswith("py::%s:" % outer) and
-                b.startswith("py::%s:" % inner) for a, b in zip(fr, fr[1:]))
-        own = [f for f in ATTACH_OWN
-               if f in p.stdout or any(f in n for n in names)]
+        names = [n for fs in listed.values() for n in fs]
+        own = own_named(p, listed)
         t.check(p.returncode == 0 and shares.get(inner, 0) > 0 and
-                shares.get(outer, 0) >= shares[inner] and called and
-                outer in names and not own,
+                shares.get(outer, 0) >= shares[inner] and
+                calls(folded, outer, inner) and outer in names and not own,
                 "%s, running since before the window: named in the "
                 "tables (%.1f%% total, %s %.1f%%) as %s's caller, and "
                 "listed" % (outer, shares.get(outer, 0), inner,
                             shares.get(inner, 0), inner),
                 (own, names, shares, p.stdout[-1500:], p.stderr[-600:]))
         t.check(not err, shape + ": nothing on the service's stderr", err)
+
+
+def test_asyncio_busy(t, py, newer):
+    """An asyncio server kept busy by its clients (the main thread runs
+    the loop and never waits long): the window opens, the handler
+    coroutine named with its share, every answer right."""
+    import socket
+    import threading
+    why = jrtest.perf_usable()
+    if why:
+        t.skip_part("a busy asyncio server through perf", why)
+        return
+    svc = Service(py, "aserve", env_for(newer, **running_env()))
+    stats = {"asked": 0, "wrong": [], "done": False}
+    port = None
+
+    def client(seed):
+        # Two clients, so that the loop has a line to answer while the
+        # other one reads its answer.
+        n = 5000 + seed
+        try:
+            with socket.create_connection(("127.0.0.1", port),
+                                          timeout=30) as c:
+                f = c.makefile("rwb")
+                while not stats["done"]:
+                    n = 5000 + (n * 7919) % 15000
+                    f.write(b"%d\n" % n)
+                    f.flush()
+                    got = f.readline()
+                    stats["asked"] += 1
+                    # sum(i * i for i in range(n)), not computed here.
+                    if got != b"%d\n" % ((n - 1) * n * (2 * n - 1) // 6):
+                        stats["wrong"].append((n, got))
+        except OSError as e:
+            stats["wrong"].append(repr(e))
+    clients = [threading.Thread(target=client, args=(i,)) for i in (1, 2)]
+    after = []
+
+    def opened():
+        # The clients stop once the window closed and the service
+        # answered them a while after, not to slow record's finishing.
+        time.sleep(1.2)
+        n = stats["asked"]
+        time.sleep(0.3)
+        after.append(stats["asked"] - n)
+        stats["done"] = True
+    try:
+        port = int(svc.p.stdout.readline())
+        for c in clients:
+            c.start()
+        end = time.monotonic() + 10
+        while stats["asked"] < 20 and time.monotonic() < end:
+            time.sleep(0.05)
+        p, shares, listed, folded = record_pid(t, py, svc.pid,
+                                               "asyncio-busy", "1", opened)
+    finally:
+        stats["done"] = True
+        for c in clients:
+            if c.ident is not None:
+                c.join()
+        alive = svc.p.poll() is None
+        err = svc.stop()
+    main = listed.get(svc.pid, [])
+    own = own_named(p, listed)
+    loop = "BaseEventLoop.run_forever"
+    t.check(p.returncode == 0 and loop in main and
+            shares.get(loop, 0) >= RUNNING_SHARE and not own,
+            "the loop, running since before the window, listed and named "
+            "(%.1f%% total, at least %d%%)"
+            % (shares.get(loop, 0), RUNNING_SHARE),
+            (own, listed, shares, p.stdout[-1500:], p.stderr[-600:]))
+    # The handler's frame is suspended at each await, resumed through a
+    # trampoline: named as any call, inside the loop's frames.  Its share
+    # is taken of the loop's iterations: perf samples from before the
+    # window's answer (jitring starting in a service starved of CPU: up
+    # to 3 s seen), named by no trampoline, count to the loop's own frame.
+    run = shares.get("BaseEventLoop._run_once", 0)
+    conn = shares.get("handle_conn", 0)
+    part = 100.0 * conn / run if run else 0.0
+    t.check(part >= HANDLER_SHARE and shares.get("handle_fn", 0) > 0 and
+            calls(folded, "handle_conn", "handle_fn"),
+            "the handler coroutine named (%.1f%% total, %.1f%% of the "
+            "loop's iterations, at least %d%%) as handle_fn's caller "
+            "(%.1f%%)" % (conn, part, HANDLER_SHARE,
+                          shares.get("handle_fn", 0)), shares)
+    t.check(stats["asked"] > 50 and not stats["wrong"] and after and
+            after[0] > 0, "%d requests, %s in 0.3 s after the window: "
+            "every answer right" % (stats["asked"], after),
+            stats["wrong"][:5])
+    t.check(alive and not err, "the service alive after, nothing on its "
+            "stderr", err)
+    out = os.path.join(t.scratch, "asyncio-busy")
+    dumps = jrtest.dumps(out)
+    t.check(dumps and all(jrtest.check_dump(d)[0] for d in dumps),
+            "its dump valid", [(d, jrtest.check_dump(d)) for d in dumps])
 
 
 def test_marks(t, py, newer):
