@@ -265,17 +265,14 @@ if [ "$mode" = sid3.15 ]; then
 	# record --wait on a GIL build with stripped symbols (fp mode too).
 	suite py_wait test_wait.py
 fi
-# record --pid through sys.remote_exec (3.14 and later): one mechanism in
-# both, so each gets half: the services' shapes on 3.14 (the release
-# services run today), the window loop on 3.15; the refusals on both.
+# record --pid through sys.remote_exec (3.14 and later): the services'
+# shapes and the refusals on both; the 20-window loop (one mechanism in
+# both) on 3.15.
 case "$mode" in
-sid3.14)
+sid*)
+	[ "$mode" = sid3.14 ] || suite py_attach test_attach.py
 	suite py_attach_safety test_attach_safety.py
 	suite py_attach_reach test_attach_reach.py
-	;;
-sid*)
-	suite py_attach test_attach.py
-	suite py_attach_safety test_attach_safety.py
 	;;
 esac
 # The flame graph page from the installed package's inlined web assets.
