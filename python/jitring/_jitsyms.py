@@ -525,6 +525,27 @@ class ELFNames:
                 return n
         return None
 
+    def named(self, pid, t, frames):
+        """(names, since, until): name() of each of @frames ((dso,
+        address) pairs) in process @pid at time @t, and the times
+        between which every one of those answers holds (t alone where
+        one came from another process's dump, or from none)."""
+        lo, hi = 0, float("inf")
+        out = []
+        memo = self.memo
+        for dso, addr in frames:
+            n = self.name(pid, t, dso, addr)
+            base = self.base_of[dso]
+            m = memo.get((pid, base + addr)) if base >= 0 else None
+            if base < 0:
+                pass            # no file of it: never named
+            elif m is not None and m[0] <= t < m[1]:
+                lo, hi = max(lo, m[0]), min(hi, m[1])
+            else:
+                lo, hi = max(lo, t), min(hi, t + 1)
+            out.append(n)
+        return out, lo, hi
+
     def resolve(self, pid, t, frames):
         """@frames (leaf first: (symbol, dso), or (symbol, dso, address)
         for a frame in an ELF file) with those named ((name, "")), or as

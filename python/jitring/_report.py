@@ -486,6 +486,10 @@ def run_script(steps, perf, out, data, keys, inline):
     return parts
 
 
+# script() reads perf script's text this many characters at a time.
+READ_CHUNK = 1 << 22
+
+
 def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
     comm, frames, tid, time in ns, event)], frames a list of (symbol,
@@ -504,8 +508,12 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
     a name's: a line starts a sample only if its pid, tid and time are
     those of a sample perf.data holds (each taken once; where perf.data
     cannot be read here, only a line after a blank one); any other line
-    that is not a frame's continues the name before it.  Names and
-    commands come back as jitring._flame.escape() writes them."""
+    that is not a frame's continues the name before it.  A block of
+    lines between two blank lines whose first line starts a sample and
+    whose every other line is a frame's is read whole (perf prints a
+    sample so); any other block line by line, with the same result.
+    Names and commands come back as jitring._flame.escape() writes
+    them.  Samples of one stack share one tuple of frames."""
     from jitring._flame import escape
     direct = fp or elf
     data = os.path.join(out, "perf.data" if direct else "perf.jit.data")
@@ -527,11 +535,15 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
         except (_perfdata.PerfDataError, _jitsyms.DumpError, OSError) as e:
             raise RecordError("cannot read %s/perf.data: %s" % (out, e))
     samples = []
-    head, raw = None, []
     # A deep program's recording is millions of frame lines, most of them
     # repeats (the same return addresses): each distinct line is matched,
-    # split and escaped once.  Frames are then shared tuples.
-    rests, frames, escaped = {}, {}, {}
+    # split and escaped once (lrests: line -> its "rest"; frames: rest ->
+    # (symbol, dso[, address])), and each distinct stack is named,
+    # escaped and given its hosts' files once (finals), a tuple shared by
+    # its samples.
+    lrests, frames, escaped, finals = {}, {}, {}, {}
+    lframes = {}        # a frame line -> its frame
+    named = {}          # (pid, stack) -> (since, until, its final)
 
     def frame(rest):
         # "<sym> (<dso>)": the symbol may hold spaces.  A frame in a
@@ -547,22 +559,52 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
         frames[rest] = fr
         return fr
 
+    def line_rest(line):
+        """The rest of frame line @line, or None for any other line."""
+        m = FRAME.match(line)
+        if not m:
+            return None
+        rest = m.group(1) or ""
+        if elf and TRAMP_DSO in rest:
+            rest = (int(line.split(None, 1)[0], 16), rest)
+        lrests[line] = rest
+        return rest
+
     def escaped_frame(fr):
         e = escaped[fr] = (escape(fr[0]), escape(fr[1]))
         return e
 
-    def done():
-        if raw:
-            last = raw[-1]      # the blank line after it
-            raw[-1] = (last[0], last[1].rstrip("\n")) \
-                if type(last) is tuple else last.rstrip("\n")
-        stack = [frames.get(rest) or frame(rest) for rest in raw]
-        if names:
-            stack = names.resolve(head[0] if elf else head[2], head[3],
-                                  stack)
-        stack = [escaped.get(fr) or escaped_frame(fr) for fr in stack]
-        samples.append((head[0], escape(head[1]), _inlined(stack),
-                        head[2], head[3], head[4]))
+    def final(stack):
+        # @stack: frames (symbol, dso) as resolved, a tuple.
+        f = finals[stack] = tuple(_inlined(
+            [escaped.get(fr) or escaped_frame(fr) for fr in stack]))
+        return f
+
+    def emit(h, stack):
+        # @stack: the sample's frames as read (a tuple).
+        if elf:
+            # Named once per stack and process while no frame of it
+            # changes its name (a trampoline's copy given to another
+            # function).
+            k = (h[0], stack)
+            c = named.get(k)
+            t = h[3]
+            if c is None or not c[0] <= t < c[1]:
+                pos = [i for i, fr in enumerate(stack) if len(fr) == 3]
+                nm, lo, hi = names.named(h[0], t, [stack[i][1:]
+                                                    for i in pos])
+                st = list(stack)
+                for i, n in zip(pos, nm):
+                    st[i] = (n, "") if n else st[i][:2]
+                st = tuple(st)
+                c = named[k] = (lo, hi, finals.get(st) or final(st))
+            f = c[2]
+        elif names:
+            st = tuple(names.resolve(h[2], h[3], list(stack)))
+            f = finals.get(st) or final(st)
+        else:
+            f = finals.get(stack) or final(stack)
+        samples.append((h[0], escape(h[1]), f, h[2], h[3], h[4]))
 
     def starts(line, after_blank):
         m = HEAD.match(line)
@@ -580,42 +622,114 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
         keys[k] -= 1
         return h
 
-    def lines():
-        for p in parts:
-            with open(p, errors="replace", newline="\n") as f:
-                os.unlink(p)    # read from the open file; nothing kept
-                yield from f
+    # The reader's state between lines: the sample being read (head), its
+    # rests as read (raw) and, where it was read whole as one block of
+    # frame lines, its frames (fast) with the blank line after it not yet
+    # in raw (tail); whether the line before was blank.
+    st = {"head": None, "raw": [], "fast": None, "tail": False,
+          "blank": True}
 
-    blank = True
-    for line in lines():
-        line = line[:-1] if line.endswith("\n") else line
-        h = None
-        if line and line[0] not in " \t":
-            h = starts(line, blank or head is None)
-        blank = not line.strip()
-        if h is not None:
-            if head is not None:
-                done()
-            head, raw = h, []
-            continue
-        if head is None:
-            continue        # nothing perf.data knows of
-        rest = rests.get(line)
-        if rest is None:
-            m = FRAME.match(line)
-            if m:
-                rest = m.group(1) or ""
-                if elf and TRAMP_DSO in rest:
-                    rest = (int(line.split(None, 1)[0], 16), rest)
-                rests[line] = rest
-        if rest is not None:
-            raw.append(rest)
-        elif raw:
-            if type(raw[-1]) is tuple:
-                raw[-1] = (raw[-1][0], raw[-1][1] + "\n" + line)
+    def done():
+        if st["fast"] is not None:
+            emit(st["head"], st["fast"])
+            return
+        raw = st["raw"]
+        if raw:
+            last = raw[-1]      # the blank line after it
+            raw[-1] = (last[0], last[1].rstrip("\n")) \
+                if type(last) is tuple else last.rstrip("\n")
+        emit(st["head"], tuple([frames.get(rest) or frame(rest)
+                                for rest in raw]))
+
+    def line_by_line(lines, h0=None):
+        """Reads @lines one at a time (a block the fast way cannot
+        take: a name's line breaks); @h0: the first line's head, where
+        it was already taken."""
+        for j, line in enumerate(lines):
+            h = None
+            if j == 0 and h0 is not None:
+                h = h0
+            elif line and line[0] not in " \t":
+                h = starts(line, st["blank"] or st["head"] is None)
+            st["blank"] = not line.strip()
+            if h is not None:
+                if st["head"] is not None:
+                    done()
+                st.update(head=h, raw=[], fast=None, tail=False)
+                continue
+            if st["head"] is None:
+                continue        # nothing perf.data knows of
+            if st["tail"]:
+                # A block read whole goes on: its rests as read line by
+                # line, with the blank line after it.
+                raw = st["raw"] = [lrests[x] for x in st["raw"]]
+                st["fast"], st["tail"] = None, False
+                raw[-1] = (raw[-1][0], raw[-1][1] + "\n") \
+                    if type(raw[-1]) is tuple else raw[-1] + "\n"
             else:
-                raw[-1] += "\n" + line     # a name's next line
-    if head is not None:
+                raw = st["raw"]
+                st["fast"] = None
+            rest = lrests.get(line)
+            if rest is None:
+                rest = line_rest(line)
+            if rest is not None:
+                raw.append(rest)
+            elif raw:
+                if type(raw[-1]) is tuple:
+                    raw[-1] = (raw[-1][0], raw[-1][1] + "\n" + line)
+                else:
+                    raw[-1] += "\n" + line     # a name's next line
+
+    def block(text):
+        """A block of lines perf script printed between blank lines,
+        with the blank line after it: a sample read whole where its
+        first line starts one and every other is a frame's, else line
+        by line."""
+        lines = text.split("\n")
+        first = lines[0]
+        h = None
+        if first and first[0] not in " \t":
+            h = starts(first, st["blank"] or st["head"] is None)
+            if h is not None and len(lines) > 1:
+                rest = lines[1:]
+                fr = list(map(lframes.get, rest))
+                if None in fr:
+                    for j, x in enumerate(rest):
+                        if fr[j] is None:
+                            r = lrests.get(x)
+                            if r is None:
+                                r = line_rest(x)
+                            if r is None:
+                                break
+                            fr[j] = lframes[x] = frames.get(r) or frame(r)
+                if None not in fr:
+                    if st["head"] is not None:
+                        done()
+                    st.update(head=h, raw=rest, tail=True, blank=True,
+                              fast=tuple(fr))
+                    return
+        line_by_line(lines + [""], h)
+
+    for p in parts:
+        with open(p, errors="replace", newline="\n") as f:
+            os.unlink(p)    # read from the open file; nothing kept
+            left = ""
+            while True:
+                chunk = f.read(READ_CHUNK)
+                if not chunk:
+                    break
+                text = left + chunk
+                cut = text.rfind("\n\n")
+                if cut < 0:
+                    left = text
+                    continue
+                left = text[cut + 2:]
+                for b in text[:cut].split("\n\n"):
+                    block(b)
+            if left:
+                lines = left.split("\n")
+                line_by_line(lines[:-1] if left.endswith("\n") else lines)
+    if st["head"] is not None:
         done()
     return samples
 
@@ -1197,21 +1311,26 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                 finally:
                     claim_grown(out, before)
             waits = bool(meta.get("wait"))     # record --wait
-            samples = script(steps, perf, out, meta.get("perf_script"),
-                             meta.get("inline"), fp, elf)
-            samples, early = in_window(samples, meta)
-            procs = processes(out)
-            top_pid = meta.get("pid") if meta.get("top_only") else None
-            if waits:
-                from jitring import _wait
-                samples, switches = _wait.split(samples)
-            outer = None
-            if meta.get("attached") and type(meta.get("pid")) is int:
-                outer = (meta["pid"], running(out, meta["pid"]))
-            folded, per, total, rows, cut = summarize(
-                samples, procs, top_pid, meta.get("max_stack") or 127,
-                outer)
-            write_outputs(out, meta, folded, total)
+            # The reading makes millions of objects that all live to the
+            # end: the free-threaded build's collector walks the whole
+            # heap each time it runs (it doubled the reading's CPU).
+            from jitring._jitsyms import no_gc
+            with no_gc():
+                samples = script(steps, perf, out, meta.get("perf_script"),
+                                 meta.get("inline"), fp, elf)
+                samples, early = in_window(samples, meta)
+                procs = processes(out)
+                top_pid = meta.get("pid") if meta.get("top_only") else None
+                if waits:
+                    from jitring import _wait
+                    samples, switches = _wait.split(samples)
+                outer = None
+                if meta.get("attached") and type(meta.get("pid")) is int:
+                    outer = (meta["pid"], running(out, meta["pid"]))
+                folded, per, total, rows, cut = summarize(
+                    samples, procs, top_pid, meta.get("max_stack") or 127,
+                    outer)
+                write_outputs(out, meta, folded, total)
             if waits:
                 wait = _wait.Waits(out, meta, switches, procs, top_pid,
                                    os.path.join(out, "perf.data" if fp or
