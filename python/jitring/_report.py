@@ -1195,11 +1195,41 @@ def print_tables(meta, per, total, rows, top, out):
                      fmt_name(name, meta.get("cwd"))))
 
 
+@functools.lru_cache(maxsize=None)
+def _interp_label(name):
+    """Whether a program stack's frame name is a native function of the
+    interpreter (label() of a frame in python*/libpython*)."""
+    if name.startswith("py::") or not name.endswith("]"):
+        return False
+    return name.rpartition(" [")[2].startswith(("python", "libpython"))
+
+
+def folded_stack(frames):
+    """@frames (a program stack, root first) as stacks.folded has it: the
+    interpreter's own native frames under the innermost Python frame
+    (attribute lookups, calls, allocation, its collector, its regex
+    engine) left out, their samples that function's own, as the tables
+    count them; native frames of other files there (extension modules,
+    libc, the kernel) kept.  A deep program's stacks differ most in those
+    frames: rst2html's 45 MB of folded stacks became a fifth.
+    flame.html keeps them."""
+    last = -1
+    for i in range(len(frames) - 1, -1, -1):
+        if frames[i].startswith("py::"):
+            last = i
+            break
+    if last < 0 or last == len(frames) - 1:
+        return frames
+    return list(frames[:last + 1]) + [f for f in frames[last + 1:]
+                                      if not _interp_label(f)]
+
+
 def write_outputs(out, meta, folded, total):
     from jitring import _flame
     stacks = sorted(((list(k), n) for k, n in folded.items()),
                     key=lambda r: r[0])
-    _flame.write_folded(os.path.join(out, "stacks.folded"), stacks)
+    _flame.write_folded(os.path.join(out, "stacks.folded"),
+                        [(folded_stack(f), n) for f, n in stacks])
     cmd = " ".join(str(a) for a in meta.get("command") or [])
     _flame.write_html(os.path.join(out, "flame.html"), stacks,
                       title="jitring: " + cmd,
