@@ -43,6 +43,7 @@ code: own_work()) are left out altogether.
 import errno
 import fcntl
 import functools
+import io
 import json
 import os
 import re
@@ -272,16 +273,31 @@ class Steps:
     def stop(self, signum, frame):
         raise Interrupted(signum)
 
-    def run_all(self, cmds, outs, errs, cwd):
-        """Run @cmds at once, each's stdout and stderr into its file of
-        @outs and @errs; their return codes."""
+    def start_all(self, cmds, outs, errs, cwd):
+        """Start @cmds at once, each's stdout into its file of @outs (a
+        pipe where that is None) and stderr into its file of @errs;
+        their processes.  wait_all() waits for them."""
         procs = []
         try:
             for cmd, o, e in zip(cmds, outs, errs):
-                with open(o, "w") as f, open(e, "w") as g:
-                    procs.append(subprocess.Popen(
-                        cmd, cwd=cwd, stdout=f, stderr=g,
-                        stdin=subprocess.DEVNULL))
+                with open(e, "w") as g:
+                    if o is None:
+                        procs.append(subprocess.Popen(
+                            cmd, cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=g, stdin=subprocess.DEVNULL))
+                        continue
+                    with open(o, "w") as f:
+                        procs.append(subprocess.Popen(
+                            cmd, cwd=cwd, stdout=f, stderr=g,
+                            stdin=subprocess.DEVNULL))
+        except BaseException:
+            end_procs(procs)
+            raise
+        return procs
+
+    def wait_all(self, procs, cwd):
+        """Wait for @procs (start_all()); their return codes."""
+        try:
             for p in procs:
                 p.wait()
         except BaseException:
@@ -291,6 +307,11 @@ class Steps:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC),
                           "perf script")
         return [p.returncode for p in procs]
+
+    def run_all(self, cmds, outs, errs, cwd):
+        """Run @cmds at once, each's stdout and stderr into its file of
+        @outs and @errs; their return codes."""
+        return self.wait_all(self.start_all(cmds, outs, errs, cwd), cwd)
 
     def run(self, cmd, **kw):
         p = self.proc = subprocess.Popen(cmd, **kw)
@@ -454,12 +475,14 @@ def slices(keys, n):
             for a, b in zip(bounds, bounds[1:])]
 
 
-def run_script(steps, perf, out, data, keys, inline):
+def run_script(steps, perf, out, data, keys, inline, stream=False):
     """perf script of @data (in @out) into files, in parallel over time
     slices where there are CPUs and samples for it; returns the files,
     in order.  perf-script.log holds the first slice's messages (perf
     warns of lost events in each, alike), perf-script-N.log the rest's
-    until they succeed."""
+    until they succeed.  With @stream, the first slice's output is a
+    pipe, read while the others run: returns (the processes, the files,
+    None for the first); check_script() checks them once read."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else (os.cpu_count() or 1)
     least = int(os.environ.get("JITRING_PY_TEST_SLICE_MIN") or SLICE_MIN)
@@ -468,22 +491,36 @@ def run_script(steps, perf, out, data, keys, inline):
     ranges = slices(keys, n) if n > 1 else [None]
     parts = [os.path.join(out, "perf.script.txt.%d" % i)
              for i in range(len(ranges))]
+    if stream:
+        parts[0] = None
     logs = [os.path.join(out, "perf-script.log" if i == 0 else
                          "perf-script-%d.log" % i)
             for i in range(len(ranges))]
-    claim(out, [os.path.basename(p) for p in parts + logs])
+    claim(out, [os.path.basename(p) for p in parts + logs if p])
     cmds = [perf + ["script", "-i", data, "--ns", "-F",
                     "comm,pid,tid,time,event,ip,sym,dso",
                     "--max-stack", str(MAX_STACK)] +
             ([] if inline else ["--no-inline"]) +
             (["--time", r] if r else []) for r in ranges]
-    rcs = steps.run_all(cmds, parts, logs, cwd=out)
+    procs = steps.start_all(cmds, parts, logs, cwd=out)
+    if stream:
+        return procs, parts
+    check_script(steps, procs, out)
+    return parts
+
+
+def check_script(steps, procs, out):
+    """Wait for run_script()'s @procs and raise RecordError where one
+    failed; drops the logs of the slices after the first."""
+    rcs = steps.wait_all(procs, out)
+    logs = [os.path.join(out, "perf-script.log" if i == 0 else
+                         "perf-script-%d.log" % i)
+            for i in range(len(procs))]
     for rc, log in zip(rcs, logs):
         if rc != 0:
             raise RecordError(failed("perf script", rc, log))
     for log in logs[1:]:
         os.unlink(log)
-    return parts
 
 
 # script() reads perf script's text this many characters at a time.
@@ -519,8 +556,14 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
     data = os.path.join(out, "perf.data" if direct else "perf.jit.data")
     path = os.path.join(out, "perf.script.txt")
     keys = sample_keys(data)
-    parts = run_script(steps, perf, out, os.path.basename(data), keys,
-                       inline)
+    if keep:
+        parts = run_script(steps, perf, out, os.path.basename(data), keys,
+                           inline)
+        procs = []
+    else:
+        # The first slice read from its pipe while the others run.
+        procs, parts = run_script(steps, perf, out, os.path.basename(data),
+                                  keys, inline, stream=True)
     if keep:
         with open(path, "wb") as f:
             for p in parts:
@@ -710,25 +753,41 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
                     return
         line_by_line(lines + [""], h)
 
-    for p in parts:
-        with open(p, errors="replace", newline="\n") as f:
-            os.unlink(p)    # read from the open file; nothing kept
-            left = ""
-            while True:
-                chunk = f.read(READ_CHUNK)
-                if not chunk:
-                    break
-                text = left + chunk
-                cut = text.rfind("\n\n")
-                if cut < 0:
-                    left = text
-                    continue
-                left = text[cut + 2:]
-                for b in text[:cut].split("\n\n"):
-                    block(b)
-            if left:
-                lines = left.split("\n")
-                line_by_line(lines[:-1] if left.endswith("\n") else lines)
+    def read(f):
+        left = ""
+        while True:
+            chunk = f.read(READ_CHUNK)
+            if not chunk:
+                break
+            text = left + chunk
+            cut = text.rfind("\n\n")
+            if cut < 0:
+                left = text
+                continue
+            left = text[cut + 2:]
+            for b in text[:cut].split("\n\n"):
+                block(b)
+        if left:
+            lines = left.split("\n")
+            line_by_line(lines[:-1] if left.endswith("\n") else lines)
+
+    try:
+        for i, p in enumerate(parts):
+            if p is None:
+                with io.TextIOWrapper(procs[i].stdout, errors="replace",
+                                      newline="\n") as f:
+                    read(f)
+                continue
+            if procs:
+                procs[i].wait()     # its file is whole
+            with open(p, errors="replace", newline="\n") as f:
+                os.unlink(p)    # read from the open file; nothing kept
+                read(f)
+    except BaseException:
+        end_procs(procs)
+        raise
+    if procs:
+        check_script(steps, procs, out)
     if st["head"] is not None:
         done()
     return samples
