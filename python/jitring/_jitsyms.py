@@ -492,6 +492,7 @@ class ELFNames:
         self.names = {}
         self.base_of = {}   # dso as perf script printed it -> base
         self.memo = {}      # (pid, address) -> (since, until, name)
+        self.spans = {}     # (pid, (dso, address)) -> the same, named()
 
     def name(self, pid, t, dso, addr):
         """The name of file address @addr of the ELF file @dso (as perf
@@ -532,18 +533,28 @@ class ELFNames:
         one came from another process's dump, or from none)."""
         lo, hi = 0, float("inf")
         out = []
-        memo = self.memo
-        for dso, addr in frames:
-            n = self.name(pid, t, dso, addr)
-            base = self.base_of[dso]
-            m = memo.get((pid, base + addr)) if base >= 0 else None
-            if base < 0:
-                pass            # no file of it: never named
-            elif m is not None and m[0] <= t < m[1]:
-                lo, hi = max(lo, m[0]), min(hi, m[1])
-            else:
-                lo, hi = max(lo, t), min(hi, t + 1)
-            out.append(n)
+        spans = self.spans
+        for fr in frames:
+            k = (pid, fr)
+            c = spans.get(k)
+            if c is None or not c[0] <= t < c[1]:
+                dso, addr = fr
+                n = self.name(pid, t, dso, addr)
+                base = self.base_of[dso]
+                m = self.memo.get((pid, base + addr)) if base >= 0 \
+                    else None
+                if base < 0:
+                    c = (0, float("inf"), None)     # never named
+                elif m is not None and m[0] <= t < m[1]:
+                    c = m
+                else:
+                    c = (t, t + 1, n)
+                spans[k] = c
+            if c[0] > lo:
+                lo = c[0]
+            if c[1] < hi:
+                hi = c[1]
+            out.append(c[2])
         return out, lo, hi
 
     def resolve(self, pid, t, frames):

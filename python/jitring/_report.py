@@ -867,14 +867,57 @@ def _own_dso(dso):
     return os.path.basename(dso).startswith(("_jitring.", "libjitring"))
 
 
+# A frame's kind for own_work() and program_stack(), as bits: every
+# sample's frames are classified, the same few thousand frames again and
+# again (_KIND caches each).
+_PY = 1         # a Python frame
+_OWN = 2        # ... of jitring's package or runpy (_own_frame())
+_PKG = 4        # ... of jitring's package, not its runner's
+_RUNNER = 8     # ... of jitring's runner (_runner_frame())
+_GLUE = 16      # a native frame of the interpreter or jitring
+_OWN_DSO = 32   # ... of jitring (_own_dso())
+_EVAL = 64      # the interpreter's eval loop
+_KIND = {}
+
+
+def _kind(fr):
+    s, d = fr
+    k = 128
+    if s.startswith("py::"):
+        k |= _PY
+        if _own_frame(s):
+            k |= _OWN
+        where = _package_frame(s)
+        if _runner_frame(where):
+            k |= _RUNNER
+        elif where:
+            k |= _PKG
+    if _own_dso(d):
+        k |= _OWN_DSO | _GLUE
+    elif _interp_dso(d):
+        k |= _GLUE
+    if s == "_PyEval_EvalFrameDefault":
+        k |= _EVAL
+    _KIND[fr] = k
+    return k
+
+
+def _kinds(frames):
+    ks = list(map(_KIND.get, frames))
+    if None in ks:
+        ks = [k or _kind(fr) for k, fr in zip(ks, frames)]
+    return ks
+
+
 def own_work(comm, frames):
     """Whether a sample (@frames leaf first) is jitring's own work, not
     the program's: python/README.md, "What the profile leaves out"."""
     if comm in OWN_THREADS:
         return True
+    ks = _kinds(frames)
     inner = None        # the innermost Python frame
-    for i, (s, d) in enumerate(frames):
-        if s.startswith("py::"):
+    for i, k in enumerate(ks):
+        if k & _PY:
             inner = i
             break
     if inner is None and comm[:1] == ":" and comm[1:].isdigit():
@@ -883,17 +926,15 @@ def own_work(comm, frames):
         return True
     # jitring's native code below it (or anywhere, with no Python
     # frame): start, stop, flush, the hook's lookup of a function's copy.
-    if any(_own_dso(d) for s, d in frames[:inner]):
+    if any(k & _OWN_DSO for k in ks[:inner]):
         return True
     if inner is None:
         return False
     # A function of jitring's called by whatever (its at-exit stop, the
     # fork hooks), or the runner at work of its own.
-    for s, d in frames[inner:]:
-        where = s.startswith("py::") and _package_frame(s)
-        if where and not _runner_frame(where):
-            return True
-    return _runner_frame(_package_frame(frames[inner][0]))
+    if any(k & _PKG for k in ks[inner:]):
+        return True
+    return bool(ks[inner] & _RUNNER)
 
 
 @functools.lru_cache(maxsize=None)
@@ -917,8 +958,9 @@ def label(sym, dso):
 def program_stack(frames):
     """The frames a user reads, root first (see the module's doc)."""
     root_first = frames[::-1]
-    py = [i for i, (s, d) in enumerate(root_first) if s.startswith("py::")]
-    user = [i for i in py if not _own_frame(root_first[i][0])]
+    ks = _kinds(root_first)
+    py = [i for i, k in enumerate(ks) if k & _PY]
+    user = [i for i in py if not ks[i] & _OWN]
     if not user:
         # No Python frame, or only the runner's (start-up): the native
         # frames, from below the runner's if any.
@@ -928,17 +970,16 @@ def program_stack(frames):
     first, last = user[0], py[-1]
     keep = []
     for i in range(first, len(root_first)):
-        s, d = root_first[i]
-        if s.startswith("py::"):
-            if not _own_frame(s):
-                keep.append(s)
-        elif i < last and (_interp_dso(d) or _own_dso(d)):
+        k = ks[i]
+        if k & _PY:
+            if not k & _OWN:
+                keep.append(root_first[i][0])
+        elif i < last and k & _GLUE:
             continue            # the call machinery between Python frames
-        elif s == "_PyEval_EvalFrameDefault" and \
-                root_first[i - 1][0].startswith("py::"):
+        elif k & _EVAL and ks[i - 1] & _PY:
             continue            # the Python frame's own body
         else:
-            keep.append(label(s, d))
+            keep.append(label(*root_first[i]))
     return keep
 
 
