@@ -11,8 +11,10 @@ Test (and what the file's fixture gives); main(globals()) runs them on
 unittest, in the order they are written, each on its own: an exception
 or a timeout ($JITRING_TEST_CASE_TIMEOUT seconds, 900 by default) fails
 that case, and the next one runs.  Case names on the command line (with
-or without test_) run those alone; a file that takes another word there
-(test_threads.py's engine) takes it off sys.argv before main().
+or without test_) run those alone, a name after "-" leaves that case
+out; a file that takes another word there (test_threads.py's engine)
+takes it off sys.argv before main().  Each case ends with a line of its
+time ("-- test_x: 1.2 s").
 """
 
 import glob
@@ -23,6 +25,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 import traceback
 
 PASS, FAIL, SKIP = 0, 1, 77
@@ -105,17 +108,19 @@ def main(ns, fixture=None, timeout=None):
     import unittest
     t = Test()
     every = cases_of(ns)
-    want = sys.argv[1:]
+    want = [w for w in sys.argv[1:] if not w.startswith("-")]
+    skip = [w[1:] for w in sys.argv[1:] if w.startswith("-")]
     names = {f.__name__ for f in every} | {f.__name__[5:] for f in every}
-    wrong = [w for w in want if w not in names]
+    wrong = [w for w in want + skip if w not in names]
     if wrong:
-        print("usage: %s [CASE...]; cases: %s"
+        print("usage: %s [CASE...] [-CASE...]; cases: %s"
               % (os.path.basename(ns.get("__file__", "test")),
                  " ".join(f.__name__[5:] for f in every)))
         t.cleanup()
         sys.exit(2)
     chosen = [f for f in every
-              if not want or f.__name__ in want or f.__name__[5:] in want]
+              if (not want or f.__name__ in want or f.__name__[5:] in want)
+              and f.__name__ not in skip and f.__name__[5:] not in skip]
     limit = timeout or int(os.environ.get("JITRING_TEST_CASE_TIMEOUT",
                                           "900"))
     rest = None
@@ -151,6 +156,7 @@ def main(ns, fixture=None, timeout=None):
             sys.stdout.flush()
             old = signal.signal(signal.SIGALRM, _alarm)
             signal.alarm(limit)
+            t0 = time.monotonic()
             try:
                 fn(t, *args)
             except SystemExit as e:
@@ -160,6 +166,10 @@ def main(ns, fixture=None, timeout=None):
             finally:
                 signal.alarm(0)
                 signal.signal(signal.SIGALRM, old)
+                # Each case's time, for the suite's budget.
+                print("-- %s: %.1f s" % (fn.__name__,
+                                         time.monotonic() - t0))
+                sys.stdout.flush()
         return unittest.FunctionTestCase(case, description=fn.__name__)
 
     suite = unittest.TestSuite(one(fn) for fn in chosen)

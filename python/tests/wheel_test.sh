@@ -233,18 +233,22 @@ check dump_help bash -c '[ "$(command -v jitring-dump)" = "$1" ] && jitring-dump
 
 t=$src/python/tests
 # The suites run once per interpreter that can change their outcome: the
-# in-tree suite already runs every one on the free-threaded 3.13.5, so its
-# wheel and the sdist's get the install's own checks (above, and record,
-# flame and autostart below); the GIL build and sid's 3.14 and 3.15 get
-# the behaviour suites too, shortened (100 sessions, not 300; 20 attach
-# windows, not 40: the long runs are `make stress`'s).
+# in-tree suite already runs every one on the free-threaded 3.13.5, so
+# the wheel built from the tree gets the install's own checks (above),
+# and the one built from the sdist (what a release ships) those and
+# record, the flame page and the autostart hook below; the GIL build and
+# sid's 3.14 and 3.15 get the behaviour suites too, shortened (50
+# sessions, not 300; 20 attach windows: the long runs are `make
+# stress`'s).
 suite() {	# name script [args]: the module's test against the install
 	local name=$1
 	shift
 	check "$name" env PYTHONPATH="$t" JITRING_DUMP="$venv/bin/jitring-dump" \
-		JITRING_TEST_SESSIONS=100 JITRING_TEST_WINDOWS=20 python "$t/$@"
+		JITRING_TEST_SESSIONS=50 JITRING_TEST_WINDOWS=20 python "$t/$@"
 }
-if [ "$mode" != nogil ] && [ "$mode" != sdist ]; then
+if [ "$mode" = nogil ]; then
+	:
+elif [ "$mode" != sdist ]; then
 	suite py_module test_module.py
 	suite py_threads_rings test_threads.py rings
 	suite py_threads_mutex test_threads.py mutex
@@ -255,8 +259,11 @@ if [ "$mode" != nogil ] && [ "$mode" != sdist ]; then
 fi
 # record through real perf, its children found through the installed .pth
 # (the in-tree py_record runs every case on the build tree).
-if [ "$mode" = nogil ]; then
+if [ "$mode" = sdist ]; then
 	suite py_record test_record.py tree
+	# The flame graph page from the installed package's inlined web
+	# assets (the same files in every wheel: their list is checked above).
+	suite py_flame test_flame.py
 fi
 # record's frame-pointer mode where the interpreter keeps frame pointers
 # (sid's 3.15), a reused trampoline copy named in it too.
@@ -267,18 +274,22 @@ if [ "$mode" = sid3.15 ]; then
 fi
 # record --pid through sys.remote_exec (3.14 and later): the services'
 # shapes and the refusals on both; the 20-window loop (one mechanism in
-# both) on 3.15.
+# both) and the kills of record over a finishing (record's side: also in
+# tree) on one each.
 case "$mode" in
-sid*)
-	[ "$mode" = sid3.14 ] || suite py_attach test_attach.py
+sid3.14)
 	suite py_attach_safety test_attach_safety.py
 	suite py_attach_reach test_attach_reach.py
 	;;
+sid*)
+	suite py_attach test_attach.py
+	suite py_attach_safety test_attach_safety.py
+	suite py_attach_reach test_attach_reach.py -live_dump
+	;;
 esac
-# The flame graph page from the installed package's inlined web assets.
-suite py_flame test_flame.py
 # $JITRING_PROFILE through the installed .pth (once the package has it).
-if [ -f "$site/jitring/_autostart.py" ] && [ -f "$t/test_autostart.py" ]; then
+if [ "$mode" != nogil ] && [ -f "$site/jitring/_autostart.py" ] &&
+	[ -f "$t/test_autostart.py" ]; then
 	suite py_autostart test_autostart.py
 fi
 
