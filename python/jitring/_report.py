@@ -480,9 +480,9 @@ def run_script(steps, perf, out, data, keys, inline, stream=False):
     slices where there are CPUs and samples for it; returns the files,
     in order.  perf-script.log holds the first slice's messages (perf
     warns of lost events in each, alike), perf-script-N.log the rest's
-    until they succeed.  With @stream, the first slice's output is a
-    pipe, read while the others run: returns (the processes, the files,
-    None for the first); check_script() checks them once read."""
+    until they succeed.  With @stream, each slice's output is a pipe,
+    read as it runs: returns (the processes, [None] a slice);
+    check_script() checks them once read."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else (os.cpu_count() or 1)
     least = int(os.environ.get("JITRING_PY_TEST_SLICE_MIN") or SLICE_MIN)
@@ -492,7 +492,7 @@ def run_script(steps, perf, out, data, keys, inline, stream=False):
     parts = [os.path.join(out, "perf.script.txt.%d" % i)
              for i in range(len(ranges))]
     if stream:
-        parts[0] = None
+        parts = [None] * len(parts)
     logs = [os.path.join(out, "perf-script.log" if i == 0 else
                          "perf-script-%d.log" % i)
             for i in range(len(ranges))]
@@ -561,7 +561,7 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
                            inline)
         procs = []
     else:
-        # The first slice read from its pipe while the others run.
+        # Each slice read from its pipe as perf writes it.
         procs, parts = run_script(steps, perf, out, os.path.basename(data),
                                   keys, inline, stream=True)
     if keep:
@@ -771,26 +771,113 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
             lines = left.split("\n")
             line_by_line(lines[:-1] if left.endswith("\n") else lines)
 
-    try:
-        for i, p in enumerate(parts):
-            if p is None:
-                with io.TextIOWrapper(procs[i].stdout, errors="replace",
-                                      newline="\n") as f:
-                    read(f)
-                continue
+    def read_slice(i):
+        p = parts[i]
+        if p is None:
+            with io.TextIOWrapper(procs[i].stdout, errors="replace",
+                                  newline="\n") as f:
+                read(f)
+        else:
             if procs:
                 procs[i].wait()     # its file is whole
             with open(p, errors="replace", newline="\n") as f:
                 os.unlink(p)    # read from the open file; nothing kept
                 read(f)
+        # A slice ends with its last sample (slices are cut between two
+        # samples' times).
+        if st["head"] is not None:
+            done()
+        st.update(head=None, raw=[], fast=None, tail=False, blank=True)
+
+    def child_read(i):
+        # The other slices' pipes closed here: a reader that fails leaves
+        # its perf script none to block on.
+        for j, p in enumerate(procs):
+            if j != i and not p.stdout.closed:
+                p.stdout.close()
+        read_slice(i)
+        return samples
+
+    kids = []
+    try:
+        if len(parts) > 1 and not keep:
+            # The slices after the first each read in a process of its
+            # own, forked now with the reader's state: the text's reading
+            # is as much CPU as perf script's unwinding, and it is
+            # Python's, one CPU a process.
+            for i in range(1, len(parts)):
+                kids.append(_fork_reader(functools.partial(child_read, i)))
+                procs[i].stdout.close()     # the child's now
+            read_slice(0)
+            while kids:
+                pid, fd = kids.pop(0)
+                samples.extend(_reader_result(pid, fd))
+        else:
+            for i in range(len(parts)):
+                read_slice(i)
     except BaseException:
+        _end_readers(kids)
         end_procs(procs)
         raise
     if procs:
         check_script(steps, procs, out)
-    if st["head"] is not None:
-        done()
     return samples
+
+
+def _fork_reader(read):
+    """(pid, fd) of a child process that runs @read() and leaves what it
+    returns, pickled, in a memfd (fd) for _reader_result(); it ends by
+    itself, whatever happens, and a signal ends it as it would a
+    program."""
+    import pickle
+    fd = os.memfd_create("jitring-script", os.MFD_CLOEXEC)
+    pid = os.fork()
+    if pid:
+        return pid, fd
+    code = 1
+    try:
+        for sig in SIGNALS:
+            signal.signal(sig, signal.SIG_DFL)
+        try:
+            got = ("ok", read())
+        except RecordError as e:
+            got = ("error", str(e))
+        with os.fdopen(fd, "wb", closefd=False) as f:
+            pickle.dump(got, f, pickle.HIGHEST_PROTOCOL)
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _reader_result(pid, fd):
+    """What _fork_reader()'s child @pid returned; RecordError where it
+    failed."""
+    import pickle
+    _, status = os.waitpid(pid, 0)
+    try:
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise RecordError("reading perf script's output failed in "
+                              "process %d (status %d)"
+                              % (pid, os.waitstatus_to_exitcode(status)))
+        os.lseek(fd, 0, os.SEEK_SET)
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            what, got = pickle.load(f)
+    finally:
+        os.close(fd)
+    if what != "ok":
+        raise RecordError(got)
+    return got
+
+
+def _end_readers(kids):
+    """Ends _fork_reader()'s children @kids [(pid, fd)] still there."""
+    for pid, fd in kids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+        os.close(fd)
 
 
 def _inlined(stack):
