@@ -7,7 +7,7 @@ CPython 3.14 and later are reached through sys.remote_exec, older ones
 are started with JITRING_PROFILE=standby.
 
  1. $JITRING_TEST_WINDOWS (default 20; 300 in the soak of `make stress`)
-    attach/detach windows of 0.2-1 s through jitring._attach (record --pid without perf): every response
+    attach/detach windows of 0.2-0.6 s through jitring._attach (record --pid without perf): every response
     right; every window's dump valid and naming handle_fn; the service's
     VmRSS, mappings and descriptors flat from window 10 to the last (each
     window's dump left in place, emptied); after the last,
@@ -170,7 +170,7 @@ def test_windows(t, py, newer, svc):
         w = _attach.Window(info, out, 120.0)
         try:
             w.start()
-            threading.Event().wait(0.2 + 0.8 * ((i * 7) % 10) / 9)
+            threading.Event().wait(0.2 + 0.4 * ((i * 7) % 10) / 9)
             w.stop()
         finally:
             w.close()
