@@ -21,7 +21,8 @@
 # Offline: pip comes from the interpreter's own ensurepip, the build
 # backend from scripts/build-backend.sh (trixie's meson and meson-python
 # .debs), `pip wheel --no-build-isolation --no-index`.  Both caches live
-# outside the clone; WORKDIR is rebuilt each run.
+# outside the clone; WORKDIR is rebuilt each run, WORKDIR.meson (meson's
+# build directory of a wheel from the tree) kept.
 set -uo pipefail
 
 mode=${1:?mode}
@@ -84,13 +85,14 @@ unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_REQUIRE_VIRTUALENV
 unset PYTHONPATH PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE JITRING_PROFILE
 
 # In a subshell: the backend's PATH and PYTHONPATH for the build only.
-# $1 venv, $2 source dir, $3 output dir.
+# $1 venv, $2 source dir, $3 output dir[, $4 meson's build directory,
+# kept from run to run].
 pip_wheel() (
 	eval "$backend"
 	[ -z "$build_cflags" ] || export CFLAGS="$build_cflags${CFLAGS:+ $CFLAGS}"
 	cd "$2" && "$1/bin/python" -m pip wheel -q --no-build-isolation \
-		--no-index --no-deps -Ccompile-args=-j2 -w "$3" . \
-		>"$3.log" 2>&1
+		--no-index --no-deps -Ccompile-args=-j2 \
+		${4:+-Cbuild-dir="$4"} -w "$3" . >"$3.log" 2>&1
 )
 
 bvenv=$work/venv-build
@@ -123,7 +125,14 @@ else
 	buildsrc=$src
 fi
 mkdir -p "$work/dist"
-pip_wheel "$bvenv" "$buildsrc" "$work/dist" ||
+# The tree's wheels keep meson's build directory beside WORKDIR (what a
+# developer's `pip wheel -Cbuild-dir` does: a warm rebuild compiles what
+# changed); the sdist's is built from nothing, as a release is.
+keep=
+[ "$mode" = sdist ] || keep=$work.meson
+pip_wheel "$bvenv" "$buildsrc" "$work/dist" $keep ||
+	{ [ -n "$keep" ] && rm -rf "$keep" && say "a clean build after a kept one failed" &&
+	  pip_wheel "$bvenv" "$buildsrc" "$work/dist" $keep; } ||
 	fail "pip wheel failed: $(tail -n 30 "$work/dist.log")"
 whl=$(ls "$work"/dist/jitring-*.whl 2>/dev/null | head -n 1)
 [ -n "$whl" ] || fail "pip wheel made no jitring wheel"
