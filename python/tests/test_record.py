@@ -468,7 +468,7 @@ def test_signals(t, r):
                 "left", leftovers(out))
 
     out = r.out("timeout")
-    p = subprocess.run(["timeout", "-s", "TERM", "8"] +
+    p = subprocess.run(["timeout", "-s", "TERM", "4"] +
                        r.argv(["record", "-o", out, "--", prog]),
                        capture_output=True, text=True, env=r.env,
                        cwd=r.t.scratch, timeout=300)

@@ -247,13 +247,13 @@ t=$src/python/tests
 # and the one built from the sdist (what a release ships) those and
 # record, the flame page and the autostart hook below; the GIL build and
 # sid's 3.14 and 3.15 get the behaviour suites too, shortened (50
-# sessions, not 300; 20 attach windows: the long runs are `make
+# sessions, not 300; 15 attach windows, not 20: the long runs are `make
 # stress`'s).
 suite() {	# name script [args]: the module's test against the install
 	local name=$1
 	shift
 	check "$name" env PYTHONPATH="$t" JITRING_DUMP="$venv/bin/jitring-dump" \
-		JITRING_TEST_SESSIONS=50 JITRING_TEST_WINDOWS=20 python "$t/$@"
+		JITRING_TEST_SESSIONS=50 JITRING_TEST_WINDOWS=15 python "$t/$@"
 }
 if [ "$mode" = nogil ]; then
 	:
@@ -271,8 +271,9 @@ fi
 if [ "$mode" = sdist ]; then
 	suite py_record test_record.py tree
 	# The flame graph page from the installed package's inlined web
-	# assets (the same files in every wheel: their list is checked above).
-	suite py_flame test_flame.py
+	# assets (the same files in every wheel: their list is checked above),
+	# drawn once (its search, zoom and picture: in tree).
+	suite py_flame test_flame.py sources offline frames folded
 fi
 # record's frame-pointer mode where the interpreter keeps frame pointers
 # (sid's 3.15), a reused trampoline copy named in it too.
@@ -282,7 +283,7 @@ if [ "$mode" = sid3.15 ]; then
 	suite py_wait test_wait.py
 fi
 # record --pid through sys.remote_exec (3.14 and later): the services'
-# shapes and the refusals on both; the 20-window loop (one mechanism in
+# shapes and the refusals on both; the window loop (one mechanism in
 # both) on 3.15; record killed over its finishing (record's side) in
 # tree alone.
 case "$mode" in
