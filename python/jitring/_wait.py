@@ -5,10 +5,10 @@ and why.
 Besides its CPU samples, perf records every context switch of the
 program's threads, twice:
 
-  - a sample of the software event context-switches (period 1), taken as
-    the thread leaves its CPU, with the whole stack (kernel, native and
-    Python frames: the trampolines name the Python ones as in the CPU
-    profile);
+  - a sample of the software event context-switches (period 1; at most
+    --wait-freq a second a thread where given), taken as the thread
+    leaves its CPU, with the whole stack (kernel, native and Python
+    frames: the trampolines name the Python ones as in the CPU profile);
   - PERF_RECORD_SWITCH records (--switch-events): OUT as the thread
     leaves its CPU, flagged PREEMPT where it was still runnable (the
     scheduler took the CPU; or the thread yielded it), IN as it runs
