@@ -430,8 +430,8 @@ def target_start(out, ack, record_pid, limit, procs=None, stopfd=-1,
     # Before the thread runs: it may stop, and _forget() it, at once.
     _watch = (t, wake_w, (pidfd, wake_r, stopfd), limit)
     t.start()
-    # When jitring was on: record leaves out the samples before it
-    # (CLOCK_MONOTONIC, perf's clock under -k 1).
+    # The moment jitring came on here: record leaves out the samples
+    # before it (CLOCK_MONOTONIC, perf's clock under -k 1).
     _answer(ack, ok=True, was_active=False, on_ns=on_ns)
     return True         # @stopfd is the watcher's now
 
