@@ -1194,14 +1194,22 @@ def _thread_start(sym, dso):
     return sym in ROOTS or os.path.basename(dso).startswith("libc.so")
 
 
-def in_window(samples, meta):
-    """(@samples, how many left out): record --pid enables perf before it
-    asks the service to start jitring (perf must see the start's
-    mappings), so the samples until the service has started it name no
-    Python function: those before the service's clock at its start
-    (window_on_ns, CLOCK_MONOTONIC as perf's -k 1) are left out."""
+def window_on(meta):
+    """Where record --pid's window starts, in perf's clock (ns), or 0:
+    record enables perf before it asks the service to start jitring
+    (perf must see the start's mappings), so the samples until the
+    service has started it name no Python function; the service's clock
+    at its start (window_on_ns, CLOCK_MONOTONIC as perf's -k 1) starts
+    the window."""
     on = meta.get("window_on_ns")
-    if type(on) is not int or not meta.get("attached"):
+    return on if type(on) is int and meta.get("attached") else 0
+
+
+def in_window(samples, meta):
+    """(@samples, how many left out): those before window_on() left
+    out."""
+    on = window_on(meta)
+    if not on:
         return samples, 0
     kept = [s for s in samples if s[4] >= on]
     return kept, len(samples) - len(kept)

@@ -192,6 +192,7 @@ class Threads:
         # (tid, time) -> the switches a switch sample stands for, where
         # more than one (sampled at a frequency: --wait-freq)
         self.period = {}
+        self._off = {}      # tid -> off_cpu()
         with _perfdata.PerfData(path) as pd:
             self._read(pd)
         for d in (self.outs, self.ins):
@@ -319,9 +320,12 @@ class Threads:
     def off_cpu(self, tid):
         """{preempted: ns} the thread was off its CPU, from each OUT to
         the IN after it (or the thread's end), by the OUT's preemption
-        flag."""
-        a, b = self.life(tid)
-        off = {}
+        flag (worked out once a thread)."""
+        off = self._off.get(tid)
+        if off is not None:
+            return off
+        b = self.life(tid)[1]
+        off = self._off[tid] = {}
         ins = self.ins.get(tid, [])
         for t, pre in self.outs.get(tid, []):
             j = bisect.bisect_right(ins, t)
@@ -622,11 +626,7 @@ class Waits:
         self.out, self.meta = out, meta
         self.procs = procs
         try:
-            # record --pid: the window from the service's start of
-            # jitring (jitring._report.in_window()).
-            self.threads = th = Threads(
-                data, meta.get("window_on_ns") or 0
-                if meta.get("attached") else 0)
+            self.threads = th = Threads(data, _report.window_on(meta))
         except _perfdata.PerfDataError as e:
             raise _report.RecordError("cannot read the context switches "
                                       "of %s: %s" % (data, e))
@@ -672,10 +672,8 @@ class Waits:
         # preempted is theirs, and only its split by stack is the
         # samples' (exact at every switch sampled, an estimate at a
         # frequency; perf's lost samples leave the others to share it).
-        exact = {}
-        for tid in {r[2] for r in rows} | {k[0] for k in raw}:
-            for kind, ns in th.off_cpu(tid).items():
-                exact[(tid, kind)] = ns
+        exact = {(tid, kind): ns for tid in {k[0] for k in raw}
+                 for kind, ns in th.off_cpu(tid).items()}
         total, self_, stacks = {}, {}, {}
         pre_self = {}
         per_thread = {}     # tid -> {reason: ns}

@@ -256,6 +256,14 @@ class Rec:
     def out(self, name):
         return os.path.join(self.t.scratch, name)
 
+    def keeps_fp(self):
+        """Whether the interpreter under test keeps frame pointers
+        (record's fp mode works there)."""
+        p = subprocess.run([self.py, "-c", "import jitring._record as m; "
+                            "print(m.keeps_frame_pointers())"],
+                           capture_output=True, text=True, env=self.env)
+        return p.stdout.strip() == "True"
+
     def argv(self, args):
         return [self.py, "-m", "jitring"] + args
 
@@ -856,10 +864,7 @@ def test_deep(t, r):
     (the program's root, as in CPython 3.15's sampler), or the stacks
     perf cut are said, with their share, and under a root of their own."""
     prog = DEEP
-    p = subprocess.run([r.py, "-c", "import jitring._record as m; "
-                        "print(m.keeps_frame_pointers())"],
-                       capture_output=True, text=True, env=r.env)
-    fp = p.stdout.strip() == "True"
+    fp = r.keeps_fp()
     runs = [("default", [])]
     if not fp:
         runs.append(("8 KiB copies", ["--stack-size", "8192"]))
@@ -979,10 +984,7 @@ def test_elf(t, r):
 
 
 def test_fp(t, r):
-    p = subprocess.run([r.py, "-c", "import jitring._record as m; "
-                        "print(m.keeps_frame_pointers())"],
-                       capture_output=True, text=True, env=r.env)
-    if p.stdout.strip() != "True":
+    if not r.keeps_fp():
         t.skip_part("fp", "%s is built without frame pointers (Debian "
                     "sid's 3.15 has them: py_wheel_sid3.15)" % r.py)
         return

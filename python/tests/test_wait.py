@@ -350,10 +350,7 @@ def test_sleep(t, r):
 def test_sleep_fp(t, r):
     """The same in fp mode, where the interpreter keeps frame pointers
     (--wait's auto picks dwarf)."""
-    p = subprocess.run([r.py, "-c", "import jitring._record as m; "
-                        "print(m.keeps_frame_pointers())"],
-                       capture_output=True, text=True, env=r.env)
-    if p.stdout.strip() != "True":
+    if not r.keeps_fp():
         t.skip_part("sleep_fp", "this interpreter keeps no frame pointers")
         return
     sleep_case(t, r, "sleep_fp", ("--call-graph", "fp"))
