@@ -129,8 +129,8 @@ def parser():
     p.add_argument("--browser", action="store_true",
                    help="open the flame graph in a web browser")
     p.add_argument("--keep-debug", action="store_true",
-                   help="let perf use ~/.debug as its build-id cache "
-                   "(default: none)")
+                   help="let perf record build-ids and use ~/.debug as its "
+                   "build-id cache (default: neither)")
     p.add_argument("--call-graph", choices=("auto", "dwarf", "fp"),
                    default="auto",
                    help="how perf records stacks: dwarf (a stack "
@@ -460,10 +460,13 @@ class Perf:
             cmd[cmd.index("-p"):cmd.index("-p")] = _wait.perf_args(
                 opts.call_graph, opts.wait_stack_size, opts.wait_freq)
         if not opts.keep_debug:
-            # No build-id cache (a 5.4 MB copy of kallsyms a recording:
-            # most of an fp recording's folder); it is finished at once,
-            # from the files in place.
-            cmd.insert(cmd.index("-p"), "--no-buildid-cache")
+            # No build-ids (no cache: a 5.4 MB copy of kallsyms a
+            # recording, most of an fp recording's folder); it is finished
+            # at once, from the files in place.  With build-ids in its
+            # header, perf script looked the vDSO up in the cache, found
+            # nothing and could neither name nor unwind a sample in it
+            # (jitring._live's segments, which have none, could).
+            cmd.insert(cmd.index("-p"), "--no-buildid")
         with open(self.log, "wb") as log:
             self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,
                                       stdout=log, stderr=log,
@@ -672,6 +675,10 @@ def record(opts, target, perf_bin):
                      % (opts.event, p.why()))
     term.give(pid)
     gate_open(gate, True)
+    live = None
+    if live_reading(opts, meta):
+        from jitring import _live
+        live = _live.Live(out, perf, opts.inline).start()
     job = Job(pid, term)
     try:
         status = job.wait()
@@ -688,9 +695,22 @@ def record(opts, target, perf_bin):
             raise RecordError("cannot write in %s: %s" % (out, e.strerror))
         # A full disk: the meta written first stands; finish() says it.
     if not os.path.exists(os.path.join(out, "perf.data")):
+        if live:
+            live.discard()
         raise RecordError("perf record wrote no perf.data:\n  %s"
                           % p.why())
-    return out, meta
+    return out, meta, live
+
+
+def live_reading(opts, meta):
+    """Whether the samples are read while the program runs
+    (jitring._live): a dwarf recording through the trampolines' ELF
+    files, the route whose finishing is perf script's unwinding;
+    --perf-script (the whole text kept) and --wait (which reads the
+    switches in time order with the samples) finish after."""
+    return bool(meta.get("trampoline_elf")) and not (
+        opts.perf_script or opts.wait or opts.wall or
+        os.environ.get("JITRING_PY_TEST_LIVE") == "0")
 
 
 class WindowWait:
@@ -919,11 +939,12 @@ def main(argv):
         os.execv(redo[0], redo)
     try:
         perf_bin = _report.find_perf()
-        out, meta = record(opts, target, perf_bin)
+        out, meta, live = record(opts, target, perf_bin)
     except RecordError as e:
         sys.stderr.write("jitring record: %s\n" % e)
         return 2
-    rc = _report.finish(out, meta, top=opts.top, browser=opts.browser)
+    rc = _report.finish(out, meta, top=opts.top, browser=opts.browser,
+                        live=live)
     # A full disk (1) keeps the recording to finish later, and the
     # program's status.
     return meta["status"] if rc in (0, 1) else rc

@@ -49,6 +49,7 @@ import os
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -475,27 +476,34 @@ def slices(keys, n):
             for a, b in zip(bounds, bounds[1:])]
 
 
-def run_script(steps, perf, out, data, keys, inline, stream=False):
-    """perf script of @data (in @out) into files, in parallel over time
-    slices where there are CPUs and samples for it; returns the files,
-    in order.  perf-script.log holds the first slice's messages (perf
-    warns of lost events in each, alike), perf-script-N.log the rest's
-    until they succeed.  With @stream, each slice's output is a pipe,
-    read as it runs: returns (the processes, [None] a slice);
+def script_logs(n, tag=""):
+    """The logs of run_script()'s @n slices: perf-script.log holds the
+    first one's messages (perf warns of lost events in each, alike),
+    perf-script-N.log the rest's; @tag goes before each name."""
+    return [tag + ("perf-script.log" if i == 0 else "perf-script-%d.log" % i)
+            for i in range(n)]
+
+
+def run_script(steps, perf, out, data, keys, inline, stream=False,
+               most=SCRIPT_SLICES, tag=""):
+    """perf script of @data (in @out) into files, in parallel over up to
+    @most time slices where there are CPUs and samples for it; returns
+    the files, in order.  The logs are script_logs()'s (with @tag before
+    each name, as before the files'), the slices' after the first kept
+    only until they succeed.  With @stream, each slice's output is a
+    pipe, read as it runs: returns (the processes, [None] a slice);
     check_script() checks them once read."""
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
         else (os.cpu_count() or 1)
     least = int(os.environ.get("JITRING_PY_TEST_SLICE_MIN") or SLICE_MIN)
-    n = min(SCRIPT_SLICES, cpus,
+    n = min(most, cpus,
             max(1, sum(keys.values()) // max(1, least)) if keys else 1)
     ranges = slices(keys, n) if n > 1 else [None]
-    parts = [os.path.join(out, "perf.script.txt.%d" % i)
+    parts = [os.path.join(out, "%sperf.script.txt.%d" % (tag, i))
              for i in range(len(ranges))]
     if stream:
         parts = [None] * len(parts)
-    logs = [os.path.join(out, "perf-script.log" if i == 0 else
-                         "perf-script-%d.log" % i)
-            for i in range(len(ranges))]
+    logs = [os.path.join(out, n) for n in script_logs(len(ranges), tag)]
     claim(out, [os.path.basename(p) for p in parts + logs if p])
     cmds = [perf + ["script", "-i", data, "--ns", "-F",
                     "comm,pid,tid,time,event,ip,sym,dso",
@@ -505,17 +513,15 @@ def run_script(steps, perf, out, data, keys, inline, stream=False):
     procs = steps.start_all(cmds, parts, logs, cwd=out)
     if stream:
         return procs, parts
-    check_script(steps, procs, out)
+    check_script(steps, procs, out, tag)
     return parts
 
 
-def check_script(steps, procs, out):
+def check_script(steps, procs, out, tag=""):
     """Wait for run_script()'s @procs and raise RecordError where one
     failed; drops the logs of the slices after the first."""
     rcs = steps.wait_all(procs, out)
-    logs = [os.path.join(out, "perf-script.log" if i == 0 else
-                         "perf-script-%d.log" % i)
-            for i in range(len(procs))]
+    logs = [os.path.join(out, n) for n in script_logs(len(procs), tag)]
     for rc, log in zip(rcs, logs):
         if rc != 0:
             raise RecordError(failed("perf script", rc, log))
@@ -527,7 +533,8 @@ def check_script(steps, procs, out):
 READ_CHUNK = 1 << 22
 
 
-def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
+def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
+           data=None, raw=False, pre=(), tag="", most=SCRIPT_SLICES):
     """perf script into perf.script.txt (kept if @keep); returns [(pid,
     comm, frames, tid, time in ns, event)], frames a list of (symbol,
     dso) from the leaf to the root (record --wait tells its two events
@@ -550,27 +557,37 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
     whose every other line is a frame's is read whole (perf prints a
     sample so); any other block line by line, with the same result.
     Names and commands come back as jitring._flame.escape() writes
-    them.  Samples of one stack share one tuple of frames."""
+    them.  Samples of one stack share one tuple of frames.
+
+    @data names the file read (in @out) where it is not perf.data (fp,
+    elf) or perf.jit.data, @tag goes before the names of perf script's
+    files and logs, and @most bounds its slices.  With @raw (the reading
+    of a segment while the program runs: jitring._live), the samples
+    come back as (head, frames read) to be pickled: no frame named, no
+    name escaped.  @pre: files of such samples, named and escaped here
+    with the rest, as if read from @data's text."""
     from jitring._flame import escape
     direct = fp or elf
-    data = os.path.join(out, "perf.data" if direct else "perf.jit.data")
+    data = os.path.join(out, data or ("perf.data" if direct
+                                      else "perf.jit.data"))
     path = os.path.join(out, "perf.script.txt")
     keys = sample_keys(data)
     if keep:
         parts = run_script(steps, perf, out, os.path.basename(data), keys,
-                           inline)
+                           inline, most=most, tag=tag)
         procs = []
     else:
         # Each slice read from its pipe as perf writes it.
         procs, parts = run_script(steps, perf, out, os.path.basename(data),
-                                  keys, inline, stream=True)
+                                  keys, inline, stream=True, most=most,
+                                  tag=tag)
     if keep:
         with open(path, "wb") as f:
             for p in parts:
                 with open(p, "rb") as g:
                     shutil.copyfileobj(g, f, 1 << 20)
     names = None
-    if direct:
+    if direct and not raw:
         from jitring import _jitsyms, _perfdata
         try:
             names = (_jitsyms.FPNames if fp else _jitsyms.ELFNames)(
@@ -623,8 +640,13 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
             [escaped.get(fr) or escaped_frame(fr) for fr in stack]))
         return f
 
+    uniq = {}
+
     def emit(h, stack):
         # @stack: the sample's frames as read (a tuple).
+        if raw:
+            samples.append((h, uniq.setdefault(stack, stack)))
+            return
         if elf:
             # Named once per stack and process while no frame of it
             # changes its name (a trampoline's copy given to another
@@ -820,7 +842,12 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False):
         end_procs(procs)
         raise
     if procs:
-        check_script(steps, procs, out)
+        check_script(steps, procs, out, tag)
+    import pickle
+    for p in pre:
+        with open(p, "rb") as f:
+            for h, stack in pickle.load(f):
+                emit(h, stack)
     return samples
 
 
@@ -1322,9 +1349,13 @@ def summarize(samples, procs, top_pid, limit=127, outer=None):
 
 
 def lost_line(out):
-    """One line for perf's warnings about lost data, or None."""
+    """One line for perf's warnings about lost data, or None.  perf
+    script's own ("Processed N events and lost M chunks!") counts the
+    records of the file it read, which record may have read in segments
+    (jitring._live): what perf lost is counted from the recording's
+    records instead, the same however it was read."""
     lost = []
-    for log in ("perf-record.log", "perf-inject.log", "perf-script.log"):
+    for log in ("perf-record.log", "perf-inject.log"):
         try:
             with open(os.path.join(out, log), errors="replace") as f:
                 for line in f:
@@ -1332,11 +1363,48 @@ def lost_line(out):
                         lost.append(line.strip())
         except OSError:
             pass
+    chunks, events, samples = lost_records(out)
+    if chunks or samples:
+        # perf record's LOST_SAMPLES count the kernel's LOST events'
+        # samples: the one or the other.
+        lost.append("lost %d %s%s (its buffers were full: check IO/CPU "
+                    "overload)" % (samples or events,
+                                   "samples" if samples else "events",
+                                   " in %d chunks" % chunks if chunks
+                                   else ""))
     if not lost:
         return None
     return "perf warned: %s%s (details: %s/perf-*.log)" % (
         lost[0], " (and %d more)" % (len(lost) - 1) if len(lost) > 1
         else "", out)
+
+
+PERF_RECORD_LOST = 2
+PERF_RECORD_LOST_SAMPLES = 13
+
+
+def lost_records(out):
+    """(chunks, events, samples): the LOST records of the recording in
+    @out and the events they lost, and the samples its LOST_SAMPLES
+    records lost; zeros where it cannot be read."""
+    from jitring import _perfdata
+    chunks = events = samples = 0
+    for name in ("perf.jit.data", "perf.data"):
+        path = os.path.join(out, name)
+        if not os.path.exists(path):
+            continue
+        try:
+            with _perfdata.PerfData(path) as pd:
+                for typ, _, off, size in pd.records():
+                    if typ == PERF_RECORD_LOST and size >= 24:
+                        chunks += 1
+                        events += struct.unpack_from("<Q", pd.m, off + 16)[0]
+                    elif typ == PERF_RECORD_LOST_SAMPLES and size >= 16:
+                        samples += struct.unpack_from("<Q", pd.m, off + 8)[0]
+        except (_perfdata.PerfDataError, OSError):
+            return 0, 0, 0
+        break
+    return chunks, events, samples
 
 
 LIBDIR = re.compile(r"^.*/lib/python3\.\d+t?/(?:(?:site|dist)-packages/)?")
@@ -1486,15 +1554,17 @@ def perf_lost(out):
     return any(os.strerror(e) in said for e in FULL)
 
 
-def finish(out, meta, top=12, browser=False, prog="record"):
+def finish(out, meta, top=12, browser=False, prog="record", live=None):
     """Inject, read the samples, print the tables, write the files, under
-    the folder's lock.  Returns 0, 1 (the disk is full: said, the
+    the folder's lock.  @live: record's jitring._live.Live, the samples
+    it read while the program ran.  Returns 0, 1 (the disk is full: said, the
     recording kept to finish later), 2 (an error, said) or 128+N
     (stopped by signal N, the recording kept).  @prog names the command
     in messages."""
     lockfd = -1
     wait = None
     early = 0
+    from jitring import _live
     try:
         with Steps() as steps:
             lockfd = lock(out, prog)
@@ -1503,6 +1573,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                 meta["exec_fixed"] = read_meta(out).get("exec_fixed")
             except RecordError:
                 pass
+            if live is None:
+                _live.drop(out)     # a stopped record's
             before = set(os.listdir(out))
             done = drop_partial(out)
             claim(out, OUTPUTS + ("perf-script.log",))
@@ -1518,6 +1590,26 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                 from jitring import _jitsyms
                 elf = not _jitsyms.memfd_arenas(
                     os.path.join(out, "perf.data"))
+            # The samples record read while the program ran, and the rest
+            # (taken before the rewrites below move perf.data's records).
+            pre, data = (), None
+            if live is not None and elf and not done:
+                got = live.finish()
+                if got:
+                    pre, data = got
+                    # The tail's processes that exec'd unwind, as in the
+                    # segments (jitring._live.main()).
+                    from jitring import _execfix
+                    _execfix.fix(os.path.join(out, data))
+            elif live is not None:
+                live.discard()
+            # How many segments were read while the program ran, and why
+            # none, where the live reading failed.
+            why = live.failed if live is not None else None
+            if meta.get("live_segments", 0) != len(pre) or \
+                    meta.get("live_failed") != why:
+                meta["live_segments"], meta["live_failed"] = len(pre), why
+                write_meta(out, meta)
             if not done:
                 # perf opens the dumps by the names of their mmaps, made
                 # relative to the folder: a moved folder finishes.
@@ -1542,7 +1634,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
             from jitring._jitsyms import no_gc
             with no_gc():
                 samples = script(steps, perf, out, meta.get("perf_script"),
-                                 meta.get("inline"), fp, elf)
+                                 meta.get("inline"), fp, elf, data=data,
+                                 pre=pre)
                 samples, early = in_window(samples, meta)
                 procs = processes(out)
                 top_pid = meta.get("pid") if meta.get("top_only") else None
@@ -1592,6 +1685,8 @@ def finish(out, meta, top=12, browser=False, prog="record"):
                    os.path.basename(sys.executable), out))
         return 1
     finally:
+        if live is not None:
+            live.discard()
         if lockfd >= 0:
             os.close(lockfd)
     print_tables(meta, per, total, rows, top, out)

@@ -65,13 +65,23 @@ wheel.
     and in fp mode past perf's 127-frame limit, the cut stacks sit under
     a frame of their own, <module> and those together hold every sample,
     and the note after the tables gives their share and the remedy.
+14. live: perf.data read in segments while the program runs (100
+    samples a segment; the program goes on once the second segment's
+    file is there, then runs an exec'd child): two segments or more
+    read, no segment file left, both processes' functions in the
+    tables, and `report` of the whole file prints the same tables and
+    writes the same stacks.folded, byte for byte; the same where the
+    first segment's perf script fails (a perf wrapper on PATH): no
+    segment used, the reason in jitring-record.json.
 The cases, each run by name (test_record.py tree): tree (1, 4, 5 and
 8), signals and interrupted (2), output (3), event (6), cli (7; over
 event's recording where that case ran), scale (9), reuse (10), deep
-(12), elf (13) and fp (11); whatever ran, nothing is written to ~/.debug.
+(12), elf (13), fp (11) and live (14); whatever ran, nothing is written
+to ~/.debug.
 Skips (77) where perf cannot record here.
 """
 
+import difflib
 import os
 import select
 import signal
@@ -1031,6 +1041,151 @@ def test_fp(t, r):
     t.check(dwd and os.path.getsize(os.path.join(fp, "perf.data")) * 5 <
             os.path.getsize(dwd[0]),
             "fp: perf.data a fifth of dwarf mode's or less", os.listdir(dw))
+
+
+LIVE = textwrap.dedent("""
+    import glob, os, subprocess, sys
+
+    def spin(n):
+        s = 0
+        for i in range(n):
+            s ^= i * 7
+        return s
+
+    SUB = ("def sub_fn():\\n"
+           "    s = 0\\n"
+           "    for i in range(3000000):\\n"
+           "        s -= i\\n"
+           "sub_fn()\\n")
+
+    if __name__ == "__main__":
+        # Until record has made the segment file argv[2] of perf.data
+        # (live-1.data: the first segment was read), then an exec'd child
+        # and more work.
+        seg = os.path.join(sys.argv[1], sys.argv[2])
+        n = 0
+        while not os.path.exists(seg) and n < 3000:
+            spin(100000)
+            n += 1
+        subprocess.run([sys.executable, "-c", SUB], check=True)
+        spin(3000000)
+""")
+
+
+def test_live(t, r):
+    """record reads perf.data in segments while the program runs
+    (jitring._live): the profile is the one `report` makes of the whole
+    file, byte for byte; no segment file is left; a reader that fails
+    leaves the whole file to the finishing, with the same result."""
+    import json
+    import shutil
+    prog = r.script("live.py", LIVE)
+    real = shutil.which("perf", path=r.env.get("PATH"))
+    fail = fake_tool(t, "live-perf", 'case "$*" in *live-0.data*) '
+                     'exit 1;; esac\nexec %s "$@"\n' % real)
+    for what, path in (("live", None), ("failing reader", fail)):
+        out = r.out("live-" + what.replace(" ", "-"))
+        env = dict(r.env, JITRING_PY_TEST_LIVE_SEGMENT="100")
+        if path:
+            env["PATH"] = path + os.pathsep + env.get("PATH", "")
+        p = r.run(["record", "-o", out, "--call-graph", "dwarf", "--top",
+                   "30", "--", prog, out,
+                   "live-0.data" if path else "live-1.data"], env=env)
+        if not t.check(p.returncode == 0, "%s: record" % what,
+                       p.stderr[-1500:]):
+            continue
+        with open(os.path.join(out, "jitring-record.json")) as f:
+            meta = json.load(f)
+        if path:
+            t.check(meta.get("live_segments") == 0 and
+                    "status 1" in (meta.get("live_failed") or ""),
+                    "%s: no segment used, the reason kept" % what,
+                    (meta.get("live_segments"), meta.get("live_failed")))
+        else:
+            t.check(meta.get("live_segments", 0) >= 2 and
+                    not meta.get("live_failed"),
+                    "%s: %s segments read while the program ran"
+                    % (what, meta.get("live_segments")),
+                    meta.get("live_failed"))
+        left = [n for n in os.listdir(out) if n.startswith("live-")]
+        t.check(not left, "%s: no segment file left" % what, left)
+        tabs = sections(p.stdout)
+        t.check(has(tabs["total"], "spin") and has(tabs["total"], "sub_fn"),
+                "%s: the program's and its exec'd child's functions"
+                % what, p.stdout[-2000:])
+        with open(os.path.join(out, "stacks.folded")) as f:
+            folded = f.read()
+        q = r.run(["report", out, "--top", "30"], env=env)
+        with open(os.path.join(out, "stacks.folded")) as f:
+            again = f.read()
+        t.check(q.returncode == 0 and q.stdout == p.stdout and
+                again == folded, "%s: report of the whole file gives the "
+                "same tables and stacks.folded" % what,
+                "".join(difflib.unified_diff(
+                    p.stdout.splitlines(True), q.stdout.splitlines(True),
+                    n=0))[:3000] + q.stderr[-500:])
+
+
+def test_live_segments(t, r):
+    """jitring._live driven by hand on a recording of the tree, its
+    perf.data written again a piece at a time as perf record writes it
+    (the data section's size 0 until the end, the feature sections after
+    the data before the header says where it ends): the scan never takes
+    a feature section for a record; segments of 300 samples and the tail
+    give the samples the whole file gives, each once."""
+    import collections
+    import struct
+    from jitring import _execfix, _live, _report
+    prog = r.script("tree.py", TREE)
+    out = r.out("live-segments")
+    p = r.run(["record", "-o", out, "--call-graph", "dwarf", "--", prog],
+              env=dict(r.env, JITRING_PY_TEST_LIVE="0"))
+    if not t.check(p.returncode == 3, "segments: record", p.stderr[-1500:]):
+        return
+    path = os.path.join(out, "perf.data")
+    with open(path, "rb") as f:
+        whole = f.read()
+    size_at = 48                # the data section's size in the header
+    d_off, d_size = struct.unpack_from("<QQ", whole, size_at - 8)
+    perf = _report.perf_cmd(_report.find_perf(), out, False)
+    live = _live.Live(out, perf, False)
+    live.segment = 300
+    started = 0
+    with open(path, "wb") as f:
+        f.write(whole[:size_at] + bytes(8) + whole[size_at + 8:d_off])
+        for o in list(range(d_off, len(whole), 1 << 18)) + [len(whole)]:
+            f.write(whole[f.tell():o])
+            f.flush()
+            while live.poll():
+                started += 1
+                live.wait()
+        f.seek(0)
+        f.write(whole[:d_off])
+    t.check(live.failed is None and live.pos == d_off + d_size,
+            "segments: the scan stops at the data's end, not in the "
+            "feature sections", (live.failed, live.pos, d_off + d_size))
+    got = live.finish()
+    t.check(got is not None and len(got[0]) == started >= 3,
+            "segments: %d segments and a tail" % started, live.failed)
+    if not got:
+        return
+    pre, tail = got
+    _execfix.fix(os.path.join(out, tail))
+
+    def stacks(samples):
+        return collections.Counter((pid, tid, tm, frames)
+                                   for pid, _, frames, tid, tm, _ in samples)
+    with _report.Steps() as steps:
+        parts = stacks(_report.script(steps, perf, out, elf=True,
+                                      data=tail, pre=pre))
+        alone = stacks(_report.script(steps, perf, out, elf=True))
+    live.discard()
+    t.check(parts == alone and len(alone) > 500,
+            "segments: the same %d samples as the whole file" %
+            sum(alone.values()),
+            (sum((parts - alone).values()), sum((alone - parts).values())))
+    left = [n for n in os.listdir(out) if n.startswith("live-")]
+    t.check(not left, "segments: no segment file left", left)
 
 
 def fixture(t):
