@@ -19,9 +19,12 @@ COMM event marked COMM_EXEC, a PERF_RECORD_MMAP2 of "//anon" over the
 whole user address space, for the same pid and tid and with the same
 sample_id fields (so the same time and event): perf's overlap fix-up drops
 every mapping from before exec, and the mappings exec then makes split the
-anonymous one as they arrive.  The file is rewritten in place: records in
-the data section are copied, the feature sections after it move by what
-was added, and offsets that point past the data section move with them.
+anonymous one as they arrive.  Only a COMM_EXEC of a process perf knew
+mappings of before gets one (_stale_execs()); when none does, the file
+is left as it is.  The file
+is rewritten in place: records in the data section are copied, the
+feature sections after it move by what was added, and offsets that
+point past the data section move with them.
 """
 
 import os
@@ -31,7 +34,9 @@ from jitring._perfdata import HEADER, PerfData, PerfDataError
 
 SECTION = struct.Struct("<QQ")
 EVENT = struct.Struct("<IHH")               # perf_event_header
+RECORD_MMAP = 1
 RECORD_COMM = 3
+RECORD_FORK = 7
 RECORD_MMAP2 = 10
 MISC_COMM_EXEC = 1 << 13
 MISC_USER = 2
@@ -52,6 +57,56 @@ def _wipe(comm):
     return EVENT.pack(RECORD_MMAP2, MISC_USER, EVENT.size + len(body)) + body
 
 
+def _time_at(pd):
+    """The offset from a non-sample record's end of its time (in its
+    sample_id trailer: pid and tid, time, id, stream id, cpu, identifier,
+    those the events' sample_type has), or None where the records carry
+    no time (no sample_id_all, no PERF_SAMPLE_TIME, layouts that
+    differ)."""
+    from jitring import _perfdata as p
+    if len({(a.sample_type, a.sample_id_all) for a in pd.attrs}) != 1:
+        return None
+    a = pd.attr
+    if not a.sample_id_all or not a.sample_type & p.S_TIME:
+        return None
+    after = bin(a.sample_type & (p.S_ID | p.S_STREAM_ID | p.S_CPU |
+                                 p.S_IDENTIFIER)).count("1")
+    return 8 * (after + 1)
+
+
+def _stale_execs(pd):
+    """(offset, size) of the COMM_EXEC records of @pd whose process perf
+    knew mappings of before: one a FORK record started (with its
+    parent's mappings), or one with an MMAP record of an earlier time
+    (the records' order in the file is not their time's across CPUs).
+    The others need no wipe: record's own program, forked before perf
+    started and never synthesized (--synth no), has no mapping in perf's
+    view before its exec, so the perf.data of a program that starts no
+    process (a GB in dwarf mode) is left as it is, not copied.  Where
+    the records carry no time, every COMM_EXEC."""
+    at = _time_at(pd)
+    forked, first_map, execs = set(), {}, []
+    m = pd.m
+    for typ, misc, off, sz in pd.records():
+        if at is None or sz < 16 + at:
+            t = None
+        else:
+            t = struct.unpack_from("<Q", m, off + sz - at)[0]
+        if typ == RECORD_FORK:
+            pid, ppid = struct.unpack_from("<II", m, off + 8)
+            if pid != ppid:         # a process, not a thread
+                forked.add(pid)
+        elif typ in (RECORD_MMAP, RECORD_MMAP2):
+            pid = struct.unpack_from("<I", m, off + 8)[0]
+            if t is not None and t < first_map.get(pid, t + 1):
+                first_map[pid] = t
+        elif typ == RECORD_COMM and misc & MISC_COMM_EXEC:
+            pid = struct.unpack_from("<I", m, off + 8)[0]
+            execs.append((off, sz, pid, t))
+    return [(off, sz) for off, sz, pid, t in execs
+            if t is None or pid in forked or first_map.get(pid, t) < t]
+
+
 def fix(path):
     """Rewrite @path (perf.data); returns how many wipes were added, 0
     (file untouched) when it has no exec to fix, -1 when it is not a
@@ -68,9 +123,8 @@ def fix(path):
         if size != HEADER.size or not d_size:
             return -1
         try:
-            execs = [(off, sz) for typ, misc, off, sz in pd.records()
-                     if typ == RECORD_COMM and misc & MISC_COMM_EXEC]
-        except PerfDataError:
+            execs = _stale_execs(pd)
+        except (PerfDataError, struct.error):
             return -1
         if not execs:
             return 0

@@ -406,31 +406,46 @@ class FPNames:
             for pid, addr, n, name in pd.mmap2():
                 if name.startswith(ARENA):
                     arenas.setdefault(pid, []).append((addr, addr + n))
-            ranges = {}
-            for pid, lst in arenas.items():
-                lst.sort()
-                ranges[pid] = ([a for a, _ in lst], [e for _, e in lst])
             # A fork child runs its parent's arenas (no MMAP2 of its
             # own for them) and its parent's copies (in the parent's
-            # dump): the process's own first, then any.
+            # dump): the process's own dump first, then any; an address
+            # in any process's arenas is a trampoline's.
             allr = sorted(r for lst in arenas.values() for r in lst)
             allr = ([a for a, _ in allr], [e for _, e in allr])
             order = list(dumps.items())
+            # A profile's chains repeat the same return addresses: each
+            # address is placed in or out of the arenas once (@inside;
+            # every process's are in allr), and each (process, address)
+            # named once for the times its own dump's answer holds
+            # (@held: since, until, name).
+            inside, held = {}, {}
             for pid, tid, t, ip, co, nr, _, _ in pd.samples():
                 if not nr or not allr[0]:
                     continue
-                own = ranges.get(pid)
+                own = dumps.get(pid)
                 names = []
                 for a in pd.chain(co, nr):
-                    if not (_inside(own, a) or _inside(allr, a)):
+                    v = inside.get(a)
+                    if v is None:
+                        v = inside[a] = _inside(allr, a)
+                    if not v:
+                        continue
+                    h = held.get((pid, a))
+                    if h is not None and h[0] <= t < h[1]:
+                        names.append(h[2])
                         continue
                     name = None
-                    for p, d in ([(pid, dumps[pid])] if pid in dumps
-                                 else []) + order:
-                        i = d.find(a, t)
+                    if own is not None:
+                        i, since, until = own.live(a, t)
                         if i >= 0:
-                            name = d.name(i)
-                            break
+                            name = own.name(i)
+                            held[(pid, a)] = (since, until, name)
+                    if name is None:
+                        for p, d in order:
+                            i = d.find(a, t)
+                            if i >= 0:
+                                name = d.name(i)
+                                break
                     names.append(name)
                 if names:
                     self.chains[(tid, t)] = names

@@ -1,28 +1,31 @@
 # SPDX-License-Identifier: MIT
 """record's reading of the samples while the program runs.
 
-A dwarf recording's finishing is mostly perf script's unwinding of each
-sample's stack copy and the reading of its text (jitring._report.script):
-work that grows with the samples.  Done after the program, it made
-record take 1.6 times as long as the program alone on a deep program,
-while the program had left a CPU idle throughout.  So, while the program
-runs, a thread of record's (Live) reads perf.data as perf record appends
-to it, and every SEGMENT samples has a stretch of it read by a reader
-process at low priority (python -m jitring._live): the stretch is made a
+A recording that perf script reads itself (dwarf mode through the
+trampolines' ELF files; fp mode) is finished mostly by perf script (in
+dwarf mode its unwinding of each sample's stack copy) and the reading of
+its text (jitring._report.script): work that grows with the samples.
+Done after the program, it took 9-14 s after a 27 s rst2html, while the
+program had left a CPU idle throughout.  So, while the program runs, a
+thread of record's (Live) reads perf.data as perf record appends to it,
+and every SEGMENT samples has a stretch of it read by a reader process
+at low priority (python -m jitring._live): the stretch is made a
 perf.data of its own, live-N.data, on which the reader runs perf script
 and leaves the samples, unnamed, pickled in live-N.pickle.  At the
 finish (Live.finish()), only the samples after the last segment are
 left; they are one more segment, read as the whole file was before, and
 every sample is named there, the trampolines' names from the whole
-dumps (jitring._report.script(pre=...)).
+dumps and, in fp mode, perf.data's own callchains
+(jitring._report.script(pre=...)).
 
 Why a segment's samples read as they would in the whole file:
   - a segment holds the file's header, every record of perf.data that
-    is not a sample, from the data section's start to the end read so
-    far, and the records of its stretch, all in the file's order: perf
-    script sorts records by time and unwinds each sample against the
-    mappings, threads and commands of the records before it, which are
-    all there (a record after them changes nothing before it);
+    is not a sample or a round's end, from the data section's start to
+    the end read so far, and all the records of its stretch, in the
+    file's order: perf script sorts records by time and unwinds each
+    sample against the mappings, threads and commands of the records
+    before it, which are all there (a record after them changes nothing
+    before it; the rounds' ends only let perf sort less at a time);
   - perf record empties every CPU's buffer in each round and ends the
     round with a FINISHED_ROUND record: a record that happened before a
     sample of round k was written in round k or k + 1.  A stretch ends
@@ -83,14 +86,16 @@ class Live:
     """The reading of @out's perf.data while perf record writes it: by a
     thread of its own once start()ed, or by poll() and wait()."""
 
-    def __init__(self, out, perf, inline):
-        self.out, self.perf, self.inline = out, perf, inline
+    def __init__(self, out, perf, inline, fp=False):
+        self.out, self.perf, self.inline, self.fp = out, perf, inline, fp
         self.path = os.path.join(out, "perf.data")
         self.segment = _env_int("JITRING_PY_TEST_LIVE_SEGMENT", SEGMENT)
         self.prefix = None      # the file up to its data section
         self.pos = None         # the next record's offset
-        self.others = []        # (offset, bytes) of the non-sample records
+        self.others = []        # (offset, bytes) of the other records but
+                                # FINISHED_ROUND
         self.rounds = []        # (offset after a round, samples before it)
+                                # of the last two rounds
         self.begin = None       # (offset, samples before it): not read yet
         self.n = 0              # samples read
         self.parts = []         # the readers' pickles, done, in order
@@ -181,12 +186,15 @@ class Live:
                         break       # perf writes the rest next
                     if typ == RECORD_SAMPLE:
                         n += 1
+                    elif typ == FINISHED_ROUND:
+                        # Not kept: a segment has those of its stretch
+                        # (perf script sorts the rest at its end).
+                        self.rounds.append((off + sz, n))
                     else:
                         self.others.append((off, m[off:off + sz]))
-                        if typ == FINISHED_ROUND:
-                            self.rounds.append((off + sz, n))
                     off += sz
                 self.pos, self.n = off, n
+                del self.rounds[:-2]    # all _next() needs
 
     def _next(self):
         """Start a reader on the next stretch if it has enough samples."""
@@ -203,7 +211,6 @@ class Live:
             return
         self._start_reader(self.begin[0], b, self.pos)
         self.begin = (b, nb)
-        del self.rounds[:-1]
 
     def _write(self, name, a, b, end, prefix=None):
         """live-N.data: the header, the records that are not samples in
@@ -235,7 +242,7 @@ class Live:
         return path
 
     def _start_reader(self, a, b, end):
-        k = len(self.parts) + (self.reader is not None)
+        k = len(self.parts)
         data = self._write("live-%d.data" % k, a, b, end)
         dest = os.path.join(self.out, "live-%d.pickle" % k)
         _report.claim(self.out, [os.path.basename(dest),
@@ -247,7 +254,8 @@ class Live:
                 # -P: nothing of the folder (its cwd) on sys.path.
                 [sys.executable, "-P", "-m", "jitring._live", self.out,
                  os.path.basename(data), os.path.basename(dest),
-                 json.dumps(self.perf), "1" if self.inline else "0"],
+                 json.dumps(self.perf), "1" if self.inline else "0",
+                 "fp" if self.fp else "elf"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                 cwd=self.out, process_group=0, preexec_fn=_below)
         self.reader = (p, data, dest)
@@ -355,17 +363,19 @@ def _below():
 
 
 def main(argv):
-    """python -m jitring._live OUT DATA PICKLE PERF-JSON INLINE: read the
-    segment DATA of the folder OUT into PICKLE."""
-    out, data, dest, perf, inline = argv
+    """python -m jitring._live OUT DATA PICKLE PERF-JSON INLINE MODE: read
+    the segment DATA of the folder OUT, a recording in MODE (elf: dwarf
+    through the trampolines' ELF files; fp), into PICKLE."""
+    out, data, dest, perf, inline, mode = argv
     from jitring import _execfix
     _execfix.fix(os.path.join(out, data))
     tag = data[:-len(".data")] + "-"
     try:
         with _report.Steps() as steps:
             got = _report.script(steps, json.loads(perf), out,
-                                 inline=inline == "1", elf=True, data=data,
-                                 raw=True, tag=tag, most=1)
+                                 inline=inline == "1", fp=mode == "fp",
+                                 elf=mode == "elf", data=data, raw=True,
+                                 tag=tag, most=1)
     except (_report.RecordError, OSError) as e:
         sys.stderr.write("jitring live reader: %s\n" % e)
         return 1

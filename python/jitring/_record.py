@@ -678,7 +678,8 @@ def record(opts, target, perf_bin):
     live = None
     if live_reading(opts, meta):
         from jitring import _live
-        live = _live.Live(out, perf, opts.inline).start()
+        live = _live.Live(out, perf, opts.inline,
+                          fp=opts.call_graph == "fp").start()
     job = Job(pid, term)
     try:
         status = job.wait()
@@ -704,11 +705,13 @@ def record(opts, target, perf_bin):
 
 def live_reading(opts, meta):
     """Whether the samples are read while the program runs
-    (jitring._live): a dwarf recording through the trampolines' ELF
-    files, the route whose finishing is perf script's unwinding;
-    --perf-script (the whole text kept) and --wait (which reads the
-    switches in time order with the samples) finish after."""
-    return bool(meta.get("trampoline_elf")) and not (
+    (jitring._live): a recording perf script reads itself (dwarf mode
+    through the trampolines' ELF files, or fp mode), not one perf inject
+    rewrites first; --perf-script (the whole text kept) and --wait
+    (which reads the switches in time order with the samples) finish
+    after."""
+    return bool(meta.get("trampoline_elf") or
+                opts.call_graph == "fp") and not (
         opts.perf_script or opts.wait or opts.wall or
         os.environ.get("JITRING_PY_TEST_LIVE") == "0")
 

@@ -1593,7 +1593,7 @@ def finish(out, meta, top=12, browser=False, prog="record", live=None):
             # The samples record read while the program ran, and the rest
             # (taken before the rewrites below move perf.data's records).
             pre, data = (), None
-            if live is not None and elf and not done:
+            if live is not None and (elf or fp) and not done:
                 got = live.finish()
                 if got:
                     pre, data = got

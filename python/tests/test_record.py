@@ -72,7 +72,8 @@ wheel.
     tables, and `report` of the whole file prints the same tables and
     writes the same stacks.folded, byte for byte; the same where the
     first segment's perf script fails (a perf wrapper on PATH): no
-    segment used, the reason in jitring-record.json.
+    segment used, the reason in jitring-record.json; in fp mode too
+    where the interpreter keeps frame pointers.
 The cases, each run by name (test_record.py tree): tree (1, 4, 5 and
 8), signals and interrupted (2), output (3), event (6), cli (7; over
 event's recording where that case ran), scale (9), reuse (10), deep
@@ -911,6 +912,21 @@ def test_deep(t, r):
             t.check(mod >= 85 and cut < 2,
                     "deep, dwarf: whole stacks, <module> %.1f%%" % mod,
                     p.stdout[-2000:])
+        if not opts:
+            # The program's first exec needs no wipe (perf knew no
+            # mapping of it before): a program that starts no process
+            # keeps its perf.data as perf wrote it, but where the
+            # interpreter is a wrapper that execs again (sid's, through
+            # its own loader).
+            from jitring import _execfix, _perfdata
+            path = os.path.join(out, "perf.data")
+            with _perfdata.PerfData(path) as pd:
+                execs = sum(1 for typ, misc, _, _ in pd.records()
+                            if typ == 3 and misc & (1 << 13))
+            n = _execfix.fix(path)
+            t.check(execs >= 1 and n == execs - 1, "deep: of the %d "
+                    "execs of a program that starts no process, all but "
+                    "the first to fix (%d)" % (execs, n))
         else:
             t.check(cut > 30 and "--stack-size 32768" in p.stdout,
                     "deep, dwarf with 8 KiB copies: %.1f%% cut, and the "
@@ -1076,19 +1092,24 @@ def test_live(t, r):
     """record reads perf.data in segments while the program runs
     (jitring._live): the profile is the one `report` makes of the whole
     file, byte for byte; no segment file is left; a reader that fails
-    leaves the whole file to the finishing, with the same result."""
+    leaves the whole file to the finishing, with the same result.  In
+    dwarf mode, and in fp mode where the interpreter keeps frame
+    pointers."""
     import json
     import shutil
     prog = r.script("live.py", LIVE)
     real = shutil.which("perf", path=r.env.get("PATH"))
     fail = fake_tool(t, "live-perf", 'case "$*" in *live-0.data*) '
                      'exit 1;; esac\nexec %s "$@"\n' % real)
-    for what, path in (("live", None), ("failing reader", fail)):
-        out = r.out("live-" + what.replace(" ", "-"))
+    runs = [("live", None, "dwarf"), ("failing reader", fail, "dwarf")]
+    if r.keeps_fp():
+        runs.append(("live, fp", None, "fp"))
+    for what, path, mode in runs:
+        out = r.out("live-" + what.replace(" ", "-").replace(",", ""))
         env = dict(r.env, JITRING_PY_TEST_LIVE_SEGMENT="100")
         if path:
             env["PATH"] = path + os.pathsep + env.get("PATH", "")
-        p = r.run(["record", "-o", out, "--call-graph", "dwarf", "--top",
+        p = r.run(["record", "-o", out, "--call-graph", mode, "--top",
                    "30", "--", prog, out,
                    "live-0.data" if path else "live-1.data"], env=env)
         if not t.check(p.returncode == 0, "%s: record" % what,

@@ -278,7 +278,7 @@ fi
 # record's frame-pointer mode where the interpreter keeps frame pointers
 # (sid's 3.15), a reused trampoline copy named in it too.
 if [ "$mode" = sid3.15 ]; then
-	suite py_record_fp test_record.py fp reuse deep
+	suite py_record_fp test_record.py fp reuse deep live
 	# record --wait on a GIL build with stripped symbols (fp mode too).
 	suite py_wait test_wait.py
 fi
