@@ -282,14 +282,15 @@ class Live:
     def finish(self):
         """Once perf record has ended: ([the pickles], the tail segment's
         name in the folder) for jitring._report.script(pre=, data=), or
-        None where the live reading failed (read the whole file)."""
+        None where the live reading failed or read nothing (read the
+        whole file)."""
         self.stopping.set()
         self._join()
-        if self.failed is not None:
+        if self.failed is not None or not self.parts:
+            # Nothing read (a short program): the whole file, not a copy.
             self.discard()
             return None
         try:
-            self.wait()
             with open(self.path, "rb") as f:
                 head = f.read(HEADER.size)
                 h = HEADER.unpack(head)

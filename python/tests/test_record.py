@@ -64,7 +64,10 @@ wheel.
     32 KiB stack copy, perf script reading every frame); with 8 KiB copies,
     and in fp mode past perf's 127-frame limit, the cut stacks sit under
     a frame of their own, <module> and those together hold every sample,
-    and the note after the tables gives their share and the remedy.
+    and the note after the tables gives their share and the remedy; of
+    the program's execs (one, or two through sid's wrapper) all but the
+    first need jitring._execfix's wipe: a program that starts no process
+    keeps its perf.data as perf wrote it;
 14. live: perf.data read in segments while the program runs (100
     samples a segment; the program goes on once the second segment's
     file is there, then runs an exec'd child): two segments or more
