@@ -136,10 +136,11 @@ class Live:
             self._kill()
 
     def _kill(self):
+        # The reader's process group: it and its perf script.
         r = self.reader
         if r is not None:
             try:
-                r[0].kill()
+                os.killpg(r[0].pid, signal.SIGKILL)
             except OSError:
                 pass
 

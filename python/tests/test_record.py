@@ -76,12 +76,19 @@ wheel.
     writes the same stacks.folded, byte for byte; the same where the
     first segment's perf script fails (a perf wrapper on PATH): no
     segment used, the reason in jitring-record.json; in fp mode too
-    where the interpreter keeps frame pointers.
+    where the interpreter keeps frame pointers.  live_interrupted: a
+    reader that does not end (a stand-in perf script): record waits for
+    it under the folder's lock once the program has ended, a SIGINT
+    stops that (exit 130), no segment file and no reader or its perf
+    script left, and report DIR finishes the recording.  live_segments:
+    the reading driven by hand on perf.data written again a piece at a
+    time (the feature sections before the header's end): the samples
+    the whole file gives, each once.
 The cases, each run by name (test_record.py tree): tree (1, 4, 5 and
 8), signals and interrupted (2), output (3), event (6), cli (7; over
 event's recording where that case ran), scale (9), reuse (10), deep
-(12), elf (13), fp (11) and live (14); whatever ran, nothing is written
-to ~/.debug.
+(12), elf (13), fp (11), live, live_interrupted and live_segments
+(14); whatever ran, nothing is written to ~/.debug.
 Skips (77) where perf cannot record here.
 """
 
@@ -1148,6 +1155,80 @@ def test_live(t, r):
                 "".join(difflib.unified_diff(
                     p.stdout.splitlines(True), q.stdout.splitlines(True),
                     n=0))[:3000] + q.stderr[-500:])
+
+
+def test_live_interrupted(t, r):
+    """A reader of the live reading that does not end (its perf script a
+    stand-in that says so on a FIFO and waits to be stopped): the program
+    ends, record waits for the reader under the folder's lock, and a
+    SIGINT then stops it as in any finishing step: exit 130, perf.data
+    and the dump kept, no segment file and no reader process left, and
+    report DIR finishes the recording."""
+    import fcntl
+    import shutil
+    real = shutil.which("perf", path=r.env.get("PATH"))
+    fifo = os.path.join(t.scratch, "live.fifo")
+    os.mkfifo(fifo)
+    fake = fake_tool(t, "slowlive", 'case "$*" in *live-0.data*) echo live '
+                     '> %s; exec sleep 619;; esac\nexec %s "$@"\n'
+                     % (fifo, real))
+    env = dict(r.env, PATH=fake + os.pathsep + r.env.get("PATH", ""),
+               JITRING_PY_TEST_LIVE_SEGMENT="100")
+    prog = r.script("live.py", LIVE)
+    out = r.out("live-interrupted")
+    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
+    p = r.start(["record", "-o", out, "--call-graph", "dwarf", "--", prog,
+                 out, "live-0.data"], env=env)
+    rd, _, _ = select.select([fd], [], [], 240)
+    os.close(fd)
+    if not t.check(rd, "live, interrupted: the first segment's reader "
+                   "runs"):
+        p.kill()
+        p.communicate()
+        return
+
+    def locked():
+        # record's finishing holds the folder's lock from its start.
+        try:
+            lk = os.open(os.path.join(out, ".jitring-lock"), os.O_RDONLY)
+        except OSError:
+            return False
+        try:
+            fcntl.flock(lk, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return False
+        except OSError:
+            return True
+        finally:
+            os.close(lk)
+    end = time.monotonic() + 240
+    while not locked() and p.poll() is None and time.monotonic() < end:
+        time.sleep(0.05)
+    t.check(p.poll() is None, "live, interrupted: record waits for the "
+            "reader")
+    os.killpg(p.pid, signal.SIGINT)
+    so, se = p.communicate(timeout=120)
+    t.check(p.returncode == 128 + signal.SIGINT,
+            "live, interrupted: exit 130", "%d %s"
+            % (p.returncode, se[-500:]))
+    names = os.listdir(out)
+    t.check("perf.data" in names and jrtest.dumps(out) and
+            not [n for n in names if n.startswith("live-")],
+            "live, interrupted: perf.data and the dump kept, no segment "
+            "file", names)
+    sleepers = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                if f.read() == b"sleep\x00619\x00":
+                    sleepers.append(d)
+        except OSError:
+            pass
+    t.check(not sleepers and not leftovers(out),
+            "live, interrupted: no reader left", (sleepers, leftovers(out)))
+    q = r.run(["report", out])
+    t.check(q.returncode == 0 and has(sections(q.stdout)["total"], "spin"),
+            "live, interrupted: report DIR finishes it",
+            q.stdout[-800:] + q.stderr[-800:])
 
 
 def test_live_segments(t, r):
