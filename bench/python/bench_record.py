@@ -29,6 +29,11 @@ where the interpreter keeps frame pointers):
   compileall   python -m compileall -j 2 over a copy of five stdlib
                packages (a process pool)
   pools        a thread pool and a spawn process pool
+  regrtest     python -m test -j 2 over ten stdlib test files (a worker
+               process each, 20 processes in all): the interpreter's own
+               test package, else Lib/test of the CPython source tarball
+               of its version in jitring's cache (scripts/build-python.sh
+               keeps 3.13.5's there); skipped where neither is
 Printed: the program alone and under record, the finish (record's wall
 less the program's under it) and its ratio to the program alone, the
 share of samples whose Python stack reaches a root (a module body or a
@@ -181,7 +186,45 @@ def real_programs(a, scratch, py):
                             ignore=shutil.ignore_patterns("__pycache__"))
     progs["compileall"] = (["-m", "compileall", "-j", "2", "-f", "-q",
                             tree], {})
+    tests = regrtest_path(py, scratch)
+    if tests is not None:
+        progs["regrtest"] = (["-m", "test", "-j", "2"] + REGRTESTS,
+                             {"PYTHONPATH": tests} if tests else {})
     return progs
+
+
+# The regrtest subset: pure-Python stdlib work, a few seconds in all.
+REGRTESTS = ["test_json", "test_textwrap", "test_difflib", "test_string",
+             "test_csv", "test_statistics", "test_fractions", "test_heapq",
+             "test_bisect", "test_base64"]
+
+
+def regrtest_path(py, scratch):
+    """What the regrtest subset's $PYTHONPATH adds for @py: "" where it
+    has its own test package, else a folder holding Lib/test of its
+    version's source tarball in jitring's cache; None where neither."""
+    if subprocess.run([py, "-c", "import test.test_json"],
+                      capture_output=True).returncode == 0:
+        return ""
+    ver = subprocess.run([py, "-c", "import platform; "
+                          "print(platform.python_version())"],
+                         capture_output=True, text=True).stdout.strip()
+    cache = os.environ.get("JITRING_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+        "jitring")
+    tarball = os.path.join(cache, "src", "python%s_%s.orig.tar.xz"
+                           % (ver.rsplit(".", 1)[0], ver))
+    dest = os.path.join(scratch, "regrtest-" + ver)
+    if os.path.isdir(os.path.join(dest, "test")):
+        return dest
+    if not os.path.exists(tarball):
+        return None
+    os.makedirs(dest)
+    if subprocess.run(["tar", "-C", dest, "-xJf", tarball,
+                       "--strip-components=2", "--wildcards",
+                       "Python-%s/Lib/test/*" % ver]).returncode != 0:
+        return None
+    return dest
 
 
 ROOT_FRAMES = ("py::<module>:", "py::Thread._bootstrap")
@@ -288,6 +331,10 @@ def run_real(a, py, scratch, env):
         "program", "alone s", "rec s", "finish", "ratio", "rooted%",
         "sampler", "cut%", "out%", "beyond MB", "flame KB"))
     for name in a.real.split(","):
+        if name not in progs:
+            print("%-10s  (skipped: no test package for %s, nor its "
+                  "version's source tarball)" % (name, os.path.basename(py)))
+            continue
         argv, extra = progs[name]
         penv = dict(env, **extra)
         if extra.get("PYTHONPATH") and env.get("PYTHONPATH"):
@@ -359,7 +406,8 @@ def main():
                     "that keep frame pointers")
     ap.add_argument("--json", help="append one JSON line per row here")
     ap.add_argument("--real", default="hello,deep-60,rst2html,compileall,"
-                    "pools", help="the real programs to run ('' for none)")
+                    "pools,regrtest",
+                    help="the real programs to run ('' for none)")
     ap.add_argument("--record-args", default="",
                     help="more record options for the real programs "
                     "(e.g. --memfd-trampolines: dwarf mode's perf inject "

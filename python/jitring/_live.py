@@ -248,8 +248,9 @@ class Live:
         dest = os.path.join(self.out, "live-%d.pickle" % k)
         _report.claim(self.out, [os.path.basename(dest),
                                  "live-%d.log" % k])
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("JITRING_PROFILE")}
+        # Not profiled itself where the user's environment asks for it.
+        env = {n: v for n, v in os.environ.items()
+               if not n.startswith("JITRING_PROFILE")}
         with open(os.path.join(self.out, "live-%d.log" % k), "wb") as log:
             p = subprocess.Popen(
                 # -P: nothing of the folder (its cwd) on sys.path.

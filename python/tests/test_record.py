@@ -510,6 +510,20 @@ def test_signals(t, r):
             leftovers(out))
 
 
+def sleeping(n):
+    """The pids of the processes `sleep N` (a stand-in's wait)."""
+    want = b"sleep\x00%d\x00" % n
+    found = []
+    for d in os.listdir("/proc"):
+        try:
+            with open("/proc/%s/cmdline" % d, "rb") as f:
+                if f.read() == want:
+                    found.append(d)
+        except OSError:
+            pass
+    return found
+
+
 def test_interrupted(t, r):
     """A stand-in perf whose finishing step (perf script of a recording
     through the trampolines' ELF files, each of its parallel slices; perf
@@ -557,14 +571,7 @@ def interrupted_at(t, r, step, opts):
                  if n.startswith(("perf.script.txt", "stacks.folded"))],
             "%s: perf.data and the dump kept, no partial output" % step,
             os.listdir(out))
-    sleepers = []
-    for d in os.listdir("/proc"):
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                if f.read() == b"sleep\x00617\x00":
-                    sleepers.append(d)
-        except OSError:
-            pass
+    sleepers = sleeping(617)
     t.check(not sleepers, "%s: the interrupted step is stopped%s"
             % (step, " (every slice)" if step == "script" else ""),
             sleepers)
@@ -1070,7 +1077,7 @@ def test_fp(t, r):
 
 
 LIVE = textwrap.dedent("""
-    import glob, os, subprocess, sys
+    import os, subprocess, sys
 
     def spin(n):
         s = 0
@@ -1215,14 +1222,7 @@ def test_live_interrupted(t, r):
             not [n for n in names if n.startswith("live-")],
             "live, interrupted: perf.data and the dump kept, no segment "
             "file", names)
-    sleepers = []
-    for d in os.listdir("/proc"):
-        try:
-            with open("/proc/%s/cmdline" % d, "rb") as f:
-                if f.read() == b"sleep\x00619\x00":
-                    sleepers.append(d)
-        except OSError:
-            pass
+    sleepers = sleeping(619)
     t.check(not sleepers and not leftovers(out),
             "live, interrupted: no reader left", (sleepers, leftovers(out)))
     q = r.run(["report", out])
