@@ -12,8 +12,10 @@ and every SEGMENT samples has a stretch of it read by a reader process
 at low priority (python -m jitring._live): the stretch is made a
 perf.data of its own, live-N.data, on which the reader runs perf script
 and leaves the samples, unnamed, pickled in live-N.pickle.  At the
-finish (Live.finish()), only the samples after the last segment are
-left; they are one more segment, read as the whole file was before, and
+finish (Live.finish()), only the samples after the last segment read
+are left (a reader still at work when the program ends is ended: at
+nice 10 on a busy machine it could hold the finish up); they are one
+more segment, read as the whole file was before, and
 every sample is named there, the trampolines' names from the whole
 dumps and, in fp mode, perf.data's own callchains
 (jitring._report.script(pre=...)).
@@ -71,6 +73,9 @@ _HDR = struct.Struct("<IHH")
 SEGMENT = 2000
 # How often the thread looks at perf.data, in seconds.
 POLL = 0.5
+# A reader's niceness: below the program (the tests, on a loaded
+# machine, set 0 with $JITRING_PY_TEST_LIVE_NICE).
+NICE = 10
 # The room a segment leaves on the disk besides twice its own size.
 ROOM = 256 << 20
 
@@ -125,15 +130,31 @@ class Live:
     # -- the thread ----------------------------------------------------
 
     def _run(self):
-        # A reader is waited for here: the kernel ends it (its
+        # The reader is this thread's to end: the kernel ends it too (its
         # PR_SET_PDEATHSIG) when this thread, which started it, ends.
         try:
             while not self.stopping.wait(POLL):
                 self.poll()
-            self.wait()
+            self._abandon()
         except Exception as e:      # any failure: the whole file later
             self.failed = "%s: %s" % (type(e).__name__, e)
             self._kill()
+
+    def _abandon(self):
+        """The program has ended: a reader done by now is taken; one
+        still at work is ended, and its stretch goes to the tail, read at
+        the finish's own priority in parallel slices (a reader at nice 10
+        on a busy machine could hold the finish up for long)."""
+        r = self.reader
+        if r is None or r[0].poll() is not None:
+            self._reap(block=False)
+            return
+        self._kill()
+        r[0].wait()
+        self.reader = None
+        for path in (r[1], r[2], r[2] + ".tmp"):
+            _unlink(path)
+        self.begin = r[3]
 
     def _kill(self):
         # The reader's process group: it and its perf script.
@@ -210,7 +231,7 @@ class Live:
         st = os.statvfs(self.out)
         if st.f_bavail * st.f_frsize < 2 * (b - self.begin[0]) + ROOM:
             return
-        self._start_reader(self.begin[0], b, self.pos)
+        self._start_reader(self.begin, b, self.pos)
         self.begin = (b, nb)
 
     def _write(self, name, a, b, end, prefix=None):
@@ -242,9 +263,9 @@ class Live:
             f.write(HEADER.pack(*h))
         return path
 
-    def _start_reader(self, a, b, end):
+    def _start_reader(self, begin, b, end):
         k = len(self.parts)
-        data = self._write("live-%d.data" % k, a, b, end)
+        data = self._write("live-%d.data" % k, begin[0], b, end)
         dest = os.path.join(self.out, "live-%d.pickle" % k)
         _report.claim(self.out, [os.path.basename(dest),
                                  "live-%d.log" % k])
@@ -260,13 +281,14 @@ class Live:
                  "fp" if self.fp else "elf"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                 cwd=self.out, process_group=0, preexec_fn=_below)
-        self.reader = (p, data, dest)
+        # (the process, its segment, its pickle, the stretch's start)
+        self.reader = (p, data, dest, begin)
 
     def _reap(self, block):
         """Take the reader's result once it is done (@block: wait)."""
         if self.reader is None:
             return
-        p, data, dest = self.reader
+        p, data, dest, _ = self.reader
         if block:
             p.wait()
         elif p.poll() is None:
@@ -354,7 +376,7 @@ def _below():
     """A reader runs below the program's priority, and ends with
     record."""
     try:
-        os.nice(10)
+        os.nice(_env_int("JITRING_PY_TEST_LIVE_NICE", NICE))
     except OSError:
         pass
     try:

@@ -70,24 +70,24 @@ wheel.
     keeps its perf.data as perf wrote it;
 14. live: perf.data read in segments while the program runs (100
     samples a segment; the program goes on once the second segment's
-    file is there, then runs an exec'd child): two segments or more
+    file is there, then runs an exec'd child): one segment or more
     read, no segment file left, both processes' functions in the
     tables, and `report` of the whole file prints the same tables and
     writes the same stacks.folded, byte for byte; the same where the
     first segment's perf script fails (a perf wrapper on PATH): no
     segment used, the reason in jitring-record.json; in fp mode too
-    where the interpreter keeps frame pointers.  live_interrupted: a
-    reader that does not end (a stand-in perf script): record waits for
-    it under the folder's lock once the program has ended, a SIGINT
-    stops that (exit 130), no segment file and no reader or its perf
-    script left, and report DIR finishes the recording.  live_segments:
+    where the interpreter keeps frame pointers.  live_abandoned: a
+    reader still at work when the program ends (a stand-in perf script
+    that never ends): record ends it and its perf script and reads its
+    stretch with the rest, exit 0, the same profile as report's, no
+    segment file or reader left.  live_segments:
     the reading driven by hand on perf.data written again a piece at a
     time (the feature sections before the header's end): the samples
     the whole file gives, each once.
 The cases, each run by name (test_record.py tree): tree (1, 4, 5 and
 8), signals and interrupted (2), output (3), event (6), cli (7; over
 event's recording where that case ran), scale (9), reuse (10), deep
-(12), elf (13), fp (11), live, live_interrupted and live_segments
+(12), elf (13), fp (11), live, live_abandoned and live_segments
 (14); whatever ran, nothing is written to ~/.debug.
 Skips (77) where perf cannot record here.
 """
@@ -1077,7 +1077,7 @@ def test_fp(t, r):
 
 
 LIVE = textwrap.dedent("""
-    import os, subprocess, sys
+    import os, subprocess, sys, time
 
     def spin(n):
         s = 0
@@ -1092,14 +1092,13 @@ LIVE = textwrap.dedent("""
            "sub_fn()\\n")
 
     if __name__ == "__main__":
-        # Until record has made the segment file argv[2] of perf.data
-        # (live-1.data: the first segment was read), then an exec'd child
-        # and more work.
+        # Until the file argv[2] is there (live-1.data: record has read
+        # the first segment of perf.data; 240 s at most), then an exec'd
+        # child and more work.
         seg = os.path.join(sys.argv[1], sys.argv[2])
-        n = 0
-        while not os.path.exists(seg) and n < 3000:
+        end = time.monotonic() + 240
+        while not os.path.exists(seg) and time.monotonic() < end:
             spin(100000)
-            n += 1
         subprocess.run([sys.executable, "-c", SUB], check=True)
         spin(3000000)
 """)
@@ -1123,7 +1122,10 @@ def test_live(t, r):
         runs.append(("live, fp", None, "fp"))
     for what, path, mode in runs:
         out = r.out("live-" + what.replace(" ", "-").replace(",", ""))
-        env = dict(r.env, JITRING_PY_TEST_LIVE_SEGMENT="100")
+        # The readers at the program's priority: on a loaded machine one
+        # at nice 10 may not read the first segment in minutes.
+        env = dict(r.env, JITRING_PY_TEST_LIVE_SEGMENT="100",
+                   JITRING_PY_TEST_LIVE_NICE="0")
         if path:
             env["PATH"] = path + os.pathsep + env.get("PATH", "")
         p = r.run(["record", "-o", out, "--call-graph", mode, "--top",
@@ -1140,7 +1142,7 @@ def test_live(t, r):
                     "%s: no segment used, the reason kept" % what,
                     (meta.get("live_segments"), meta.get("live_failed")))
         else:
-            t.check(meta.get("live_segments", 0) >= 2 and
+            t.check(meta.get("live_segments", 0) >= 1 and
                     not meta.get("live_failed"),
                     "%s: %s segments read while the program ran"
                     % (what, meta.get("live_segments")),
@@ -1164,71 +1166,52 @@ def test_live(t, r):
                     n=0))[:3000] + q.stderr[-500:])
 
 
-def test_live_interrupted(t, r):
-    """A reader of the live reading that does not end (its perf script a
-    stand-in that says so on a FIFO and waits to be stopped): the program
-    ends, record waits for the reader under the folder's lock, and a
-    SIGINT then stops it as in any finishing step: exit 130, perf.data
-    and the dump kept, no segment file and no reader process left, and
-    report DIR finishes the recording."""
-    import fcntl
+def test_live_abandoned(t, r):
+    """A reader of the live reading still at work when the program ends
+    (its perf script a stand-in that says so on a FIFO and never ends):
+    record ends it and its perf script, reads its stretch with the tail,
+    and exits with the program's status; the profile is report's of the
+    whole file; no segment file and no reader process left."""
+    import json
     import shutil
     real = shutil.which("perf", path=r.env.get("PATH"))
-    fifo = os.path.join(t.scratch, "live.fifo")
-    os.mkfifo(fifo)
-    fake = fake_tool(t, "slowlive", 'case "$*" in *live-0.data*) echo live '
-                     '> %s; exec sleep 619;; esac\nexec %s "$@"\n'
-                     % (fifo, real))
+    ran = os.path.join(t.scratch, "reader-ran")
+    fake = fake_tool(t, "slowlive", 'case "$*" in *live-0.data*) touch %s; '
+                     'exec sleep 619;; esac\nexec %s "$@"\n' % (ran, real))
     env = dict(r.env, PATH=fake + os.pathsep + r.env.get("PATH", ""),
-               JITRING_PY_TEST_LIVE_SEGMENT="100")
+               JITRING_PY_TEST_LIVE_SEGMENT="100",
+               JITRING_PY_TEST_LIVE_NICE="0")
     prog = r.script("live.py", LIVE)
-    out = r.out("live-interrupted")
-    fd = os.open(fifo, os.O_RDWR | os.O_NONBLOCK)
-    p = r.start(["record", "-o", out, "--call-graph", "dwarf", "--", prog,
-                 out, "live-0.data"], env=env)
-    rd, _, _ = select.select([fd], [], [], 240)
-    os.close(fd)
-    if not t.check(rd, "live, interrupted: the first segment's reader "
-                   "runs"):
-        p.kill()
-        p.communicate()
-        return
-
-    def locked():
-        # record's finishing holds the folder's lock from its start.
-        try:
-            lk = os.open(os.path.join(out, ".jitring-lock"), os.O_RDONLY)
-        except OSError:
-            return False
-        try:
-            fcntl.flock(lk, fcntl.LOCK_SH | fcntl.LOCK_NB)
-            return False
-        except OSError:
-            return True
-        finally:
-            os.close(lk)
-    end = time.monotonic() + 240
-    while not locked() and p.poll() is None and time.monotonic() < end:
-        time.sleep(0.05)
-    t.check(p.poll() is None, "live, interrupted: record waits for the "
-            "reader")
-    os.killpg(p.pid, signal.SIGINT)
-    so, se = p.communicate(timeout=120)
-    t.check(p.returncode == 128 + signal.SIGINT,
-            "live, interrupted: exit 130", "%d %s"
-            % (p.returncode, se[-500:]))
+    out = r.out("live-abandoned")
+    # The program goes on once the reader's perf script runs.
+    p = r.start(["record", "-o", out, "--call-graph", "dwarf", "--top",
+                 "30", "--", prog, out, ran], env=env)
+    so, se = p.communicate(timeout=300)
+    t.check(os.path.exists(ran), "live, abandoned: the first segment's "
+            "reader ran")
+    t.check(p.returncode == 0, "live, abandoned: record exits with the "
+            "program's status", "%d %s" % (p.returncode, se[-500:]))
+    with open(os.path.join(out, "jitring-record.json")) as f:
+        meta = json.load(f)
+    t.check(meta.get("live_segments", 0) == 0 and
+            not meta.get("live_failed"),
+            "live, abandoned: its stretch read with the tail, no failure",
+            (meta.get("live_segments"), meta.get("live_failed")))
     names = os.listdir(out)
-    t.check("perf.data" in names and jrtest.dumps(out) and
-            not [n for n in names if n.startswith("live-")],
-            "live, interrupted: perf.data and the dump kept, no segment "
-            "file", names)
-    sleepers = sleeping(619)
-    t.check(not sleepers and not leftovers(out),
-            "live, interrupted: no reader left", (sleepers, leftovers(out)))
-    q = r.run(["report", out])
-    t.check(q.returncode == 0 and has(sections(q.stdout)["total"], "spin"),
-            "live, interrupted: report DIR finishes it",
-            q.stdout[-800:] + q.stderr[-800:])
+    t.check(not [n for n in names if n.startswith("live-")],
+            "live, abandoned: no segment file left", names)
+    t.check(not sleeping(619) and not leftovers(out),
+            "live, abandoned: no reader left",
+            (sleeping(619), leftovers(out)))
+    with open(os.path.join(out, "stacks.folded")) as f:
+        folded = f.read()
+    q = r.run(["report", out, "--top", "30"], env=env)
+    with open(os.path.join(out, "stacks.folded")) as f:
+        again = f.read()
+    t.check(q.returncode == 0 and q.stdout == so and again == folded and
+            has(sections(so)["total"], "spin"),
+            "live, abandoned: report of the whole file gives the same "
+            "tables and stacks.folded", so[-1500:] + q.stderr[-500:])
 
 
 def test_live_segments(t, r):
@@ -1236,11 +1219,11 @@ def test_live_segments(t, r):
     perf.data written again a piece at a time as perf record writes it
     (the data section's size 0 until the end, the feature sections after
     the data before the header says where it ends): the scan never takes
-    a feature section for a record; segments of 300 samples and the tail
+    a feature section for a record; about four segments and the tail
     give the samples the whole file gives, each once."""
     import collections
     import struct
-    from jitring import _execfix, _live, _report
+    from jitring import _execfix, _live, _perfdata, _report
     prog = r.script("tree.py", TREE)
     out = r.out("live-segments")
     p = r.run(["record", "-o", out, "--call-graph", "dwarf", "--", prog],
@@ -1254,7 +1237,10 @@ def test_live_segments(t, r):
     d_off, d_size = struct.unpack_from("<QQ", whole, size_at - 8)
     perf = _report.perf_cmd(_report.find_perf(), out, False)
     live = _live.Live(out, perf, False)
-    live.segment = 300
+    # About four segments, whatever the machine's speed gave.
+    with _perfdata.PerfData(path) as pd:
+        live.segment = max(50, sum(1 for _ in pd.samples()) // 4)
+    os.environ["JITRING_PY_TEST_LIVE_NICE"] = "0"   # as test_live's
     started = 0
     with open(path, "wb") as f:
         f.write(whole[:size_at] + bytes(8) + whole[size_at + 8:d_off])
@@ -1270,7 +1256,7 @@ def test_live_segments(t, r):
             "segments: the scan stops at the data's end, not in the "
             "feature sections", (live.failed, live.pos, d_off + d_size))
     got = live.finish()
-    t.check(got is not None and len(got[0]) == started >= 3,
+    t.check(got is not None and len(got[0]) == started >= 2,
             "segments: %d segments and a tail" % started, live.failed)
     if not got:
         return
