@@ -21,10 +21,9 @@ sample_id fields (so the same time and event): perf's overlap fix-up drops
 every mapping from before exec, and the mappings exec then makes split the
 anonymous one as they arrive.  Only a COMM_EXEC of a process perf knew
 mappings of before gets one (_stale_execs()); when none does, the file
-is left as it is.  The file
-is rewritten in place: records in the data section are copied, the
-feature sections after it move by what was added, and offsets that
-point past the data section move with them.
+is left as it is.  The file is rewritten in place: records in the data
+section are copied, the feature sections after it move by what was
+added, and offsets that point past the data section move with them.
 """
 
 import os

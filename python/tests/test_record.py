@@ -1093,11 +1093,15 @@ LIVE = textwrap.dedent("""
 
     if __name__ == "__main__":
         # Until the file argv[2] is there (live-1.data: record has read
-        # the first segment of perf.data; 240 s at most), then an exec'd
-        # child and more work.
+        # the first segment of perf.data), and with "gone" after it, is
+        # there and then gone (live-0.data: its reader was done with);
+        # 240 s at most.  Then an exec'd child and more work.
         seg = os.path.join(sys.argv[1], sys.argv[2])
         end = time.monotonic() + 240
         while not os.path.exists(seg) and time.monotonic() < end:
+            spin(100000)
+        while sys.argv[3:] == ["gone"] and os.path.exists(seg) and \
+                time.monotonic() < end:
             spin(100000)
         subprocess.run([sys.executable, "-c", SUB], check=True)
         spin(3000000)
@@ -1129,8 +1133,9 @@ def test_live(t, r):
         if path:
             env["PATH"] = path + os.pathsep + env.get("PATH", "")
         p = r.run(["record", "-o", out, "--call-graph", mode, "--top",
-                   "30", "--", prog, out,
-                   "live-0.data" if path else "live-1.data"], env=env)
+                   "30", "--", prog, out] +
+                  (["live-0.data", "gone"] if path else ["live-1.data"]),
+                  env=env)
         if not t.check(p.returncode == 0, "%s: record" % what,
                        p.stderr[-1500:]):
             continue
