@@ -52,21 +52,18 @@ import os
 import pickle
 import re
 import signal
-import struct
 import subprocess
 import sys
 import threading
 
 from jitring import _report
-from jitring._perfdata import HEADER, MAGIC
+from jitring._perfdata import (HEADER, MAGIC, PERF_RECORD_FINISHED_ROUND,
+                               PERF_RECORD_SAMPLE, _HDR)
 
-RECORD_SAMPLE = 9
-FINISHED_ROUND = 68
 # perf's record types end below this (the kernel's below 64, perf's own
 # from 64): the feature sections perf record writes at its end read as
 # records of a larger type or of size 0.
 RECORD_MAX = 127
-_HDR = struct.Struct("<IHH")
 
 # A segment when this many samples are ready (about 2 s of a busy
 # thread at record's 999 Hz: each reader's start-up is 0.2 s of CPU).
@@ -206,9 +203,9 @@ class Live:
                         break
                     if off + sz > end:
                         break       # perf writes the rest next
-                    if typ == RECORD_SAMPLE:
+                    if typ == PERF_RECORD_SAMPLE:
                         n += 1
-                    elif typ == FINISHED_ROUND:
+                    elif typ == PERF_RECORD_FINISHED_ROUND:
                         # Not kept: a segment has those of its stretch
                         # (perf script sorts the rest at its end).
                         self.rounds.append((off + sz, n))
@@ -373,18 +370,13 @@ def _unlink(path):
 
 
 def _below():
-    """A reader runs below the program's priority, and ends with
-    record."""
+    """A reader runs below the program's priority, and ends with the
+    thread that started it."""
     try:
         os.nice(_env_int("JITRING_PY_TEST_LIVE_NICE", NICE))
     except OSError:
         pass
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGKILL),
-                                                0, 0, 0)
-    except Exception:
-        pass
+    _report.die_with_parent(signal.SIGKILL)
 
 
 def main(argv):

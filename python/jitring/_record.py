@@ -428,12 +428,7 @@ class Terminal:
 def pdeathsig():
     """In perf's child before exec: die with record (SIGINT: perf then
     writes what it has and exits)."""
-    try:
-        import ctypes
-        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGINT),
-                                                0, 0, 0)
-    except Exception:
-        pass
+    _report.die_with_parent(signal.SIGINT)
 
 
 class Perf:

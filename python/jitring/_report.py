@@ -91,6 +91,16 @@ class Interrupted(Exception):
         self.signum = signum
 
 
+def die_with_parent(sig):
+    """In a child before exec (a preexec_fn): signal @sig to it when the
+    thread that started it ends (PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(sig), 0, 0, 0)
+    except Exception:
+        pass
+
+
 def find_perf():
     perf = shutil.which("perf")
     if not perf:
@@ -1379,10 +1389,6 @@ def lost_line(out):
         else "", out)
 
 
-PERF_RECORD_LOST = 2
-PERF_RECORD_LOST_SAMPLES = 13
-
-
 def lost_records(out):
     """(chunks, events, samples): the LOST records of the recording in
     @out and the events they lost, and the samples its LOST_SAMPLES
@@ -1396,10 +1402,11 @@ def lost_records(out):
         try:
             with _perfdata.PerfData(path) as pd:
                 for typ, _, off, size in pd.records():
-                    if typ == PERF_RECORD_LOST and size >= 24:
+                    if typ == _perfdata.PERF_RECORD_LOST and size >= 24:
                         chunks += 1
                         events += struct.unpack_from("<Q", pd.m, off + 16)[0]
-                    elif typ == PERF_RECORD_LOST_SAMPLES and size >= 16:
+                    elif typ == _perfdata.PERF_RECORD_LOST_SAMPLES and \
+                            size >= 16:
                         samples += struct.unpack_from("<Q", pd.m, off + 8)[0]
         except (_perfdata.PerfDataError, OSError):
             return 0, 0, 0
