@@ -960,14 +960,22 @@ OWN_THREADS = ("jitring-own", "jitring-flush", "jitring-write",
 
 
 # Pure, and called for every frame of every sample: cached.
+# The request script record --pid has a target run (sys.remote_exec's, in
+# record's runtime folder: _attach.REQUEST): a thread asked after jitring
+# started (one that woke late) runs it inside the window.
+REQUEST_FILE = re.compile(r"^/tmp/jitring-\d+/attach-\d+\.py$")
+
+
 @functools.lru_cache(maxsize=None)
 def _package_frame(name):
-    """For a Python frame of jitring's package, (qualname, module file);
-    else None."""
+    """For a Python frame of jitring's package, or of the attach request
+    script, (qualname, module file); else None."""
     qual, _, fn = name[4:].rpartition(":")
     parts = fn.rsplit("/", 2)
     if len(parts) == 3 and parts[1] == "jitring" and parts[2] in OWN:
         return qual, parts[2]
+    if REQUEST_FILE.match(fn):
+        return qual, "attach-request"
     return None
 
 

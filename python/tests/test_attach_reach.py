@@ -846,6 +846,18 @@ def test_marks(t, py, newer):
             _report.checked_running({"pid": "1", "threads": []}) is None,
             "a list with junk: read as what is valid up to it",
             _report.checked_running(junk))
+    # A thread that runs sys.remote_exec's request late (a main thread
+    # that woke after another thread had started jitring) is sampled in
+    # the request script: jitring's work, left out of the tables.
+    req = ("py::_jitring_request:/tmp/jitring-%d/attach-%d.py"
+           % (os.getuid(), os.getpid()), "python")
+    prog = ("py::Server.serve_forever:/usr/lib/python3/managers.py",
+            "python")
+    t.check(_report.own_work("python", [req, prog]) and
+            _report.program_stack([req, prog]) == [prog[0]] and
+            not _report.own_work("python", [prog]),
+            "the attach request script's frames: jitring's work, left "
+            "out of a sample's stack")
 
 
 def test_live_dump(t, py, newer):
