@@ -26,10 +26,12 @@
  * the dump's directory (elf_make(), src/format/elf_image.c), so that
  * perf unwinds through the copies without perf inject: the set reserves
  * the object's whole span once and maps its unwind tables there; arena k
- * (claimed by a fetch_add of elf_next) is written to the file and mapped
- * MAP_PRIVATE read-execute over its own place, never twice, so every
- * mapping keeps the object's layout (perf's unwinder places the tables
- * from the lowest mapping of the file).  Such arenas are kept when the
+ * (claimed by a fetch_add of elf_next) has its tables written to the file
+ * and its place mapped MAP_PRIVATE over its own place in the span, never
+ * twice, its slots written into that private memory and then switched to
+ * read-execute, as above (the file's .text stays a hole: elf_arena()), so
+ * every mapping keeps the object's layout (perf's unwinder places the
+ * tables from the lowest mapping of the file).  Such arenas are kept when the
  * stock shrinks (their place in the file is taken for good); past the
  * file's room, or after a failed write, arenas are written anonymous.
  * A slot is jitring_trampoline_slot_size() bytes, 16-aligned and large enough
@@ -212,7 +214,6 @@ struct jitring_trampolines {
 	uint8_t *elf_map;    /* the reservation: a guard page, the object from
 			   * address 0 (its base), a guard page */
 	size_t elf_map_len;
-	uint8_t *elf_slots; /* one arena's slots, as written to the file */
 	_Atomic uint32_t elf_next;
 	size_t page;
 	uint64_t serial; /* set number, mixed into the salt */
@@ -379,10 +380,17 @@ static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 }
 
 /*
- * Arena @k of the ELF file: its slots, FDEs and search-table rows written
- * (the same bytes whoever writes them: elf_image.c), then its slots mapped
- * read-execute over their place in the span, into *@base.
- * Return: 0 or -errno of pwrite(2)/mmap(2) (-ENOMEM if malloc fails).
+ * Arena @k of the ELF file: its FDEs and search-table rows written (the
+ * same bytes whoever writes them: elf_image.c), then its place in the file
+ * mapped private and writable over its place in the span, the slots
+ * written into that private memory, and the mapping switched to
+ * read-execute once, into *@base.  The file's .text stays a hole: perf's
+ * unwinder reads only the tables, and it learns the mapping (file and
+ * offset) from the mprotect(), which the kernel reports as an executable
+ * mmap; so a process's file holds its tables and no code (an arena's
+ * slots would be 64 KiB of disk each, written whether used or not).
+ * Return: 0 or -errno of pwrite(2)/mmap(2)/mprotect(2) (-ENOMEM if malloc
+ * fails).
  */
 static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 {
@@ -397,10 +405,7 @@ static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 		return -ENOMEM;
 	jitring_elf_image_fdes(im, k, buf);
 	jitring_elf_image_rows(im, k, buf + fdes);
-	ret = pwrite_all(t->elf_fd, t->elf_slots, im->arena_len, off);
-	if (!ret)
-		ret = pwrite_all(t->elf_fd, buf, fdes,
-				 jitring_elf_image_fde_off(im, k));
+	ret = pwrite_all(t->elf_fd, buf, fdes, jitring_elf_image_fde_off(im, k));
 	if (!ret)
 		ret = pwrite_all(t->elf_fd, buf + fdes, rows,
 				 jitring_elf_image_rows_off(im, k));
@@ -408,9 +413,19 @@ static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 	if (ret)
 		return ret;
 	p = t->elf_span + (off - im->text_off);
-	if (mmap(p, im->arena_len, PROT_READ | PROT_EXEC,
+	if (mmap(p, im->arena_len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_FIXED, t->elf_fd, (off_t)off) == MAP_FAILED)
 		return -errno;
+	jitring_prefault(p, im->arena_len);
+	slots_fill(t, p, im->arena_len);
+	__builtin___clear_cache((char *)p, (char *)p + im->arena_len);
+	if (mprotect(p, im->arena_len, PROT_READ | PROT_EXEC)) {
+		ret = -errno;
+		/* Back to a reserved hole (see arena_unmap()). */
+		mmap(p, im->arena_len, PROT_NONE,
+		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		return ret;
+	}
 	*base = p;
 	return 0;
 }
@@ -974,7 +989,6 @@ static void set_destroy(struct jitring_trampolines *t)
 		munmap(t->elf_map, t->elf_map_len);
 	if (t->elf_fd >= 0)
 		close(t->elf_fd);
-	free(t->elf_slots);
 	if (t->image >= 0)
 		close(t->image);
 	free(t->code);
@@ -1102,19 +1116,13 @@ static int elf_make(struct jitring_trampolines *t, const char *dir,
 	free(buf);
 	if (ret)
 		goto err_close;
-	t->elf_slots = malloc(arena_len);
-	if (!t->elf_slots) {
-		ret = -ENOMEM;
-		goto err_close;
-	}
-	slots_fill(t, t->elf_slots, arena_len);
 	t->elf_span_len = im->unwind_off + im->unwind_len - im->text_off;
 	t->elf_map_len = im->unwind_off + im->unwind_len + 2 * t->page;
 	span = mmap(NULL, t->elf_map_len, PROT_NONE,
 		    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (span == MAP_FAILED) {
 		ret = -errno;
-		goto err_free;
+		goto err_close;
 	}
 	/*
 	 * The headers at the object's base (perf takes the base from the
@@ -1128,7 +1136,7 @@ static int elf_make(struct jitring_trampolines *t, const char *dir,
 		 (off_t)im->unwind_off) == MAP_FAILED) {
 		ret = -errno;
 		munmap(span, t->elf_map_len);
-		goto err_free;
+		goto err_close;
 	}
 	t->elf_map = span;
 	t->elf_span = span + t->page + im->text_off;
@@ -1136,9 +1144,6 @@ static int elf_make(struct jitring_trampolines *t, const char *dir,
 	atomic_init(&t->elf_next, 0);
 	return 0;
 
-err_free:
-	free(t->elf_slots);
-	t->elf_slots = NULL;
 err_close:
 	close(fd);
 	/* Ours, and of no use now. */

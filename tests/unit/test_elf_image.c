@@ -11,8 +11,8 @@
  *   sets     a writer with the flag makes the file (0700, regular, ours)
  *            in its directory; every copy lies in a mapping of it whose
  *            start - pgoff is the same for all (the object's layout),
- *            at a file offset that holds the template, with a row and an
- *            FDE for it in the file; a fork child's arenas agree; the
+ *            holding the template while its place in the file is a hole
+ *            (no code on disk), with a row and an FDE for it in the file; a fork child's arenas agree; the
  *            unwind tables are mapped; no flag, or a directory others
  *            can write: no file (the memfd image)
  */
@@ -340,8 +340,9 @@ static bool mapping_of(uint64_t addr, struct mapping *m)
 
 /*
  * Every copy in @addrs lies in a read-execute mapping of @file whose
- * start - pgoff is @base (set from the first when 0), at an offset that
- * holds the template; the file (read back whole) has its row and FDE.
+ * start - pgoff is @base (set from the first when 0), and holds the
+ * template, its place in the file a hole; the file (read back whole) has
+ * its row and FDE.
  * Also the unwind tables are mapped, at base + their offset.
  */
 static void check_copies(const char *file, void *const *addrs, size_t n,
@@ -374,7 +375,11 @@ static void check_copies(const char *file, void *const *addrs, size_t n,
 		T_CHECK(off >= p.text->sh_offset &&
 			off + tmpl->code_size <=
 				p.text->sh_offset + p.text->sh_size);
-		T_CHECK(!memcmp(f + off, tmpl->code, tmpl->code_size));
+		/* The template in the copy's private memory; its place in
+		 * the file a hole (no code on disk, elf_arena()). */
+		T_CHECK(!memcmp(addrs[i], tmpl->code, tmpl->code_size));
+		for (uint32_t b = 0; b < tmpl->code_size; b++)
+			T_CHECK_EQ(f[off + b], 0);
 		/* The row an unwinder's binary search finds. */
 		while (lo < hi) {
 			int64_t mid = (lo + hi) / 2, l, x;
