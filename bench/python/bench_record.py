@@ -275,7 +275,9 @@ def sampler_rooted(py, argv, env, cwd, scratch):
     if p.returncode != 0 or not os.path.exists(out):
         return None
     n = rooted = 0
-    with open(out) as f:
+    # The sampler reads names out of the running process, and a torn read
+    # leaves bytes that are not UTF-8 (seen once in a name of rst2html's).
+    with open(out, errors="replace") as f:
         for line in f:
             stack, _, c = line.rstrip("\n").rpartition(" ")
             try:
