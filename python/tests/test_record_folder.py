@@ -3,9 +3,10 @@
 leave there and what they leave alone.
 
  1. a full disk (a 24 MiB tmpfs as -o's parent, root only): the program
-    finds jitring-record.json already written, fills the disk but 1 MiB
-    and exits 7; record exits 7 with one line naming the report command,
-    no traceback; once space is made, `report DIR` finishes it;
+    finds jitring-record.json already written and exits 7; the disk is
+    filled as the finishing starts (by a perf wrapper, before perf
+    script); record exits 7 with one line naming the report command, no
+    traceback; once space is made, `report DIR` finishes it;
  2. --force in a folder of the user's (server.log, perf.data.2024,
     flamegraph.svg, stacks.folded.bak, ...): every one kept, twice (no
     manifest, then record's manifest); without --force it is refused; a
@@ -39,11 +40,12 @@ SHORT = textwrap.dedent("""
     spin_short(1500000)
 """)
 
-# Samples enough that perf.data is a few MiB, then a pause (perf drains
-# its buffers), then the disk filled but SLACK: perf's last writes and the
-# dump's fit, the finishing's copy of perf.data does not.
+# A program that finds jitring-record.json written before it runs; the
+# disk is filled by the finishing's perf script (test_full_disk), after
+# perf record has written all it had: a filler in the program raced with
+# the data perf still held in its buffers.
 FILL = textwrap.dedent("""
-    import os, sys, time
+    import os, sys
     META = os.path.join(os.environ["JITRING_DIR"], "jitring-record.json")
     first = os.path.exists(META)
     def spin_fill(n):
@@ -52,14 +54,6 @@ FILL = textwrap.dedent("""
             s += i
         return s
     spin_fill(4000000)
-    time.sleep(0.3)
-    st = os.statvfs(sys.argv[1])
-    left = st.f_bfree * st.f_frsize - (1 << 20)
-    with open(os.path.join(sys.argv[1], "filler"), "wb") as f:
-        while left > 0:
-            n = min(left, 1 << 20)
-            f.write(b"\\0" * n)
-            left -= n
     sys.exit(7 if first else 8)
 """)
 
@@ -140,7 +134,11 @@ def test_full_disk(t, r):
     try:
         out = os.path.join(mnt, "rec")
         prog = r.path("fill.py", FILL)
-        p = r.run(["record", "-o", out, "--", prog, mnt])
+        # Each perf script of the finishing (parallel slices: one file
+        # each) fills what is left of the disk first.
+        env = r.perf_env("fill-perf", "dd if=/dev/zero of=%s/filler.$$ "
+                         "bs=64k 2>/dev/null" % mnt)
+        p = r.run(["record", "-o", out, "--", prog], env=env)
         lines = p.stderr.strip().splitlines()
         t.check(p.returncode == 7, "full disk: record exits with the "
                 "program's status (7; 8: no jitring-record.json while it "
@@ -148,11 +146,11 @@ def test_full_disk(t, r):
         t.check("Traceback" not in p.stderr and len(lines) == 1 and
                 "jitring report %s" % out in lines[0],
                 "full disk: one line, the report command, no traceback",
-                p.stderr[-1500:])
-        # Space made: the filler gone and the file system grown (perf.data
-        # may have taken the last of it before the filler was written, on
-        # a slow machine).
-        os.unlink(os.path.join(mnt, "filler"))
+                p.stderr[-1500:] + p.stdout[-300:])
+        # Space made: the fillers gone and the file system grown.
+        for n in os.listdir(mnt):
+            if n.startswith("filler"):
+                os.unlink(os.path.join(mnt, n))
         g = subprocess.run(["mount", "-o", "remount,size=256m", mnt],
                            capture_output=True, text=True)
         t.check(g.returncode == 0, "full disk: the tmpfs grown", g.stderr)
