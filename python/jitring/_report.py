@@ -45,6 +45,7 @@ import fcntl
 import functools
 import io
 import json
+import operator
 import os
 import re
 import shutil
@@ -1034,6 +1035,11 @@ def _kind(fr):
     return k
 
 
+# The bits any of a list of kinds has (a loop in C: a stack has a hundred
+# frames and more).
+_any_bits = functools.partial(functools.reduce, operator.or_)
+
+
 def _kinds(frames):
     ks = list(map(_KIND.get, frames))
     if None in ks:
@@ -1041,12 +1047,14 @@ def _kinds(frames):
     return ks
 
 
-def own_work(comm, frames):
-    """Whether a sample (@frames leaf first) is jitring's own work, not
-    the program's: python/README.md, "What the profile leaves out"."""
+def own_work(comm, frames, ks=None):
+    """Whether a sample (@frames leaf first; @ks: _kinds(@frames) where
+    the caller has them) is jitring's own work, not the program's:
+    python/README.md, "What the profile leaves out"."""
     if comm in OWN_THREADS:
         return True
-    ks = _kinds(frames)
+    if ks is None:
+        ks = _kinds(frames)
     inner = None        # the innermost Python frame
     for i, k in enumerate(ks):
         if k & _PY:
@@ -1064,7 +1072,7 @@ def own_work(comm, frames):
         return False
     # A function of jitring's called by whatever (its at-exit stop, the
     # fork hooks), or the runner at work of its own.
-    if any(k & _PKG for k in ks[inner:]):
+    if _any_bits(ks[inner:]) & _PKG:
         return True
     return bool(ks[inner] & _RUNNER)
 
@@ -1087,10 +1095,11 @@ def label(sym, dso):
     return "%s [%s]" % (sym, os.path.basename(dso))
 
 
-def program_stack(frames):
-    """The frames a user reads, root first (see the module's doc)."""
+def program_stack(frames, ks=None):
+    """The frames a user reads, root first (see the module's doc); @ks:
+    _kinds(@frames) where the caller has them."""
     root_first = frames[::-1]
-    ks = _kinds(root_first)
+    ks = _kinds(root_first) if ks is None else ks[::-1]
     py = [i for i, k in enumerate(ks) if k & _PY]
     user = [i for i in py if not ks[i] & _OWN]
     if not user:
@@ -1304,12 +1313,13 @@ def _classify(comm, frames, limit, outer=None):
     """(the sample's program stack as a tuple, whether it was cut, whether
     at perf's depth limit), or None for jitring's own work.  @outer: the
     frames that ran throughout the window in the sample's thread."""
-    if own_work(comm, frames):
+    ks = _kinds(frames)
+    if own_work(comm, frames, ks):
         return None
     if outer:
         st, cut = with_running(frames, outer)
     else:
-        st = program_stack(frames)
+        st = program_stack(frames, ks)
         cut = is_cut(frames)
         if cut:
             st.insert(0, CUT)
