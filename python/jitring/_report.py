@@ -960,13 +960,13 @@ OWN_THREADS = ("jitring-own", "jitring-flush", "jitring-write",
                "jitring-reaper")
 
 
-# Pure, and called for every frame of every sample: cached.
 # The request script record --pid has a target run (sys.remote_exec's, in
 # record's runtime folder: _attach.REQUEST): a thread asked after jitring
 # started (one that woke late) runs it inside the window.
 REQUEST_FILE = re.compile(r"^/tmp/jitring-\d+/attach-\d+\.py$")
 
 
+# Pure, and called for every frame of every sample: cached.
 @functools.lru_cache(maxsize=None)
 def _package_frame(name):
     """For a Python frame of jitring's package, or of the attach request

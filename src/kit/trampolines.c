@@ -405,7 +405,8 @@ static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 		return -ENOMEM;
 	jitring_elf_image_fdes(im, k, buf);
 	jitring_elf_image_rows(im, k, buf + fdes);
-	ret = pwrite_all(t->elf_fd, buf, fdes, jitring_elf_image_fde_off(im, k));
+	ret = pwrite_all(t->elf_fd, buf, fdes,
+			 jitring_elf_image_fde_off(im, k));
 	if (!ret)
 		ret = pwrite_all(t->elf_fd, buf + fdes, rows,
 				 jitring_elf_image_rows_off(im, k));

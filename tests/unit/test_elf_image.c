@@ -12,9 +12,10 @@
  *            in its directory; every copy lies in a mapping of it whose
  *            start - pgoff is the same for all (the object's layout),
  *            holding the template while its place in the file is a hole
- *            (no code on disk), with a row and an FDE for it in the file; a fork child's arenas agree; the
- *            unwind tables are mapped; no flag, or a directory others
- *            can write: no file (the memfd image)
+ *            (no code on disk), with a row and an FDE for it in the
+ *            file; a fork child's arenas agree; the unwind tables are
+ *            mapped; no flag, or a directory others can write: no file
+ *            (the memfd image)
  */
 #include <elf.h>
 #include <sys/mman.h>
