@@ -960,10 +960,12 @@ OWN_THREADS = ("jitring-own", "jitring-flush", "jitring-write",
                "jitring-reaper")
 
 
-# The request script record --pid has a target run (sys.remote_exec's, in
-# record's runtime folder: _attach.REQUEST): a thread asked after jitring
-# started (one that woke late) runs it inside the window.
-REQUEST_FILE = re.compile(r"^/tmp/jitring-\d+/attach-\d+\.py$")
+# The function of the request record --pid has a target run
+# (_attach.REQUEST): a thread asked after jitring started (one that woke
+# late) runs it inside the window.  sys.remote_exec runs the script's text
+# as "<string>" (3.14, 3.15); its file is in record's runtime folder.
+REQUEST_FUNC = "_jitring_request"
+REQUEST_FILE = re.compile(r"^(<string>|/tmp/jitring-\d+/attach-\d+\.py)$")
 
 
 # Pure, and called for every frame of every sample: cached.
@@ -975,7 +977,7 @@ def _package_frame(name):
     parts = fn.rsplit("/", 2)
     if len(parts) == 3 and parts[1] == "jitring" and parts[2] in OWN:
         return qual, parts[2]
-    if REQUEST_FILE.match(fn):
+    if qual == REQUEST_FUNC and REQUEST_FILE.match(fn):
         return qual, "attach-request"
     return None
 

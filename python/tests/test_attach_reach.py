@@ -849,15 +849,20 @@ def test_marks(t, py, newer):
     # A thread that runs sys.remote_exec's request late (a main thread
     # that woke after another thread had started jitring) is sampled in
     # the request script: jitring's work, left out of the tables.
-    req = ("py::_jitring_request:/tmp/jitring-%d/attach-%d.py"
-           % (os.getuid(), os.getpid()), "python")
+    # sys.remote_exec runs the script's text as "<string>".
     prog = ("py::Server.serve_forever:/usr/lib/python3/managers.py",
             "python")
-    t.check(_report.own_work("python", [req, prog]) and
-            _report.program_stack([req, prog]) == [prog[0]] and
-            not _report.own_work("python", [prog]),
-            "the attach request script's frames: jitring's work, left "
-            "out of a sample's stack")
+    for fn in ("<string>", "/tmp/jitring-%d/attach-%d.py"
+               % (os.getuid(), os.getpid())):
+        req = ("py::_jitring_request:" + fn, "python")
+        t.check(_report.own_work("python", [req, prog]) and
+                _report.program_stack([req, prog]) == [prog[0]] and
+                not _report.own_work("python", [prog]) and
+                not _report.own_work("python", [("py::f:" + fn, "python"),
+                                                prog]),
+                "the attach request's function in %s: jitring's work, "
+                "left out of a sample's stack; another function there "
+                "the program's" % fn)
 
 
 def test_live_dump(t, py, newer):
