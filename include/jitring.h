@@ -155,14 +155,17 @@ enum jitring_engine {
 #define JITRING_F_RELEASE (1u << 3)
 /** Back the arenas of trampoline sets (jitring_trampolines_new()) with an
  *  ELF file in the dump's directory, jitring-tramp-<pid>-<random>.so:
- *  the slots as .text, one FDE per slot in .eh_frame, a sorted
- *  .eh_frame_hdr, so that perf's DWARF unwinding (perf record
+ *  the slots' places as .text (a hole in the file where the slots can
+ *  be written into the process's private memory over it), one FDE per
+ *  slot in .eh_frame, a sorted .eh_frame_hdr, so that perf's DWARF
+ *  unwinding (perf record
  *  --call-graph dwarf) reads the copies' unwind rules from the file the
  *  mappings name, with no perf inject.  The file is made new (O_EXCL,
  *  never through a symbolic link, mode 0700), only in a directory that
  *  no one but the user (or root) can write, and stays after the set is
- *  freed (perf reads it when the recording is finished): about 92 KiB on
- *  disk per 682 copies of the built-in template (a sparse file).  Where
+ *  freed (perf reads it when the recording is finished): about 27 KiB on
+ *  disk per 682 copies of the built-in template (a sparse file; 92 KiB
+ *  where the slots are written to it).  Where
  *  it cannot be made (a template without CFI, another's directory, a
  *  noexec mount), the set logs a warning and uses the memfd image. */
 #define JITRING_F_TRAMPOLINE_ELF (1u << 4)

@@ -380,17 +380,46 @@ static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 }
 
 /*
+ * Arena @k's slots in its private mapping @p of the file: faulted in at
+ * once as private memory, the slots written, read-execute.  The faults
+ * read the file's hole first, and on a file system whose holes take
+ * memory (tmpfs, when full) that read fails; MADV_POPULATE_WRITE reports
+ * it, where touching the pages would raise SIGBUS.  So without it (Linux
+ * < 5.14) nothing is faulted.  Return: 0, or -errno (@p is left as it is).
+ */
+static int elf_arena_private(struct jitring_trampolines *t, uint8_t *p,
+			     size_t len)
+{
+#ifdef MADV_POPULATE_WRITE
+	if (JITRING_FAULT(tramp_elf_populate, t))
+		return -EFAULT;
+	if (madvise(p, len, MADV_POPULATE_WRITE))
+		return -errno;
+	slots_fill(t, p, len);
+	__builtin___clear_cache((char *)p, (char *)p + len);
+	return mprotect(p, len, PROT_READ | PROT_EXEC) ? -errno : 0;
+#else
+	(void)t;
+	(void)p;
+	(void)len;
+	return -EOPNOTSUPP;
+#endif
+}
+
+/*
  * Arena @k of the ELF file: its FDEs and search-table rows written (the
  * same bytes whoever writes them: elf_image.c), then its place in the file
  * mapped private and writable over its place in the span, the slots
  * written into that private memory, and the mapping switched to
- * read-execute once, into *@base.  The file's .text stays a hole: perf's
- * unwinder reads only the tables, and it learns the mapping (file and
- * offset) from the mprotect(), which the kernel reports as an executable
- * mmap; so a process's file holds its tables and no code (an arena's
- * slots would be 64 KiB of disk each, written whether used or not).
- * Return: 0 or -errno of pwrite(2)/mmap(2)/mprotect(2) (-ENOMEM if malloc
- * fails).
+ * read-execute once (elf_arena_private()), into *@base.  The file's .text
+ * stays a hole: perf's unwinder reads only the tables, and it learns the
+ * mapping (file and offset) from the mprotect(), which the kernel reports
+ * as an executable mmap; so a process's file holds its tables and no code
+ * (an arena's slots would be 64 KiB of disk each, written whether used or
+ * not).  Where that fails, the slots are written to the file and mapped
+ * read-execute from it instead.
+ * Return: 0 or -errno of pwrite(2)/mmap(2) (-ENOMEM if malloc fails); the
+ * arena's place is then a reserved hole again.
  */
 static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 {
@@ -417,11 +446,22 @@ static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 	if (mmap(p, im->arena_len, PROT_READ | PROT_WRITE,
 		 MAP_PRIVATE | MAP_FIXED, t->elf_fd, (off_t)off) == MAP_FAILED)
 		return -errno;
-	jitring_prefault(p, im->arena_len);
-	slots_fill(t, p, im->arena_len);
-	__builtin___clear_cache((char *)p, (char *)p + im->arena_len);
-	if (mprotect(p, im->arena_len, PROT_READ | PROT_EXEC)) {
+	if (!elf_arena_private(t, p, im->arena_len)) {
+		*base = p;
+		return 0;
+	}
+	buf = malloc(im->arena_len);
+	ret = buf ? 0 : -ENOMEM;
+	if (buf) {
+		slots_fill(t, buf, im->arena_len);
+		ret = pwrite_all(t->elf_fd, buf, im->arena_len, off);
+		free(buf);
+	}
+	if (!ret &&
+	    mmap(p, im->arena_len, PROT_READ | PROT_EXEC,
+		 MAP_PRIVATE | MAP_FIXED, t->elf_fd, (off_t)off) == MAP_FAILED)
 		ret = -errno;
+	if (ret) {
 		/* Back to a reserved hole (see arena_unmap()). */
 		mmap(p, im->arena_len, PROT_NONE,
 		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
@@ -1033,7 +1073,7 @@ err:
 
 /* Arenas an ELF file has room for: 64 MiB of slots (698,368 copies of the
  * built-in template), a 92 MiB sparse file of which each arena made
- * takes 92 KiB. */
+ * takes 27 KiB (its tables; 92 KiB where its slots are written too). */
 #define TR_ELF_ARENAS 1024u
 
 /*

@@ -14,13 +14,19 @@
  *            holding the template while its place in the file is a hole
  *            (no code on disk), with a row and an FDE for it in the
  *            file; a fork child's arenas agree; the unwind tables are
- *            mapped; no flag, or a directory others can write: no file
- *            (the memfd image)
+ *            mapped; the same with arenas that cannot be made private
+ *            (a fault point): the template in the file too; no flag, or
+ *            a directory others can write: no file (the memfd image)
+ *   full     (root) the directory on a tmpfs filled while arenas are
+ *            made: no SIGBUS, every copy holds the template
  */
 #include <elf.h>
 #include <sys/mman.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 
+#include "common/testpoint.h"
 #include "format/elf_image.h"
 #include "harness.h"
 #include "kit/trampolines.h"
@@ -342,13 +348,13 @@ static bool mapping_of(uint64_t addr, struct mapping *m)
 /*
  * Every copy in @addrs lies in a read-execute mapping of @file whose
  * start - pgoff is @base (set from the first when 0), and holds the
- * template, its place in the file a hole; the file (read back whole) has
- * its row and FDE.
+ * template, its place in the file a hole (the template where @written);
+ * the file (read back whole) has its row and FDE.
  * Also the unwind tables are mapped, at base + their offset.
  */
 static void check_copies(const char *file, void *const *addrs, size_t n,
 			 const struct jitring_trampoline_template *tmpl,
-			 uint64_t *base)
+			 uint64_t *base, bool written)
 {
 	unsigned char eh[JITRING_EH_FRAME_MAX];
 	int eh_size = jitring_eh_frame_build(host_cfi(), tmpl->code_size, eh,
@@ -376,11 +382,15 @@ static void check_copies(const char *file, void *const *addrs, size_t n,
 		T_CHECK(off >= p.text->sh_offset &&
 			off + tmpl->code_size <=
 				p.text->sh_offset + p.text->sh_size);
-		/* The template in the copy's private memory; its place in
-		 * the file a hole (no code on disk, elf_arena()). */
+		/* The template in the copy's memory; its place in the file a
+		 * hole (no code on disk, elf_arena()), or, where the arena
+		 * could not be made private, the template too. */
 		T_CHECK(!memcmp(addrs[i], tmpl->code, tmpl->code_size));
-		for (uint32_t b = 0; b < tmpl->code_size; b++)
-			T_CHECK_EQ(f[off + b], 0);
+		if (written)
+			T_CHECK(!memcmp(f + off, tmpl->code, tmpl->code_size));
+		else
+			for (uint32_t b = 0; b < tmpl->code_size; b++)
+				T_CHECK_EQ(f[off + b], 0);
 		/* The row an unwinder's binary search finds. */
 		while (lo < hi) {
 			int64_t mid = (lo + hi) / 2, l, x;
@@ -429,6 +439,18 @@ static void take(struct jitring_trampolines *set, void **addrs, size_t n,
 	}
 }
 
+#ifdef JITRING_TESTPOINTS
+/* Arenas that cannot be made private (as on a full tmpfs): written to
+ * the file and mapped from it. */
+static int no_populate(const char *name, void *arg)
+{
+	(void)arg;
+	return !strcmp(name, "tramp_elf_populate");
+}
+#endif
+
+static bool set_written; /* test_set(): with no_populate() */
+
 static void test_set(uint32_t engine)
 {
 	struct jitring_trampoline_template tmpl;
@@ -448,6 +470,10 @@ static void test_set(uint32_t engine)
 	T_REQUIRE(jitring_trampoline_builtin(&tmpl) == 0);
 	t_dir_make(&d, "elftramp");
 	T_REQUIRE(t_open(engine, d.path, JITRING_F_TRAMPOLINE_ELF, &jr) == 0);
+#ifdef JITRING_TESTPOINTS
+	if (set_written)
+		atomic_store(&jitring_fault_hook, no_populate);
+#endif
 	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
 	T_REQUIRE(tramp_file(d.path, file, sizeof(file)) == 1);
 	T_REQUIRE(stat(file, &sb) == 0);
@@ -469,15 +495,18 @@ static void test_set(uint32_t engine)
 
 		t_passed = t_failed = 0;
 		take(set, child, SET_COPIES, "child");
-		check_copies(file, child, SET_COPIES, &tmpl, &cb);
+		check_copies(file, child, SET_COPIES, &tmpl, &cb, set_written);
 		_exit(t_failed ? 1 : 0);
 	}
 	take(set, addrs + SET_COPIES / 2, SET_COPIES / 2, "parent2");
 	T_CHECK_EQ(waitpid(pid, &status, 0), pid);
 	T_CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-	check_copies(file, addrs, SET_COPIES, &tmpl, &base);
+	check_copies(file, addrs, SET_COPIES, &tmpl, &base, set_written);
 	T_CHECK_EQ(jitring_close(jr), 0);
 	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+#ifdef JITRING_TESTPOINTS
+	atomic_store(&jitring_fault_hook, NULL);
+#endif
 	/* The file stays for perf; still one. */
 	T_CHECK_EQ(tramp_file(d.path, file, sizeof(file)), 1);
 	t_dir_remove(&d);
@@ -515,6 +544,63 @@ static void test_no_file(uint32_t engine)
 	}
 }
 
+/*
+ * The directory on a tmpfs that fills up while arenas are made (root
+ * only): the faults that would make an arena private read the file's
+ * holes, which take pages of the full tmpfs.  No SIGBUS: every copy
+ * handed out holds the template (the arenas that did not fit are
+ * anonymous).  12 pages are left, enough for an arena's FDEs and rows,
+ * not for its 16 pages of slots.  The mutex engine: arenas are made by
+ * the get() that needs one, not by a flusher racing the filler.
+ */
+static void test_full_tmpfs(void)
+{
+	struct jitring_trampoline_template tmpl;
+	struct jitring_trampolines *set;
+	struct jitring *jr;
+	struct t_dir d;
+	struct statvfs vfs;
+	char fill[128];
+	void **addrs = calloc(SET_COPIES, sizeof(void *));
+	uint8_t page[4096];
+	uint64_t left;
+	int fd, ret;
+
+	T_REQUIRE(addrs && jitring_trampoline_builtin(&tmpl) == 0);
+	t_dir_make(&d, "elffull");
+	if (mount("tmpfs", d.path, "tmpfs", 0, "size=1m,mode=0700")) {
+		printf("SKIP: full tmpfs: mount: %s\n", strerror(errno));
+		t_dir_remove(&d);
+		free(addrs);
+		return;
+	}
+	T_REQUIRE(t_open(JITRING_ENGINE_MUTEX, d.path,
+			 JITRING_F_TRAMPOLINE_ELF | JITRING_F_RELEASE,
+			 &jr) == 0);
+	T_REQUIRE(jitring_trampolines_new(jr, &tmpl, &set) == 0);
+	/* The file made (the mount is the user's alone, mode 0700). */
+	T_REQUIRE(tramp_file(d.path, fill, sizeof(fill)) == 1);
+	take(set, addrs, 10, "before");
+	snprintf(fill, sizeof(fill), "%s/fill", d.path);
+	fd = open(fill, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	T_REQUIRE(fd >= 0 && statvfs(d.path, &vfs) == 0);
+	memset(page, 'x', sizeof(page));
+	for (left = vfs.f_bfree * vfs.f_frsize; left > 12 * sizeof(page);
+	     left -= sizeof(page))
+		T_REQUIRE(write(fd, page, sizeof(page)) == sizeof(page));
+	close(fd);
+	take(set, addrs + 10, SET_COPIES - 10, "after");
+	for (size_t i = 0; i < SET_COPIES; i++)
+		T_CHECK(!memcmp(addrs[i], tmpl.code, tmpl.code_size));
+	/* The dump's last writes find the disk full. */
+	ret = jitring_close(jr);
+	T_CHECK(ret == 0 || ret == -ENOSPC);
+	T_CHECK_EQ(jitring_trampolines_free(set), 0);
+	T_CHECK_EQ(umount(d.path), 0);
+	t_dir_remove(&d);
+	free(addrs);
+}
+
 int main(void)
 {
 	struct jitring_trampoline_template t;
@@ -524,7 +610,13 @@ int main(void)
 	test_layout();
 	for (size_t i = 0; i < ARRAY_SIZE(t_engines); i++) {
 		t_run("set", t_engines[i], test_set);
+#ifdef JITRING_TESTPOINTS
+		set_written = true;
+		t_run("set, arenas written", t_engines[i], test_set);
+		set_written = false;
+#endif
 		t_run("no file", t_engines[i], test_no_file);
 	}
+	test_full_tmpfs();
 	return t_report();
 }
