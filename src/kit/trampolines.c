@@ -380,12 +380,14 @@ static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 }
 
 /*
- * Arena @k's slots in its private mapping @p of the file: faulted in at
- * once as private memory, the slots written, read-execute.  The faults
- * read the file's hole first, and on a file system whose holes take
- * memory (tmpfs, when full) that read fails; MADV_POPULATE_WRITE reports
- * it, where touching the pages would raise SIGBUS.  So without it (Linux
- * < 5.14) nothing is faulted.  Return: 0, or -errno (@p is left as it is).
+ * An arena's private mapping @p of the file: faulted in at once as
+ * private memory, the slots written, read-execute.  The faults read the
+ * file's hole first, and on a file system whose holes take memory (tmpfs,
+ * when full) that read fails; MADV_POPULATE_WRITE reports it, where
+ * touching the pages would raise SIGBUS.  So without it (older headers, or
+ * a kernel before 5.14: EINVAL) nothing is faulted here, and the caller
+ * writes the slots to the file instead.
+ * Return: 0, or -errno (@p is left as it is).
  */
 static int elf_arena_private(struct jitring_trampolines *t, uint8_t *p,
 			     size_t len)
