@@ -380,6 +380,25 @@ static int pwrite_all(int fd, const void *buf, size_t len, uint64_t off)
 }
 
 /*
+ * @len bytes of slots at @p, writable and faulted in: filled with the
+ * template, the instruction cache synchronised, then read-execute for
+ * good.  Return: 0 or -errno of mprotect(2).
+ */
+static int slots_seal(struct jitring_trampolines *t, uint8_t *p, size_t len)
+{
+	slots_fill(t, p, len);
+	__builtin___clear_cache((char *)p, (char *)p + len);
+	return mprotect(p, len, PROT_READ | PROT_EXEC) ? -errno : 0;
+}
+
+/* @len bytes at @p inside the ELF span back to a reserved hole, so that
+ * nothing else is mapped where perf's unwinder expects the object. */
+static void span_hole(uint8_t *p, size_t len)
+{
+	mmap(p, len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+}
+
+/*
  * An arena's private mapping @p of the file: faulted in at once as
  * private memory, the slots written, read-execute.  The faults read the
  * file's hole first, and on a file system whose holes take memory (tmpfs,
@@ -397,9 +416,7 @@ static int elf_arena_private(struct jitring_trampolines *t, uint8_t *p,
 		return -EFAULT;
 	if (madvise(p, len, MADV_POPULATE_WRITE))
 		return -errno;
-	slots_fill(t, p, len);
-	__builtin___clear_cache((char *)p, (char *)p + len);
-	return mprotect(p, len, PROT_READ | PROT_EXEC) ? -errno : 0;
+	return slots_seal(t, p, len);
 #else
 	(void)t;
 	(void)p;
@@ -446,8 +463,12 @@ static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 		return ret;
 	p = t->elf_span + (off - im->text_off);
 	if (mmap(p, im->arena_len, PROT_READ | PROT_WRITE,
-		 MAP_PRIVATE | MAP_FIXED, t->elf_fd, (off_t)off) == MAP_FAILED)
-		return -errno;
+		 MAP_PRIVATE | MAP_FIXED, t->elf_fd,
+		 (off_t)off) == MAP_FAILED) {
+		ret = -errno;
+		span_hole(p, im->arena_len);
+		return ret;
+	}
 	if (!elf_arena_private(t, p, im->arena_len)) {
 		*base = p;
 		return 0;
@@ -464,9 +485,7 @@ static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 		 MAP_PRIVATE | MAP_FIXED, t->elf_fd, (off_t)off) == MAP_FAILED)
 		ret = -errno;
 	if (ret) {
-		/* Back to a reserved hole (see arena_unmap()). */
-		mmap(p, im->arena_len, PROT_NONE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		span_hole(p, im->arena_len);
 		return ret;
 	}
 	*base = p;
@@ -476,12 +495,9 @@ static int elf_arena(struct jitring_trampolines *t, uint32_t k, uint8_t **base)
 /* Give arena @a's memory back (a ready arena: no copy handed out). */
 static void arena_unmap(struct jitring_trampolines *t, struct tr_arena *a)
 {
-	/* Inside the ELF span: back to a reserved hole, so nothing else is
-	 * mapped where perf's unwinder expects the object. */
 	if (t->elf_span && a->map >= (void *)t->elf_span &&
 	    (uint8_t *)a->map < t->elf_span + t->elf_span_len) {
-		mmap(a->map, a->map_len, PROT_NONE,
-		     MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+		span_hole(a->map, a->map_len);
 		return;
 	}
 	munmap(a->map, a->map_len);
@@ -557,12 +573,9 @@ static int arena_make(struct jitring_trampolines *t, struct tr_arena **out)
 	}
 	/* Every page is written below: fault them in at once. */
 	jitring_prefault(base, slots_len);
-	slots_fill(t, base, slots_len);
-	__builtin___clear_cache((char *)base, (char *)base + slots_len);
-	if (mprotect(base, slots_len, PROT_READ | PROT_EXEC)) {
-		ret = -errno;
+	ret = slots_seal(t, base, slots_len);
+	if (ret)
 		goto err_unmap;
-	}
 
 publish:
 	atomic_init(&a->next, 0);
