@@ -1245,6 +1245,7 @@ def test_live_segments(t, r):
     # About four segments, whatever the machine's speed gave.
     with _perfdata.PerfData(path) as pd:
         live.segment = max(50, sum(1 for _ in pd.samples()) // 4)
+    saved = os.environ.get("JITRING_PY_TEST_LIVE_NICE")
     os.environ["JITRING_PY_TEST_LIVE_NICE"] = "0"   # as test_live's
     started = 0
     with open(path, "wb") as f:
@@ -1261,6 +1262,10 @@ def test_live_segments(t, r):
             "segments: the scan stops at the data's end, not in the "
             "feature sections", (live.failed, live.pos, d_off + d_size))
     got = live.finish()
+    if saved is None:
+        del os.environ["JITRING_PY_TEST_LIVE_NICE"]
+    else:
+        os.environ["JITRING_PY_TEST_LIVE_NICE"] = saved
     t.check(got is not None and len(got[0]) == started >= 2,
             "segments: %d segments and a tail" % started, live.failed)
     if not got:
