@@ -102,17 +102,33 @@ static _Atomic unsigned long t_passed, t_failed;
 		}                                                           \
 	} while (0)
 
+/*
+ * The binary's verdict: a test that made no check shows nothing, and
+ * fails rather than passes.
+ */
 static inline int t_report(void)
 {
+	if (!atomic_load(&t_passed) && !atomic_load(&t_failed)) {
+		printf("FAIL: the test made no check\n");
+		t_failed++;
+	}
 	printf("%lu passed, %lu failed\n", atomic_load(&t_passed),
 	       atomic_load(&t_failed));
 	fflush(stdout);
 	return t_failed ? T_EXIT_FAIL : T_EXIT_PASS;
 }
 
+/* Skips the rest of the test; after a failed check, fails instead. */
 static inline void t_skip(const char *why)
 {
-	printf("SKIP: %s\n0 passed, 0 failed\n", why);
+	printf("SKIP: %s\n", why);
+	if (atomic_load(&t_failed)) {
+		printf("FAIL: skipped after %lu failed check(s): the test "
+		       "fails\n",
+		       atomic_load(&t_failed));
+		exit(t_report());
+	}
+	printf("%lu passed, 0 failed\n", atomic_load(&t_passed));
 	fflush(stdout);
 	exit(T_EXIT_SKIP);
 }

@@ -3,7 +3,9 @@
 
 A test makes a Test, calls its check() for each claim, and ends with
 t.done(), which prints "N passed, N failed" and exits 0 or 1; t.skip(why)
-exits 77.  Failing tests keep their scratch directory and name it.
+exits 77, or 1 after a failed check (a skip never hides one).  A test
+that made no check fails.  Failing tests keep their scratch directory
+and name it.
 """
 import os
 import re
@@ -48,9 +50,12 @@ class Test:
         self.cleanups = []
 
     def skip(self, why):
+        print('SKIP: ' + why, flush=True)
+        if self.failed:
+            self.fatal('skipped after %d failed check(s): the test fails'
+                       % self.failed)
         self._finish()
-        print('SKIP: ' + why)
-        print('0 passed, 0 failed')
+        print('%d passed, 0 failed' % self.passed)
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
         sys.exit(77)
@@ -61,6 +66,9 @@ class Test:
         self.done()
 
     def done(self):
+        if not self.passed and not self.failed:
+            self.failed += 1
+            print('FAIL: the test made no check', flush=True)
         self._finish()
         if self.failed and self.scratch:
             print('scratch directory kept: ' + self.scratch)

@@ -10,7 +10,11 @@ A test file's cases are its functions named test_*, each taking the
 Test (and what the file's fixture gives); main(globals()) runs them on
 unittest, in the order they are written, each on its own: an exception
 or a timeout ($JITRING_TEST_CASE_TIMEOUT seconds, 900 by default) fails
-that case, and the next one runs.  Case names on the command line (with
+that case, and the next one runs.  t.skip(why) in a case skips that case
+alone (in the fixture: the whole file); a case that neither checks nor
+skips anything fails, and so does a file that made no check and skipped
+nothing.  A failed check is never hidden by a skip: the file exits 1
+whatever was skipped after it, and says so.  Case names on the command line (with
 or without test_) run those alone, a name after "-" leaves that case
 out; a file that takes another word there (test_threads.py's engine)
 takes it off sys.argv before main().  Each case ends with a line of its
@@ -38,6 +42,7 @@ class Test:
         self.skipped = []
         self.scratch = tempfile.mkdtemp(prefix="jitring-py.")
         self.keep = False
+        self.in_case = False
 
     def check(self, cond, what, detail=""):
         if cond:
@@ -56,10 +61,14 @@ class Test:
         sys.stdout.flush()
 
     def skip(self, why):
+        """Skips what runs now: the case in main(), else the file.  Never
+        hides a failed check (done())."""
+        self.skipped.append(why)
         print("SKIP: " + why)
-        print("0 passed, 0 failed")
-        self.cleanup()
-        sys.exit(SKIP)
+        sys.stdout.flush()
+        if self.in_case:
+            raise Skipped(why)
+        self.done()
 
     def cleanup(self):
         if self.keep:
@@ -68,14 +77,28 @@ class Test:
             shutil.rmtree(self.scratch, ignore_errors=True)
 
     def done(self):
+        """Exits: 1 after any failed check, whatever was skipped; 77 when
+        nothing was checked and something was skipped; 1 when nothing
+        was checked or skipped (a test that shows nothing does not
+        pass); else 0."""
+        if self.failed and self.skipped:
+            print("FAIL: %d failed check(s) before or beside %d skip(s): "
+                  "the test fails" % (self.failed, len(self.skipped)))
+        elif not self.passed and not self.failed and not self.skipped:
+            self.check(False, "the test makes a check or skips")
         self.cleanup()
         print("%d passed, %d failed" % (self.passed, self.failed))
         sys.stdout.flush()
         if self.failed:
             os._exit(FAIL)
-        if not self.passed and self.skipped:
+        if not self.passed:
             os._exit(SKIP)
         os._exit(PASS)
+
+
+class Skipped(BaseException):
+    """t.skip() in a case: main() ends that case and runs the next.  Not
+    an Exception, so that a case's own "except Exception" lets it by."""
 
 
 class CaseTimeout(Exception):
@@ -125,6 +148,7 @@ def main(ns, fixture=None, timeout=None):
                                           "900"))
     rest = None
     try:
+        # A skip here (perf missing) skips the file: t.done().
         made = fixture(t) if fixture else ()
         if inspect.isgenerator(made):
             rest, made = made, next(made)
@@ -148,7 +172,6 @@ def main(ns, fixture=None, timeout=None):
         addFailure = addError
 
     result = Result()
-    exited = []
 
     def one(fn):
         def case():
@@ -157,19 +180,27 @@ def main(ns, fixture=None, timeout=None):
             old = signal.signal(signal.SIGALRM, _alarm)
             signal.alarm(limit)
             t0 = time.monotonic()
+            before = (t.passed, t.failed, len(t.skipped))
+            t.in_case = True
             try:
                 fn(t, *args)
-            except SystemExit as e:
-                # t.skip(): the whole file is skipped, as before.
-                exited.append(e.code)
-                result.stop()
+            except Skipped:
+                pass
             finally:
+                t.in_case = False
                 signal.alarm(0)
                 signal.signal(signal.SIGALRM, old)
+                if t.failed > before[1] and len(t.skipped) > before[2]:
+                    print("FAIL: %s: skipped after %d failed check(s): "
+                          "the case fails" % (fn.__name__,
+                                              t.failed - before[1]))
                 # Each case's time, for the suite's budget.
                 print("-- %s: %.1f s" % (fn.__name__,
                                          time.monotonic() - t0))
                 sys.stdout.flush()
+            # An exception (addError) is a failed check of its own.
+            if (t.passed, t.failed, len(t.skipped)) == before:
+                t.check(False, "%s: makes a check or skips" % fn.__name__)
         return unittest.FunctionTestCase(case, description=fn.__name__)
 
     suite = unittest.TestSuite(one(fn) for fn in chosen)
@@ -180,9 +211,6 @@ def main(ns, fixture=None, timeout=None):
         except Exception:
             traceback.print_exc()
             t.check(False, "the cases' fixture is taken down")
-    if exited:
-        sys.stdout.flush()
-        os._exit(exited[0] if isinstance(exited[0], int) else FAIL)
     t.done()
 
 
