@@ -177,11 +177,13 @@ test-tsan: build-tsan/build.ninja
 		> build-tsan/test-output.txt 2>&1; tail -n 40 build-tsan/test-output.txt
 	@$(PY) scripts/test-summary.py build-tsan/meson-logs/testlog.json
 
-# The build users get: no test hooks, every warning an error (gcc); its
-# unit and safety tests (the testpoint cases skip).
+# The build users and distributions get: optimised (-O2 finds warnings
+# that -O0 does not, such as a %s that may be truncated), no test hooks,
+# every warning an error (gcc); its unit and safety tests (the testpoint
+# cases skip).
 build-release-check/build.ninja: | deps
-	$(MESON) setup build-release-check -Dtestpoints=false -Dwerror=true \
-		-Dbench=disabled
+	$(MESON) setup build-release-check --buildtype=release \
+		-Dtestpoints=false -Dwerror=true -Dbench=disabled
 
 check-release: build-release-check/build.ninja
 	$(NINJA) -C build-release-check
