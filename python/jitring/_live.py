@@ -346,9 +346,11 @@ class Live:
             self.thread.join()
 
 
+# A segment's rewrite (jitring._execfix's DATA.execfix) is left too where
+# its reader was ended in the middle of it.
 LIVE_FILE = re.compile(
-    r"^live-(\d+|tail)(\.data|\.pickle(\.tmp)?|\.log|-perf-script(-\d+)?"
-    r"\.log)$")
+    r"^live-(\d+|tail)(\.data(\.execfix)?|\.pickle(\.tmp)?|\.log|"
+    r"-perf-script(-\d+)?\.log)$")
 
 
 def drop(out):
