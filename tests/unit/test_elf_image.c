@@ -287,7 +287,11 @@ static void test_layout(void)
 /* ------------------------------------------------------------------ */
 /* Sets.                                                                */
 
-/* The one jitring-tramp-*.so in @dir into @path (""), and how many. */
+/*
+ * The one jitring-tramp-*.so in @dir into @path (""), and how many; -1 if
+ * @dir cannot be read or a file's path does not fit @len bytes (a cut
+ * path would name another file).
+ */
 static int tramp_file(const char *dir, char *path, size_t len)
 {
 	DIR *d = opendir(dir);
@@ -297,14 +301,16 @@ static int tramp_file(const char *dir, char *path, size_t len)
 	path[0] = 0;
 	if (!d)
 		return -1;
-	while ((e = readdir(d))) {
+	while (n >= 0 && (e = readdir(d))) {
 		int pid;
 
-		if (sscanf(e->d_name, "jitring-tramp-%d-", &pid) == 1 &&
-		    strstr(e->d_name, ".so")) {
-			snprintf(path, len, "%s/%s", dir, e->d_name);
+		if (sscanf(e->d_name, "jitring-tramp-%d-", &pid) != 1 ||
+		    !strstr(e->d_name, ".so"))
+			continue;
+		if ((size_t)snprintf(path, len, "%s/%s", dir, e->d_name) < len)
 			n++;
-		}
+		else
+			n = -1;
 	}
 	closedir(d);
 	return n;
