@@ -8,7 +8,10 @@
 # PYTHON the interpreter, PKGDIR the directory holding the built jitring
 # package, DUMPTOOL jitring-dump, ENGINE rings (default) or mutex.
 #  1. perf record -k 1 -e cpu-clock --call-graph dwarf -- PYTHON -m jitring
-#     perf_prog.py (4 threads calling hot_a / hot_b from worker, 2 s)
+#     drive.py: 4 threads calling hot_a / hot_b from perf_prog.py's worker
+#     until each has run 0.5 s on a CPU (perf's cpu-clock samples count CPU
+#     time, so the profile is as large on a loaded machine as on an idle
+#     one)
 #  2. jitring-dump --check --sorted on its dump
 #  3. perf inject --jit: one jitted-<pid>-<n>.so per CODE_LOAD
 #  4. perf report --sort sym names py::hot_a:<prog> and py::hot_b:<prog>,
@@ -24,7 +27,7 @@ set -u
 export LC_ALL=C
 
 THREADS=4
-SECONDS_RUN=2
+CPU_SECONDS=0.5		# each thread's CPU time
 MIN_HOT_SHARE=50	# percent of the process's samples under py::hot_*
 MIN_CHAIN_SHARE=80	# percent of py::hot_* chains reaching py::worker
 MIN_CHAINS=50
@@ -50,20 +53,44 @@ common=$(cd -P "$here/../../tests/e2e" 2> /dev/null && pwd)/perf_common.sh
 e2e_perf pyperf
 cp "$here/perf_prog.py" prog.py
 prog=$scratch/prog.py
+# The threads, each bounded by its own CPU time: worker's one call of
+# hot_a or hot_b (no deadline) at a time.
+cat > drive.py << 'EOF'
+import sys
+import threading
+import time
 
-echo "$python, engine $engine, $THREADS threads, ${SECONDS_RUN} s; scratch $scratch"
+import prog
+
+
+def run(k, cpu):
+    end = time.thread_time() + cpu
+    while time.thread_time() < end:
+        prog.worker(k, float("inf"), 1)
+
+
+threads, cpu = int(sys.argv[1]), float(sys.argv[2])
+ts = [threading.Thread(target=run, args=(k, cpu)) for k in range(threads)]
+for t in ts:
+    t.start()
+for t in ts:
+    t.join()
+print("done", threads, "threads")
+EOF
+
+echo "$python, engine $engine, $THREADS threads, ${CPU_SECONDS} s of CPU each; scratch $scratch"
 start=$(date +%s)
 
 # --- 1-2: record and check the dump ---------------------------------------
 mkdir dump
 if ! PYTHONPATH=$pkgdir timeout 120 perf record -k 1 -e cpu-clock -F 499 \
 	--call-graph dwarf -o perf.data -- "$python" -m jitring --dir dump \
-	--engine "$engine" "$prog" $THREADS $SECONDS_RUN \
+	--engine "$engine" drive.py $THREADS $CPU_SECONDS \
 	> prog.out 2> record.err; then
 	cat prog.out record.err
-	fail "perf record -- python -m jitring prog.py failed"
+	fail "perf record -- python -m jitring drive.py failed"
 fi
-grep -q "^done $THREADS threads" prog.out || fail "prog.py: $(cat prog.out)"
+grep -q "^done $THREADS threads" prog.out || fail "drive.py: $(cat prog.out)"
 dumps=(dump/jit-*.dump)
 { [ ${#dumps[@]} -eq 1 ] && [ -f "${dumps[0]}" ]; } ||
 	fail "expected one jit-<pid>.dump, found: ${dumps[*]}"

@@ -11,8 +11,10 @@
  * main() only through the copies' FDEs: libunwind's fallback to the
  * %rbp chain finds no frames to follow.  main -> elf_root -> elf_level
  * -> copy -> elf_level -> copy ... (DEPTH copies, each a different one,
- * from the set's arenas) -> elf_leaf, which spins until SECONDS pass.
- * x86_64 only.
+ * from the set's arenas) -> elf_leaf, which spins until main's thread
+ * has run SECONDS on a CPU in all (perf's cpu-clock samples count CPU
+ * time, so the profile holds as many samples on a loaded machine as on
+ * an idle one).  x86_64 only.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -58,11 +60,12 @@ static const struct jitring_cfi cfi = {
 	.ops = ops,
 };
 
+/* This thread's CPU time, in seconds. */
 static double now(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 

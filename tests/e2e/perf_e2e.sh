@@ -25,6 +25,10 @@
 #     than 50% of the samples are attributed to a py::func_* frame, the
 #     most to py::func_0; perf report --children --sort sym lists it.
 #
+# Each run of testjit lasts CPU_SECONDS of CPU time (--cpu-seconds), not
+# a time on the clock: perf's cpu-clock samples count CPU time, so the
+# profiles hold as many samples on a loaded machine as on an idle one.
+#
 # Exit 0 pass, 1 fail (the scratch directory is kept and named), 77 when
 # perf cannot be used here.  Takes about 15 s.
 
@@ -33,7 +37,7 @@ export LC_ALL=C
 
 THREADS=4
 FUNCTIONS=64
-SECONDS_RUN=2
+CPU_SECONDS=2		# testjit's CPU time per run (--cpu-seconds)
 MIN_JIT_SHARE=50	# percent of the process's samples in jit_func_*
 MIN_CHAIN_SHARE=80	# percent of jit_func_* chains reaching jit_caller_hot
 MIN_CHAINS=20		# fewer samples than this prove nothing
@@ -45,7 +49,7 @@ e2e_prog testjit
 testjit=$prog
 e2e_perf e2e
 
-echo "engine $engine, $THREADS threads x $FUNCTIONS functions, ${SECONDS_RUN} s; scratch $scratch"
+echo "engine $engine, $THREADS threads x $FUNCTIONS functions, ${CPU_SECONDS} s of CPU; scratch $scratch"
 start=$(date +%s)
 
 # run_testjit MODE SUBDIR [perf record options...]: record testjit --mode
@@ -56,7 +60,7 @@ run_testjit() {
 	mkdir -p "$sub"
 	if ! timeout 60 perf record -k 1 -e cpu-clock "$@" -o "$sub/perf.data" -- \
 		"$testjit" --mode "$mode" --threads $THREADS --functions $FUNCTIONS \
-		--seconds $SECONDS_RUN --engine "$engine" --dir "$scratch/$sub" \
+		--cpu-seconds $CPU_SECONDS --engine "$engine" --dir "$scratch/$sub" \
 		> "$sub/testjit.out" 2> "$sub/record.err"; then
 		cat "$sub/testjit.out" "$sub/record.err"
 		fail "perf record -- testjit failed ($sub)"

@@ -7,7 +7,9 @@
 #   perf_reopen.sh BUILD_DIR ENGINE        (ENGINE: rings or mutex)
 #
 #  1. perf record -k 1 -e cpu-clock -- reopenjit (session 1: sess1_fn_0..3,
-#     close; session 2, same directory: sess2_fn_0..3, close)
+#     close; session 2, same directory: sess2_fn_0..3, close; each runs
+#     its functions for 1 s of CPU time, so the profile is as large on a
+#     loaded machine as on an idle one)
 #  2. jitring-dump --check --sorted: one valid dump, 8 CODE_LOADs
 #  3. the recording holds one marker mapping of the dump per session
 #  4. perf inject --jit: 8 distinct jitted-<pid>-<index>.so (code_index

@@ -8,7 +8,9 @@
 #
 # elfjit calls from main() down a chain of 12 copies of a template that
 # keeps no frame pointer (built without frame pointers itself), so only
-# the copies' FDEs lead perf's DWARF unwinding back to main():
+# the copies' FDEs lead perf's DWARF unwinding back to main(); it spins
+# for 2 s of CPU time (as many samples on a loaded machine as on an idle
+# one):
 #  1. with the flag: the set's jitring-tramp-<pid>-*.so in the folder (a
 #     valid ELF: readelf finds .eh_frame_hdr), and at least 80% of the
 #     samples in elf_leaf unwind through the 12 copies (perf script prints

@@ -8,10 +8,12 @@
  *
  * Session 1 opens a writer on D, generates FUNCS hot x86_64 loops named
  * "sess1_fn_<n>", describes each with jitring_write() before calling it,
- * runs them for S seconds and closes the writer.  Session 2 does the same
- * with a new writer on the same D ("sess2_fn_<n>", new code elsewhere).
- * Both sessions' entries go to the same jit-<pid>.dump.  Every function's
- * bytes differ (its loop count), so no two injected ELFs share a build-id.
+ * runs them for S seconds of CPU time (perf's cpu-clock samples count CPU
+ * time: as many on a loaded machine as on an idle one) and closes the
+ * writer.  Session 2 does the same with a new writer on the same D
+ * ("sess2_fn_<n>", new code elsewhere).  Both sessions' entries go to the
+ * same jit-<pid>.dump.  Every function's bytes differ (its loop count), so
+ * no two injected ELFs share a build-id.
  *
  * Prints "pid: <pid>" and "result: ok" (or what failed); exit 0 ok, 1 a
  * jitring call failed, 2 usage, 77 not x86_64.
@@ -30,11 +32,12 @@
 #define FUNCS 4
 #define SLOT 64
 
+/* This thread's CPU time, in ns. */
 static uint64_t now_ns(void)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 

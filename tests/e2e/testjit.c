@@ -4,8 +4,9 @@
  * through the shared libjitring, for the end-to-end test and `make demo`.
  *
  *   testjit [--mode runtime|asm] [--threads T] [--functions F]
- *           [--seconds S] [--engine rings|mutex] [--dir D]
- *           [--unwind|--no-unwind] [--name-prefix P] [--lines FILE]
+ *           [--seconds S | --cpu-seconds S] [--engine rings|mutex]
+ *           [--dir D] [--unwind|--no-unwind] [--name-prefix P]
+ *           [--lines FILE]
  *
  * --mode runtime (the default) is a small multithreaded runtime built on
  * the trampoline kit: each thread runs jit_runtime_loop() for S seconds
@@ -30,6 +31,11 @@
  * instead, each under its own row of a line table in FILE (see
  * lines_code[]), for tests/e2e/perf_lines.sh and the demo: perf must
  * attribute each loop's samples to its line.
+ *
+ * --cpu-seconds S runs until the process has used S seconds of CPU time
+ * instead of S seconds on the clock: perf's cpu-clock samples count CPU
+ * time, so a profile of such a run holds as many samples on a loaded
+ * machine as on an idle one (the tests under perf use it).
  *
  * The last lines are a summary ("key: value") that tests/e2e/demo.sh and
  * perf_e2e.sh read.
@@ -69,6 +75,7 @@ struct options {
 	unsigned int threads;
 	unsigned int functions;
 	double seconds;
+	bool cpu_time; /* --cpu-seconds: seconds of CPU time */
 	enum jitring_engine engine;
 	const char *dir;
 	const char *prefix;
@@ -87,12 +94,17 @@ static struct options opt = {
 	.unwind = true,
 };
 
-static uint64_t now_ns(void)
+static uint64_t clock_ns(clockid_t clk)
 {
 	struct timespec ts;
 
-	clock_gettime(CLOCK_MONOTONIC, &ts);
+	clock_gettime(clk, &ts);
 	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ns(void)
+{
+	return clock_ns(CLOCK_MONOTONIC);
 }
 
 static struct jitring *jr;
@@ -169,15 +181,26 @@ static int open_writer(void)
 	return ret;
 }
 
-/* Let the workers run for opt.seconds. */
+/*
+ * Let the workers run for opt.seconds: on the clock, or with --cpu-seconds
+ * until the process has used that much more CPU time.
+ */
 static void run_for_seconds(void)
 {
-	uint64_t ns = (uint64_t)(opt.seconds * 1e9);
-	struct timespec req = { (time_t)(ns / 1000000000u),
-				(long)(ns % 1000000000u) };
+	clockid_t clk = opt.cpu_time ? CLOCK_PROCESS_CPUTIME_ID :
+				       CLOCK_MONOTONIC;
+	uint64_t end = clock_ns(clk) + (uint64_t)(opt.seconds * 1e9);
+	struct timespec until = { (time_t)(end / 1000000000u),
+				  (long)(end % 1000000000u) };
+	struct timespec tick = { 0, 10000000 };
+	int ret;
 
-	while (nanosleep(&req, &req) != 0 && errno == EINTR)
-		;
+	do
+		ret = clock_nanosleep(clk, TIMER_ABSTIME, &until, NULL);
+	while (ret == EINTR);
+	/* A kernel that cannot sleep on this clock: look every 10 ms. */
+	while (ret && clock_ns(clk) < end)
+		nanosleep(&tick, NULL);
 }
 
 /* Flush and close the writer, then read its stats.  Returns 0 or 1. */
@@ -932,18 +955,17 @@ static int run_runtime(void)
 
 static void usage(FILE *f)
 {
-	fprintf(f,
-		"Usage: testjit [--mode runtime|asm] [--threads T] "
-		"[--functions F]\n"
-		"               [--seconds S] [--engine rings|mutex] "
-		"[--dir D]\n"
-		"               [--unwind|--no-unwind] [--name-prefix P]\n"
-		"               [--lines FILE]   (asm: two loops, a line "
-		"table in FILE)\n"
-		"Defaults: runtime mode, 4 threads, 64 functions each, 2 s, "
-		"rings,\n"
-		"$JITRING_DIR or /tmp, unwinding information on, prefix "
-		"py::func_ (runtime)\nor jit_func_ (asm).\n");
+	fprintf(f, "Usage: testjit [--mode runtime|asm] [--threads T] "
+		   "[--functions F]\n"
+		   "               [--seconds S | --cpu-seconds S] "
+		   "[--engine rings|mutex] [--dir D]\n"
+		   "               [--unwind|--no-unwind] [--name-prefix P]\n"
+		   "               [--lines FILE]   (asm: two loops, a line "
+		   "table in FILE)\n"
+		   "Defaults: runtime mode, 4 threads, 64 functions each, 2 s, "
+		   "rings,\n"
+		   "$JITRING_DIR or /tmp, unwinding information on, prefix "
+		   "py::func_ (runtime)\nor jit_func_ (asm).\n");
 }
 
 static bool parse_uint(const char *s, unsigned int lo, unsigned int hi,
@@ -967,6 +989,7 @@ int main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "functions", required_argument, NULL, 'f' },
 		{ "seconds", required_argument, NULL, 's' },
+		{ "cpu-seconds", required_argument, NULL, 'c' },
 		{ "engine", required_argument, NULL, 'e' },
 		{ "dir", required_argument, NULL, 'd' },
 		{ "unwind", no_argument, NULL, 'u' },
@@ -979,8 +1002,8 @@ int main(int argc, char **argv)
 	char *end;
 	int c;
 
-	while ((c = getopt_long(argc, argv, "m:t:f:s:e:d:uUp:l:h", opts, NULL)) !=
-	       -1) {
+	while ((c = getopt_long(argc, argv, "m:t:f:s:c:e:d:uUp:l:h", opts,
+				NULL)) != -1) {
 		switch (c) {
 		case 'm':
 			if (!strcmp(optarg, "runtime"))
@@ -999,6 +1022,8 @@ int main(int argc, char **argv)
 				goto bad;
 			break;
 		case 's':
+		case 'c':
+			opt.cpu_time = c == 'c';
 			errno = 0;
 			opt.seconds = strtod(optarg, &end);
 			if (errno || end == optarg || *end ||
