@@ -14,6 +14,11 @@ layout (--packed) jitring names every function but unwinds only through
 the last of each object, which the listener counts.  Last, an object is
 freed and another JITted at the same address: perf names each one's
 samples by its own name.
+
+Every run is bounded by CPU time (orcjit --cpu-ms, --reuse), not by a
+fixed amount of work: perf's cpu-clock samples count the task's CPU time,
+so each profile holds about CPU_MS samples at 999 Hz however fast or
+loaded the machine is, and the floors below are half of that.
 """
 import glob
 import os
@@ -25,6 +30,10 @@ from llvmtest import (guarded, run, perf_usable, dump_records, dump_loads,
                       perf_samples)
 
 FUNCS = 1023
+# CPU time the JIT code runs in each profile, in ms (about as many samples
+# at -F 999), and in each of the reuse run's two functions.
+CPU_MS = 500
+REUSE_MS = 400
 JIT_RE = re.compile(r'jf_(\d+)$')
 
 
@@ -83,7 +92,8 @@ def main(t):
         t.fatal('not built: %s, %s' % (prog, dumptool))
     scratch = t.make_scratch()
     perf_usable(t, scratch)
-    work = ['--work', '200000', '--reps', '4']
+    work = ['--work', '200000', '--reps', '1', '--cpu-ms', str(CPU_MS)]
+    min_jit = CPU_MS // 2
 
     # jitring's listener, jitring's layout, debug info.
     jdir = os.path.join(scratch, 'jitring')
@@ -111,8 +121,8 @@ def main(t):
     print('jitring: %(jit)d JIT samples, %(unnamed)d unnamed, %(caller)d '
           'with drive_jit above, %(parent)d of %(parent_of)d with their '
           'parent next' % st)
-    t.check(st['jit'] >= 200, 'jitring: at least 200 samples in JIT code '
-            '(%d)' % st['jit'])
+    t.check(st['jit'] >= min_jit, 'jitring: at least %d samples in JIT code '
+            '(%d in %d ms of CPU time)' % (min_jit, st['jit'], CPU_MS))
     t.check(st['unnamed'] == 0, 'jitring: every JIT sample named (%d not)'
             % st['unnamed'])
     t.check(st['caller'] >= 0.95 * st['jit'],
@@ -165,9 +175,9 @@ def main(t):
     print('llvm: %(jit)d JIT samples, %(unnamed)d unnamed, %(caller)d with '
           'drive_jit above, %(parent)d of %(parent_of)d with their parent '
           'next' % lst)
-    t.check(lst['jit'] >= 200 and lst['unnamed'] == 0,
-            'llvm: JIT samples named too (%d, %d unnamed)' %
-            (lst['jit'], lst['unnamed']))
+    t.check(lst['jit'] >= min_jit and lst['unnamed'] == 0,
+            'llvm: JIT samples named too (%d, at least %d; %d unnamed)' %
+            (lst['jit'], min_jit, lst['unnamed']))
     t.check(lst['caller'] <= 0.05 * lst['jit'],
             'llvm: the callers are lost (drive_jit above %d of %d)' %
             (lst['caller'], lst['jit']))
@@ -201,7 +211,7 @@ def main(t):
     os.mkdir(rdir)
     data = os.path.join(scratch, 'reuse.data')
     r = run(['perf', 'record', '-q', '-k', '1', '-e', 'cpu-clock', '-F',
-             '999', '-o', data, '--', prog, '--reuse', '400'],
+             '999', '-o', data, '--', prog, '--reuse', str(REUSE_MS)],
             env=dict(os.environ, JITRING_DIR=rdir))
     sys.stdout.write(r.stdout)
     m = re.search(r'reuse_a (\S+) reuse_b (\S+) same (\d)', r.stdout)
@@ -217,9 +227,10 @@ def main(t):
     a = seq.count('reuse_a')
     b = seq.count('reuse_b')
     order_ok = seq == ['reuse_a'] * a + ['reuse_b'] * b
-    t.check(a >= 50 and b >= 50 and order_ok,
+    t.check(a >= REUSE_MS // 2 and b >= REUSE_MS // 2 and order_ok,
             'reuse: samples named reuse_a before the free, reuse_b after '
-            '(%d, %d, in order: %s)' % (a, b, order_ok))
+            '(%d, %d, at least %d each; in order: %s)' %
+            (a, b, REUSE_MS // 2, order_ok))
     ok, out = dump_records(dumptool,
                            glob.glob(os.path.join(rdir, 'jit-*.dump'))[0])
     t.check(ok, 'reuse: dump passes --check --sorted')

@@ -6,20 +6,25 @@
 //
 //   jf_k(x), k in [0, N):  jf_{2k+1}(x) + jf_{2k+2}(x + 1) if 2k+2 < N,
 //                          else a loop of --work steps (the leaves)
-//   drive_jit() calls jf_0 --reps times; main calls drive_jit.
+//   drive_jit() calls jf_0 --reps times, and with --cpu-ms MS on until
+//   its thread has run MS ms on a CPU; main calls drive_jit.
 //
 // Each function's "source" is lines 10k+1 (entry), 10k+2 (the calls or
 // the loop), 10k+3 (the return) of --src (written, for perf annotate).
 //
 // Usage: orcjit [--listener jitring|llvm|none] [--threads T] [--funcs N]
 //               [--per-module M] [--debug] [--work W] [--reps R]
-//               [--src FILE] [--reuse MS] [--packed]
+//               [--cpu-ms MS] [--src FILE] [--reuse MS] [--packed]
 // --packed keeps LLVM's default layout (functions back to back in .text,
 // SectionMemoryManager) instead of jitring's (one section per function,
 // room after each: docs/llvm.md).
-// --reuse MS instead JITs reuse_a, runs it MS ms, removes its object
-// (freeing its memory), JITs reuse_b and runs it MS ms; prints both
-// addresses.  Prints "functions N objects O" and the listener's counters.
+// --reuse MS instead JITs reuse_a, runs it for MS ms of CPU time, removes
+// its object (freeing its memory), JITs reuse_b and runs it as long;
+// prints both addresses.  Prints "functions N objects O" and the
+// listener's counters.
+// Runs are bounded by the thread's CPU time, not the clock: perf's
+// cpu-clock samples count CPU time, so a profile gets as many samples on
+// a loaded machine as on an idle one.
 // Exit 0, or 1 with a message.
 
 #include "jitring-llvm.h"
@@ -40,6 +45,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
 #include <string>
 
@@ -56,6 +62,7 @@ struct Opts {
 	bool debug = false;
 	uint64_t work = 200000;
 	unsigned reps = 4;
+	long cpu_ms = 0;
 	std::string src = "/tmp/orcgen.c";
 	long reuse_ms = 0;
 	bool packed = false;
@@ -290,23 +297,34 @@ private:
 
 } // namespace
 
-// The native caller every profile must show above the JIT frames.
-extern "C" __attribute__((noinline)) long drive_jit(JitFn f, unsigned reps)
+// CPU time this thread has run, in ns.
+static uint64_t thread_cpu_ns()
 {
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return uint64_t(ts.tv_sec) * 1000000000u + uint64_t(ts.tv_nsec);
+}
+
+// The native caller every profile must show above the JIT frames: f
+// reps times, then on until this thread has run cpu_ms ms.
+extern "C" __attribute__((noinline)) long drive_jit(JitFn f, unsigned reps,
+						    long cpu_ms)
+{
+	uint64_t end = thread_cpu_ns() + uint64_t(cpu_ms) * 1000000u;
 	long acc = 0;
-	for (unsigned i = 0; i < reps; i++)
+	for (unsigned i = 0; i < reps || thread_cpu_ns() < end; i++)
 		acc += f(long(i));
 	asm volatile("" : : "r"(acc) : "memory");
 	return acc;
 }
 
-// Runs f for about ms milliseconds.
+// Runs f until this thread has run ms ms on a CPU.
 extern "C" __attribute__((noinline)) long drive_for(JitFn f, long ms)
 {
-	auto end = std::chrono::steady_clock::now() +
-		   std::chrono::milliseconds(ms);
+	uint64_t end = thread_cpu_ns() + uint64_t(ms) * 1000000u;
 	long acc = 0;
-	while (std::chrono::steady_clock::now() < end)
+	while (thread_cpu_ns() < end)
 		acc += f(acc);
 	asm volatile("" : : "r"(acc) : "memory");
 	return acc;
@@ -388,6 +406,8 @@ int main(int argc, char **argv)
 			o.work = std::stoull(next());
 		else if (a == "--reps")
 			o.reps = std::stoul(next());
+		else if (a == "--cpu-ms")
+			o.cpu_ms = std::stol(next());
 		else if (a == "--src")
 			o.src = next();
 		else if (a == "--packed")
@@ -436,7 +456,7 @@ int main(int argc, char **argv)
 		    std::chrono::duration<double, std::milli>(t1 - t0).count());
 	JitFn root = reinterpret_cast<JitFn>(
 		(*syms)[jit->mangleAndIntern(fname(0))].getAddress());
-	std::printf("result %ld\n", drive_jit(root, o.reps));
+	std::printf("result %ld\n", drive_jit(root, o.reps, o.cpu_ms));
 	if (overlap)
 		std::printf("notifications_overlapping_max %u\n",
 			    overlap->max());
