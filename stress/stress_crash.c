@@ -8,10 +8,11 @@
  * 60 ms (300 ms on long runs) after the child's jitring_open() returned,
  * so that a slow open (3 ms here, 30 ms under TSan) does not turn them
  * into early kills too, and every fourth round (k % 4 == 1) as long
- * after its first completed jitring_flush(), so that every run checks
- * writes a flush covered.  Producers pace themselves (a pause of
- * up to 0.2 ms every eighth write or so), so most kills find them
- * writing.
+ * after its first completed jitring_flush() that covered a write, so that
+ * every run checks writes a flush covered (an event, however slow the
+ * child: a flush can complete before any producer has written).
+ * Producers pace themselves (a pause of up to 0.2 ms every eighth write
+ * or so), so most kills find them writing.
  *
  * The child opens a writer (ring size and max_delay_ms drawn from the
  * seed), starts --threads N producers that write up to --entries K entries
@@ -87,6 +88,7 @@ struct shared {
 	_Atomic int bad;         /* a write or flush the child did not expect */
 	_Atomic int exiting;     /* --mode exit: exit() is about to begin */
 	_Atomic uint64_t flushes_ok;
+	_Atomic uint64_t flushes_covering; /* those that covered a write */
 	_Atomic int64_t flush_err;
 	uint64_t must[MAX_THREADS];
 	struct st_log logs[MAX_THREADS];
@@ -142,12 +144,18 @@ static void *flusher(void *arg)
 		ret = jitring_flush(jr);
 		if (ret == 0) {
 			static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+			bool covering = false;
 
 			pthread_mutex_lock(&lock);
-			for (unsigned i = 0; i < opts.threads; i++)
+			for (unsigned i = 0; i < opts.threads; i++) {
 				if (snap[i] > sh->must[i])
 					sh->must[i] = snap[i];
+				covering |= snap[i] > 0;
+			}
 			pthread_mutex_unlock(&lock);
+			/* After must[]: the parent kills once it sees this. */
+			if (covering)
+				atomic_fetch_add(&sh->flushes_covering, 1);
 			atomic_fetch_add(&sh->flushes_ok, 1);
 		} else {
 			atomic_store(&sh->flush_err, ret);
@@ -280,12 +288,14 @@ static unsigned round_run(unsigned k, struct totals *tot)
 	if (pid == 0)
 		_exit(child_main(seed));
 	/*
-	 * Until the child's open returned, or a flush of it completed (or it
-	 * ended), polled each 0.1 ms; pairs with the stores after
-	 * jitring_open() and jitring_flush() in the child.
+	 * Until the child's open returned, or a flush of it that covered a
+	 * write completed (or it failed one, or ended), polled each 0.1 ms;
+	 * pairs with the stores after jitring_open() and jitring_flush() in
+	 * the child.
 	 */
 	while (!exit_mode && late &&
-	       !(k % 4 == 1 ? atomic_load(&sh->flushes_ok) > 0 :
+	       !(k % 4 == 1 ? atomic_load(&sh->flushes_covering) > 0 ||
+				      atomic_load(&sh->bad) :
 			      atomic_load(&sh->opened)) &&
 	       (reaped = waitpid(pid, &status, WNOHANG)) == 0)
 		t_sleep_ns(100000);
@@ -355,8 +365,8 @@ static unsigned round_run(unsigned k, struct totals *tot)
 		if (!exit_mode)
 			snprintf(how, sizeof(how), "killed %.3f ms after %s",
 				 (double)delay / 1e6,
-				 !late	    ? "the fork" :
-				 k % 4 == 1 ? "its first flush" :
+				 !late      ? "the fork" :
+				 k % 4 == 1 ? "its first covering flush" :
 					      "its open returned");
 		fprintf(stderr, "round %u (seed %" PRIu64 ", child %d, %s): "
 			"%u failures; dump kept: %s\n", k, seed, (int)pid,
