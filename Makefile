@@ -234,7 +234,9 @@ bench-python: deps-bench build-release/build.ninja
 	PYTHONPATH=$(CURDIR)/build-release/subprojects/jitring-python \
 	JITRING_DUMP=$(CURDIR)/build-release/tools/jitring-dump \
 	$$py bench/python/bench_py.py --quick --out bench/results/python-quick.json \
-		| tee bench/results/python-quick.txt
+		| tee bench/results/python-quick.txt && \
+	PYTHONPATH=$(CURDIR)/build-release/subprojects/jitring-python \
+	$$py bench/python/bench_startup.py | tee bench/results/python-startup.txt
 
 # The LLVM listener's cost per object against LLVM's perf listener
 # (bench/README.md, "LLVM listener"); dumps go to a scratch folder in

@@ -10,8 +10,9 @@ valid jit-<pid>.dump naming its own function, and only its own.  Unset
 (and set to 0), no process writes a dump.  A subinterpreter started
 under it prints nothing.  With $JITRING_DIR unset, a starting process
 removes the dumps in /tmp of exited processes older than a day (and only
-those); a $JITRING_DIR is never pruned.  Also: the hook's cost at
-start-up when unset, against the same venv without it (printed).
+those); a $JITRING_DIR is never pruned.  Unset (or empty), the hook
+imports nothing: a process starts with the modules it has without it
+(its time: bench/python/bench_startup.py).
 """
 
 import os
@@ -187,25 +188,46 @@ def test_prune(t, py):
             pass
 
 
-def startup_ms(py, env, n=20):
-    best = []
-    for _ in range(n):
-        t0 = time.perf_counter()
-        subprocess.run([py, "-c", "pass"], env=env, check=True)
-        best.append(time.perf_counter() - t0)
-    best.sort()
-    return 1000 * best[len(best) // 2]
+# What a process has imported once it runs its first line.
+MODULES = "import sys; print(' '.join(sorted(sys.modules)))"
+
+
+def modules(py, env, value):
+    """(status, set of sys.modules' names) of `py -c MODULES` with
+    JITRING_PROFILE @value (None: unset)."""
+    env = dict(env)
+    if value is not None:
+        env["JITRING_PROFILE"] = value
+    p = subprocess.run([py, "-c", MODULES], capture_output=True, text=True,
+                       env=env, timeout=120)
+    return p.returncode, set(p.stdout.split())
 
 
 def test_startup(t, py):
-    """The hook's cost at start-up, printed (no check)."""
+    """The hook's cost at start-up where it starts nothing: unset (or
+    empty), its line imports nothing, so a process starts with the very
+    modules it has without the line (a start-up time would follow the
+    machine's load: bench/python/bench_startup.py measures it)."""
     plain = jrtest.hook_venv(t, False)
-    env = dict(os.environ)
+    env = dict(os.environ, JITRING_DIR=os.path.join(t.scratch, "startup"))
+    os.mkdir(env["JITRING_DIR"])
     env.pop("PYTHONPATH", None)
     env.pop("JITRING_PROFILE", None)
-    a, b = startup_ms(plain, env), startup_ms(py, env)
-    print("start-up with the hook installed and JITRING_PROFILE unset: "
-          "%.2f ms against %.2f ms without it (median of 20)" % (b, a))
+    rc, base = modules(plain, env, None)
+    t.check(rc == 0 and "site" in base, "start-up: python lists its "
+            "modules (%d)" % len(base))
+    # The listing sees an import of the hook's: set, jitring's modules.
+    rc, on = modules(py, env, "1")
+    t.check(rc == 0 and "jitring._autostart" in on - base,
+            "start-up: JITRING_PROFILE=1 imports the hook's modules",
+            sorted(on - base)[:8])
+    for value in (None, ""):
+        rc, got = modules(py, env, value)
+        t.check(rc == 0 and got == base,
+                "start-up: JITRING_PROFILE %s: the hook imports nothing "
+                "(the modules of python without it)"
+                % ("unset" if value is None else "empty"),
+                (sorted(got - base), sorted(base - got)))
 
 
 def fixture(t):
