@@ -290,7 +290,9 @@ def check_search(t, dom):
 
 # Driven from inside the page (a script added to a copy of it): a click on
 # native_sort's frame, then, for the second run, on Reset zoom and typing
-# into the search box.
+# into the search box.  Its 1000 ms are the page's virtual time
+# (--virtual-time-budget): they pass once the click's transition has run
+# its frames, however slow or loaded the machine.
 CLICK = """<script>
 document.querySelector('g[name="native_sort (app.py)"]')
   .dispatchEvent(new MouseEvent("click", {bubbles: true}));

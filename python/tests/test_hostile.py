@@ -53,17 +53,26 @@ import jrtest
 # Every character a name may not carry into an output as it is.
 RAW = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
+# Each function runs until its thread has run the CPU time it is given,
+# not a count of loops: its samples (about 30 for each hostile function,
+# 400 for burn at 999 Hz) are as many on a fast machine as on a slow one.
 PROG = textwrap.dedent(r'''
-    def burn(n):
+    import time
+
+    def burn(seconds):
+        end = time.thread_time() + seconds
         s = 0
-        for i in range(n):
-            s ^= i * 3
+        while time.thread_time() < end:
+            for i in range(10000):
+                s ^= i * 3
         return s
 
     def make(qual, filename):
-        ns = {}
-        src = ("def f(n):\n    s = 0\n    for i in range(n):\n"
-               "        s += i\n    return s\n")
+        ns = {"thread_time": time.thread_time}
+        src = ("def f(seconds):\n    end = thread_time() + seconds\n"
+               "    s = 0\n    while thread_time() < end:\n"
+               "        for i in range(1000):\n            s += i\n"
+               "    return s\n")
         exec(compile(src, filename, "exec"), ns)
         f = ns["f"]
         f.__code__ = f.__code__.replace(co_qualname=qual)
@@ -82,8 +91,8 @@ PROG = textwrap.dedent(r'''
         fs = [make(q, fn) for q, fn in HOSTILE]
         for _ in range(4):
             for f in fs:
-                f(150000)
-        burn(7000000)
+                f(0.008)
+        burn(0.4)
 ''')
 
 # How each hostile function is named in the outputs (qualname:file).

@@ -31,16 +31,21 @@ import textwrap
 
 import jrtest
 
-# About 0.3 s of pure Python on an idle machine: 300 samples at 999 Hz.
+# A pure-Python loop until the process has run argv[1] seconds of CPU
+# (os, which site has imported, reads it): about 300 samples at 999 Hz
+# whatever the machine's speed or load (cpu-clock counts CPU time).
 HELLO = textwrap.dedent("""
-    def work(n):
+    def work(seconds):
+        times = __import__("os").times
+        end = sum(times()[:2]) + seconds
         s = 0
-        for i in range(n):
-            s += i * i
+        while sum(times()[:2]) < end:
+            for i in range(10000):
+                s += i * i
         return s
 
 
-    work(int(__import__("sys").argv[1]))
+    work(float(__import__("sys").argv[1]))
     print("hello")
 """)
 
@@ -146,7 +151,7 @@ def test_own(t, py, env, why):
     out = os.path.join(d, "rec")
     arg = 'q"b\\s\x01\ttab é \u20ac \U0001f600'
     p = subprocess.run([py, "-m", "jitring", "record", "-o", out, "--",
-                        "hello.py", "1500000", arg], capture_output=True,
+                        "hello.py", "0.3", arg], capture_output=True,
                        text=True, env=env, cwd=d, timeout=300)
     if not t.check(p.returncode == 0 and "hello" in p.stdout,
                    "record of hello.py: status 0, its output",
@@ -176,15 +181,15 @@ def test_own(t, py, env, why):
     t.check(not bad, "no stacks.folded line with jitring, json, re, enum, "
             "runpy or importlib frames", bad[:4])
     t.check(py_n >= 50 and mine == py_n,
-            "work and <module> hold all the samples with a Python frame "
-            "(at least 50)", "%d of %d" % (mine, py_n))
+            "work and <module> hold all the %d samples with a Python "
+            "frame (at least 50)" % py_n, "%d of %d" % (mine, py_n))
     try:
         with open(os.path.join(out, "processes.jsonl")) as f:
             lines = [json.loads(line) for line in f]
     except (OSError, ValueError) as e:
         lines = e
     t.check(isinstance(lines, list) and len(lines) == 1 and
-            lines[0]["argv"][-2:] == ["1500000", arg],
+            lines[0]["argv"][-2:] == ["0.3", arg],
             "processes.jsonl: one line, json reads its argv back", lines)
 
 
