@@ -7,12 +7,12 @@ send to every other thread; older ones are started with
 JITRING_PROFILE=standby (the signal goes to the main thread).
 
  1. main thread in thread.join(), Event.wait(), signal.pause(), an idle
-    asyncio server, a worker thread running handle_fn: each window
-    answered within 2 s, its dump naming handle_fn; then, through real
-    perf, a window opened after the service started: the worker's loop
-    (worker(), called before any window) named, at least 80 % of the
-    samples total, as handle_fn's caller; the idle loop listed, its
-    suspended coroutine not;
+    asyncio server, a worker thread running handle_fn: each window, once
+    the main thread waits, answered while it waits, its dump naming
+    handle_fn; then, through real perf, a window opened after the
+    service started: the worker's loop (worker(), called before any
+    window) named, at least 80 % of the samples total, as handle_fn's
+    caller; the idle loop listed, its suspended coroutine not;
  2. no thread runs Python (the main thread reads stdin, nothing else):
     the window opens (start() does not wait for an answer), and once the
     service runs Python in it, jitring starts there;
@@ -20,7 +20,7 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
     killed with SIGKILL): once the service runs Python again, nothing
     starts and nothing is printed on its stderr;
  4. a child forked during a window is left out of it (its jitring stops
-    at the fork), and 5 s after the window neither the service nor the
+    at the fork), and after the window neither the service nor the
     child profiles; through real perf, a window on a child forked before
     any: its worker() named as in 1;
  5. through real perf: record --pid on a service whose main thread waits
@@ -32,11 +32,11 @@ JITRING_PROFILE=standby (the signal goes to the main thread).
     whole, in place (the same file), growing;
  7. 3.14 and later: a thread-per-request HTTP service (its threads come
     and go all the time) whose main thread joins a thread, asked by a
-    client thread without pause through 10 windows, each sent to every
-    thread with the whole process stopped: every answer right, the
-    service alive after, each window's dump valid; its threads seized
-    and let go, and, one thread refusing the seize, every thread let go
-    and the request sent to none;
+    client thread without pause through 10 windows (each open until 10
+    more answers), each sent to every thread with the whole process
+    stopped: every answer right, the service alive after, each window's
+    dump valid; its threads seized and let go, and, one thread refusing
+    the seize, every thread let go and the request sent to none;
  8. through real perf, frames that ran throughout the window (on a
     free-threaded 3.13, read only with JITRING_RUNNING_FRAMES=1, which
     the services of 1, 4, 8 and 10 get, and that is checked to be so;
@@ -179,6 +179,7 @@ SERVICE = textwrap.dedent("""
         signal.pthread_sigmask(signal.SIG_BLOCK, {sig})
         sys.stdin.readline()
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        print("open", flush=True)       # the signal's handler has run
         worker()
     elif shape in ("stdin", "fork"):
         ends = []
@@ -197,9 +198,19 @@ SERVICE = textwrap.dedent("""
             elif line.strip() == "run":
                 for _ in range(50):
                     handle_fn(20000)
+                print("ran", flush=True)
             elif line.strip() == "fork":
+                # "forked" once the child is past os.fork() (its hooks
+                # have run: jitring stopped there in a window).
+                r, w = os.pipe()
                 if os.fork() == 0:
+                    os.close(r)
+                    os.write(w, b"x")
+                    os.close(w)
                     worker()
+                os.close(w)
+                os.read(r, 1)
+                os.close(r)
                 print("forked", flush=True)
 """)
 
@@ -251,6 +262,30 @@ def children(pid):
         return []
 
 
+def main_waits(pid, timeout=60):
+    """Whether @pid's main thread comes to wait, asleep in the kernel at
+    the same place in three reads 10 ms or more apart, within @timeout s:
+    the wait a service's shape is about has begun (a thread that waits
+    for a lock a moment is not taken for it).  What the cases sync on
+    before a window, rather than a time that a loaded machine outlasts."""
+    end = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < end:
+        try:
+            with open("/proc/%d/task/%d/stat" % (pid, pid)) as f:
+                state = f.read().rpartition(")")[2].split()[0]
+            with open("/proc/%d/task/%d/wchan" % (pid, pid)) as f:
+                wchan = f.read().strip()
+        except (OSError, IndexError):
+            return False
+        seen = seen + [wchan] if state == "S" and wchan not in ("", "0") \
+            else []
+        if len(seen) >= 3 and len(set(seen[-3:])) == 1:
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def env_for(newer, **kw):
     env = dict(os.environ)
     for k in ("PYTHONPATH", "JITRING_PROFILE", "JITRING_DIR",
@@ -269,11 +304,12 @@ def names_handle(out):
 
 
 def test_shapes(t, py, newer):
-    """Services whose main thread waits: each window answered at once,
-    and, in a window through perf, the worker's loop (worker(), called
-    before any window: it never returns) named over its thread's
+    """Services whose main thread waits: each window answered while it
+    waits, and, in a window through perf, the worker's loop (worker(),
+    called before any window: it never returns) named over its thread's
     samples."""
     from jitring import _attach
+    from test_record import dump_names
     why = jrtest.perf_usable()
     if why:
         t.skip_part("the worker's loop through perf", why)
@@ -282,24 +318,31 @@ def test_shapes(t, py, newer):
     for shape in ("join", "event", "pause", "asyncio"):
         svc = Service(py, shape, env_for(newer, **running_env()))
         try:
-            time.sleep(0.2)
+            waits = main_waits(svc.pid)
             out = os.path.join(t.scratch, "shape-" + shape)
             os.mkdir(out)
             w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
             t0 = time.monotonic()
             try:
                 a = w.start()
+                # Past start()'s 2 s (a loaded machine), the answer comes
+                # later: what is checked is that it comes while the main
+                # thread waits (broken, it never would).
+                if a.get("pending"):
+                    a = w.poll(60.0) or a
                 took = time.monotonic() - t0
-                time.sleep(0.5)
+                # The worker's handle_fn named in the window's dump.
+                dump_names(out, b"py::handle_fn:")
                 w.stop()
             except _attach.AttachError as e:
                 a, took = {"error": str(e)}, time.monotonic() - t0
             finally:
                 w.close()
-            t.check(a.get("ok") and not a.get("pending") and took < 2.0 and
+            t.check(waits and a.get("ok") and not a.get("pending") and
                     names_handle(out),
-                    "main thread in %s: answered in %.2f s, handle_fn "
-                    "named" % (shape, took), (a, os.listdir(out)))
+                    "main thread waiting in %s: answered (in %.2f s), "
+                    "handle_fn named" % (shape, took),
+                    (waits, a, os.listdir(out)))
             if not why:
                 listed = check_running(t, py, svc.pid, "main thread in " +
                                        shape, "worker", "handle_fn",
@@ -327,7 +370,7 @@ def test_no_python(t, py, newer):
         return
     svc = Service(py, "stdin", env_for(newer))
     try:
-        time.sleep(0.2)
+        waits = main_waits(svc.pid)
         out = os.path.join(t.scratch, "nopython")
         os.mkdir(out)
         w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
@@ -336,19 +379,22 @@ def test_no_python(t, py, newer):
             a = w.start()
             took = time.monotonic() - t0
             svc.send("run")
-            late = w.poll(5.0)
-            time.sleep(0.3)
+            late = w.poll(60.0)
+            ran = svc.p.stdout.readline().strip() == "ran"
+            # handle_fn's calls again, all of them with jitring on.
             svc.send("run")
-            time.sleep(0.3)
+            ran = ran and svc.p.stdout.readline().strip() == "ran"
             w.stop()
         finally:
             w.close()
-        t.check(a.get("pending") and took < 3.0,
-                "no thread runs Python: the window opens after %.2f s" % took,
-                a)
-        t.check(late and late.get("ok") and names_handle(out),
+        # start() returns without an answer: were it to wait for one, it
+        # would never return (the service runs Python only after it).
+        t.check(waits and a.get("pending"),
+                "no thread runs Python: the window opens (after %.2f s) "
+                "with the answer to come" % took, (waits, a))
+        t.check(late and late.get("ok") and ran and names_handle(out),
                 "and jitring starts once the service runs Python",
-                (late, os.listdir(out)))
+                (late, ran, os.listdir(out)))
     finally:
         err = svc.stop()
     t.check(not err, "nothing on the service's stderr", err)
@@ -369,12 +415,14 @@ def test_void(t, py, newer):
     """Requests that outlive their window do nothing later."""
     from jitring import _attach
     shape = "stdin" if newer else "gate"
-    wake = "run" if newer else ""
+    # What wakes the service, and its line once it has run Python since
+    # (the request's turn has come then: what it would start is there).
+    wake, woke = ("run", "ran") if newer else ("", "open")
     # The window closed unanswered (3.14+: record gives up on it).
     if newer:
         svc = Service(py, shape, env_for(newer))
         try:
-            time.sleep(0.2)
+            waits = main_waits(svc.pid)
             out = os.path.join(t.scratch, "void-closed")
             os.mkdir(out)
             w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
@@ -386,17 +434,18 @@ def test_void(t, py, newer):
             import shutil
             shutil.rmtree(out)
             svc.send(wake)
-            time.sleep(1.5)
+            ran = svc.p.stdout.readline().strip() == woke
             left = profiling(svc.pid)
         finally:
             err = svc.stop()
-        t.check(a.get("pending") and not left and not err,
-                "a window closed unanswered: its request, run later, "
-                "starts nothing, prints nothing", (a, left, err))
+        t.check(waits and a.get("pending") and ran and not left and
+                not err, "a window closed unanswered: its request, run "
+                "later, starts nothing, prints nothing",
+                (waits, a, ran, left, err))
     # Its record killed (SIGKILL) before the service ran it.
     svc = Service(py, shape, env_for(newer))
     try:
-        time.sleep(0.2)
+        waits = main_waits(svc.pid)
         out = os.path.join(t.scratch, "void-killed")
         os.mkdir(out)
         rec = subprocess.Popen([py, "-c", FAKE_RECORD, str(svc.pid), out],
@@ -406,13 +455,14 @@ def test_void(t, py, newer):
         rec.kill()
         rec.wait()
         svc.send(wake)
-        time.sleep(1.5)
+        ran = svc.p.stdout.readline().strip() == woke
         left = profiling(svc.pid)
     finally:
         err = svc.stop()
-    t.check(sent and not left and not err and not jrtest.dumps(out),
+    t.check(waits and sent and ran and not left and not err and
+            not jrtest.dumps(out),
             "record killed before the service ran its request: nothing "
-            "starts, nothing printed", (sent, left, err))
+            "starts, nothing printed", (waits, sent, ran, left, err))
 
 
 def test_children(t, py, newer):
@@ -424,30 +474,33 @@ def test_children(t, py, newer):
         svc.send("fork")
         early = svc.p.stdout.readline().strip() == "forked" and \
             children(svc.pid)
-        time.sleep(0.2)
+        waits = main_waits(svc.pid)
         out = os.path.join(t.scratch, "children")
         os.mkdir(out)
         w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
         try:
             a = w.start()
             svc.send("fork")
+            # "forked": the child is past the fork, where its jitring
+            # stops.
             forked = svc.p.stdout.readline().strip() == "forked"
-            time.sleep(0.5)
             kids = children(svc.pid)
             on = [profiling(k) for k in kids]
             w.stop()
         finally:
             w.close()
-        end = time.monotonic() + 5
+        # The threads end a moment after the stop's answer: 60 s for a
+        # loaded machine, the loop done as soon as they have.
+        end = time.monotonic() + 60
         while time.monotonic() < end and (
                 profiling(svc.pid) or any(profiling(k) for k in kids)):
             time.sleep(0.1)
         left = [profiling(svc.pid)] + [profiling(k) for k in kids]
-        t.check(a.get("ok") and forked and kids and not any(on),
-                "a child forked in the window is left out of it",
-                (a, kids, on))
+        t.check(waits and a.get("ok") and forked and len(kids) == 2 and
+                not any(on), "a child forked in the window is left out "
+                "of it", (waits, a, kids, on))
         t.check(not any(left),
-                "5 s after the window, neither the service nor its child "
+                "after the window, neither the service nor its child "
                 "profiles", left)
         # A window on the child forked before any: its worker() (called
         # at the fork, below the main thread's <module>) named.
@@ -475,7 +528,7 @@ def test_record_own(t, py, newer):
         return
     svc = Service(py, "quiet", env_for(newer))
     try:
-        time.sleep(0.2)
+        waits = main_waits(svc.pid)
         out = os.path.join(t.scratch, "rec-own")
         p = subprocess.run([py, "-m", "jitring", "record", "-o", out,
                             "--pid", str(svc.pid), "--duration", "1"],
@@ -486,11 +539,11 @@ def test_record_own(t, py, newer):
         own = [f for f in ("target_start", "target_stop", "target_request",
                            "standby_handler", "_watcher", "_jitring_request")
                if f in tables]
-        t.check(p.returncode == 0 and has(s["total"], "handle_fn") and
-                not own,
+        t.check(waits and p.returncode == 0 and
+                has(s["total"], "handle_fn") and not own,
                 "record --pid, a quiet service, its main thread waiting: "
                 "handle_fn named, none of jitring's attach functions",
-                (own, p.stdout[-1500:], p.stderr[-600:]))
+                (waits, own, p.stdout[-1500:], p.stderr[-600:]))
     finally:
         svc.stop()
 
@@ -630,9 +683,9 @@ def test_running(t, py, newer):
                                  "Work.run"),):
         svc = Service(py, shape, env_for(newer, **running_env()))
         try:
+            # Its "ready" came after a first call: serve_client() runs.
             pid = int(svc.p.stdout.readline()) if shape == "manager" \
                 else svc.pid
-            time.sleep(0.3)
             p, shares, listed, folded = record_pid(
                 t, py, pid, "running-" + shape, "1.5")
         finally:
@@ -694,25 +747,40 @@ def test_asyncio_busy(t, py, newer):
         except OSError as e:
             stats["wrong"].append(repr(e))
     clients = [threading.Thread(target=client, args=(i,)) for i in (1, 2)]
-    after = []
+    # Answers before the window and after it, each waited for (a loaded
+    # machine answers later, not fewer); those in it show in the profile
+    # (handle_fn's samples).  The window is open once the service's dump
+    # is in the recording's folder and the service profiles, and over
+    # once it no longer does (its jitring threads and its dump's mapping
+    # gone).
+    asked = []
+    rec = os.path.join(t.scratch, "asyncio-busy")
+
+    def until(cond, timeout=60):
+        end = time.monotonic() + timeout
+        while not cond() and time.monotonic() < end:
+            time.sleep(0.01)
+        return cond()
 
     def opened():
         # The clients stop once the window closed and the service
-        # answered them a while after, not to slow record's finishing.
-        time.sleep(1.2)
+        # answered them after it, not to slow record's finishing.
+        until(lambda: jrtest.dumps(rec) and profiling(svc.pid))
+        until(lambda: not profiling(svc.pid))
         n = stats["asked"]
-        time.sleep(0.3)
-        after.append(stats["asked"] - n)
+        asked.append(n)
+        until(lambda: stats["asked"] > n)
+        asked.append(stats["asked"])
         stats["done"] = True
     try:
         port = int(svc.p.stdout.readline())
         for c in clients:
             c.start()
-        end = time.monotonic() + 10
-        while stats["asked"] < 20 and time.monotonic() < end:
-            time.sleep(0.05)
+        until(lambda: stats["asked"] >= 20)
+        asked.append(stats["asked"])
         p, shares, listed, folded = record_pid(t, py, svc.pid,
-                                               "asyncio-busy", "1", opened)
+                                               os.path.basename(rec), "1",
+                                               opened)
     finally:
         stats["done"] = True
         for c in clients:
@@ -743,10 +811,12 @@ def test_asyncio_busy(t, py, newer):
             "loop's iterations, at least %d%%) as handle_fn's caller "
             "(%.1f%%)" % (conn, part, HANDLER_SHARE,
                           shares.get("handle_fn", 0)), shares)
-    t.check(stats["asked"] > 50 and not stats["wrong"] and after and
-            after[0] > 0, "%d requests, %s in 0.3 s after the window: "
-            "every answer right" % (stats["asked"], after),
-            stats["wrong"][:5])
+    # Before the window; at its end and after it.
+    t.check(len(asked) == 3 and asked[0] >= 20 and asked[2] > asked[1] and
+            not stats["wrong"], "%d requests before the window, %d more "
+            "after it: every answer right" % (
+                asked[0], asked[-1] - asked[-2] if len(asked) == 3 else 0),
+            (asked, stats["wrong"][:5]))
     t.check(alive and not err, "the service alive after, nothing on its "
             "stderr", err)
     out = os.path.join(t.scratch, "asyncio-busy")
@@ -879,7 +949,8 @@ def test_live_dump(t, py, newer):
                                        JITRING_DIR=d))
     dump = os.path.join(d, "jit-%d.dump" % svc.pid)
     try:
-        time.sleep(0.5)
+        # Its dump made at start-up, before "ready".
+        main_waits(svc.pid)
         ino = os.stat(dump).st_ino
         bad = []
         # Where to kill record: once a file of its finishing is there (and
@@ -941,6 +1012,7 @@ def test_thread_per_request(t, py, newer):
     svc = Service(py, "http", env_for(newer))
     port = int(svc.p.stdout.readline())
     stats = {"asked": 0, "wrong": [], "done": False}
+    answered = threading.Condition()
     sends = []
 
     def client():
@@ -953,9 +1025,11 @@ def test_thread_per_request(t, py, newer):
                 c.close()
             except OSError as e:
                 got = repr(e)
-            stats["asked"] += 1
-            if got != str(sum(i * i for i in range(n))):
-                stats["wrong"].append((n, got))
+            with answered:
+                stats["asked"] += 1
+                if got != str(sum(i * i for i in range(n))):
+                    stats["wrong"].append((n, got))
+                answered.notify_all()
 
     real = _attach.send_all_threads
 
@@ -970,7 +1044,7 @@ def test_thread_per_request(t, py, newer):
     _attach.send_all_threads = counted
     c = threading.Thread(target=client)
     c.start()
-    bad, outs = [], []
+    bad, outs, few = [], [], []
     try:
         for i in range(10):
             out = os.path.join(t.scratch, "http%d" % i)
@@ -979,7 +1053,13 @@ def test_thread_per_request(t, py, newer):
             w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
             try:
                 a = w.start()
-                time.sleep(0.3)
+                # Open until 10 more answers (their threads come and go),
+                # however long a loaded machine takes to give them.
+                n = stats["asked"]
+                with answered:
+                    if not answered.wait_for(
+                            lambda: stats["asked"] >= n + 10, 60):
+                        few.append(i)
                 w.stop()
             except _attach.AttachError as e:
                 a = {"error": str(e)}
@@ -998,9 +1078,9 @@ def test_thread_per_request(t, py, newer):
     t.check(sends and all(isinstance(n, int) and n >= 1 for n in sends),
             "each sent to every thread, the process stopped meanwhile",
             sends)
-    t.check(stats["asked"] > 50 and not stats["wrong"],
-            "%d requests meanwhile: every answer right" % stats["asked"],
-            stats["wrong"][:5])
+    t.check(not few and not stats["wrong"],
+            "10 answers or more in each window (%d requests in all): every "
+            "answer right" % stats["asked"], (few, stats["wrong"][:5]))
     t.check(alive and not err, "the service alive after, nothing on its "
             "stderr", err)
     invalid = [(o, jrtest.dumps(o)) for o in outs
@@ -1022,6 +1102,18 @@ def tracing(pid):
     return what
 
 
+def let_go(pid, timeout=30):
+    """tracing(@pid) once no thread of it is stopped or traced, or as it
+    is after @timeout s (a detached thread may show its stop a moment)."""
+    end = time.monotonic() + timeout
+    while True:
+        now = tracing(pid)
+        if all(s != "t" and tr == 0 for s, tr in now.values()) or \
+                time.monotonic() >= end:
+            return now
+        time.sleep(0.01)
+
+
 def test_seize(t, py, newer):
     """send_all_threads()'s stop: every thread stopped while held, every
     one let go after, and none written to where one refuses."""
@@ -1032,15 +1124,14 @@ def test_seize(t, py, newer):
         return
     svc = Service(py, "event", env_for(newer))
     try:
-        time.sleep(0.2)
+        waits = main_waits(svc.pid)
         ptrace = _attach._ptrace_fn()
         held = _attach._seize_all(svc.pid, ptrace)
         during = tracing(svc.pid)
         seized = set(held)
         _attach._detach_all(held, ptrace)
-        time.sleep(0.05)
-        after = tracing(svc.pid)
-        t.check(during and seized == set(during) and
+        after = let_go(svc.pid)
+        t.check(waits and during and seized == set(during) and
                 all(s == "t" and tr == os.getpid()
                     for s, tr in during.values()) and
                 all(s != "t" and tr == 0 for s, tr in after.values()),
@@ -1064,8 +1155,7 @@ def test_seize(t, py, newer):
             refused = True
         finally:
             _attach._ptrace_fn = real
-        time.sleep(0.5)
-        after = tracing(svc.pid)
+        after = let_go(svc.pid)
         t.check(refused and all(s != "t" and tr == 0
                                 for s, tr in after.values()),
                 "one thread refusing the seize: every thread let go",

@@ -12,11 +12,11 @@
  2. --duration huge, inf, nan, negative, zero: exit 2, one error line,
     no traceback, nothing made; the target's watcher, its wait failing
     (a limit select cannot take), still ends the window;
- 3. a second record --pid on a process whose window is open: refused at
-    once (exit 2, one line) naming the first record's pid;
+ 3. a second record --pid on a process whose window is open: refused
+    while it is open (exit 2, one line) naming the first record's pid;
  4. before 3.14: a standby service whose program set its own handler for
-    the signal is told so within seconds; any version: a 3.11 target is
-    told jitring needs 3.12 (standby) or 3.14 (remote);
+    the signal is told so when the window starts; any version: a 3.11
+    target is told jitring needs 3.12 (standby) or 3.14 (remote);
  5. check A B: exit 0 with two valid dumps; non-zero with one damaged,
     naming it.
 Needs perf for 3 (skipped without).
@@ -263,8 +263,10 @@ def test_second(t, py, svc):
         t.skip_part("a second record --pid", why)
         return
     out1 = os.path.join(t.scratch, "first")
+    # A window longer than any wait (it is ended by SIGINT below): the
+    # second is refused "at once" where the first is still open then.
     first = subprocess.Popen([py, "-m", "jitring", "record", "-o", out1,
-                              "--pid", str(svc.pid), "--duration", "30"],
+                              "--pid", str(svc.pid), "--duration", "600"],
                              stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -273,10 +275,12 @@ def test_second(t, py, svc):
                        "the first record --pid attached", line):
             return
         p, took = record(py, svc.pid, os.path.join(t.scratch, "second"),
-                         "--duration", "1", timeout=60)
-        t.check(one_line(p) and str(first.pid) in p.stderr and took < 10,
-                "a second record --pid: refused at once (%.1f s), naming "
-                "the first's pid %d" % (took, first.pid),
+                         "--duration", "1", timeout=300)
+        t.check(one_line(p) and str(first.pid) in p.stderr and
+                first.poll() is None,
+                "a second record --pid: refused while the first's window "
+                "is open (in %.1f s), naming the first's pid %d"
+                % (took, first.pid),
                 "%s %s" % (p.returncode, p.stderr[-600:]))
     finally:
         first.send_signal(2)
@@ -307,10 +311,12 @@ def test_messages(t, py, svc):
         out = os.path.join(t.scratch, "own")
         os.mkdir(out)
         t0 = time.monotonic()
+        at = "start"
         try:
             w = _attach.Window(info, out, 60.0)
             try:
                 w.start()
+                at = "stop"
                 w.stop()
                 msg = ""
             finally:
@@ -318,9 +324,12 @@ def test_messages(t, py, svc):
         except _attach.AttachError as e:
             msg = str(e)
         took = time.monotonic() - t0
-        t.check("its own handler" in msg and took < 8,
+        # Told by start() (which waits 2 s for an answer), not at the end
+        # of the window: a time bound would follow the machine's load.
+        t.check("its own handler" in msg and at == "start",
                 "a standby service with its own handler for the signal: "
-                "told so (%.1f s)" % took, msg)
+                "told so when the window starts (%.1f s)" % took,
+                (at, msg))
     finally:
         own.stop()
 
