@@ -19,7 +19,10 @@ leave there and what they leave alone.
  6. Ctrl-Z: bash (job control on) reports the same status for the
     program under record as for python itself (148), and both go on
     after SIGCONT;
- 7. report's errors say `jitring report:`.
+ 7. report's errors say `jitring report:`;
+ 8. the live reading's files dropped from a folder, in process: each
+    kind, a reader's rewrite cut off by its end (live-N.data.execfix)
+    among them, and none of the user's or perf's files.
 Skips (77) where perf cannot record here.
 """
 
@@ -307,6 +310,24 @@ def test_report_errors(t, r):
             "Traceback" not in p.stderr,
             "report's errors say 'jitring report:'",
             "%d %s" % (p.returncode, p.stderr[-400:]))
+
+
+def test_live_leftovers(t, r):
+    from jitring import _live
+    d = os.path.join(t.scratch, "leftovers")
+    os.mkdir(d)
+    live = ["live-1.data", "live-1.data.execfix", "live-tail.data",
+            "live-tail.data.execfix", "live-2.pickle", "live-2.pickle.tmp",
+            "live-3.log", "live-3-perf-script.log",
+            "live-3-perf-script-1.log"]
+    kept = ["perf.data", "perf.data.execfix", "live-notes.txt",
+            "live-1.data.bak", "server.log"]
+    for name in live + kept:
+        open(os.path.join(d, name), "w").close()
+    _live.drop(d)
+    t.check(sorted(os.listdir(d)) == sorted(kept), "the live reading's "
+            "files dropped, a cut-off rewrite among them; the others kept",
+            sorted(os.listdir(d)))
 
 
 def fixture(t):
