@@ -33,27 +33,11 @@ import subprocess
 import sys
 import tempfile
 import time
+import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PTH = os.path.join(HERE, "..", "..", "python", "jitring-autostart.pth")
-
-
-def venv(scratch, name, pkg, hook):
-    d = os.path.join(scratch, name)
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", d],
-                   check=True)
-    py = os.path.join(d, "bin", "python")
-    site = subprocess.run([py, "-c", "import sysconfig; "
-                           "print(sysconfig.get_path('platlib'))"],
-                          capture_output=True, text=True,
-                          check=True).stdout.strip()
-    lines = [pkg]
-    if hook:
-        with open(PTH) as f:
-            lines.append(f.read().strip())
-    with open(os.path.join(site, "jitring-bench.pth"), "w") as f:
-        f.write("\n".join(lines) + "\n")
-    return py
+sys.path.insert(0, os.path.join(HERE, "..", "..", "python", "tests"))
+import jrtest  # noqa: E402  (the tests' venvs, made the same way)
 
 
 def once(argv, env):
@@ -81,8 +65,6 @@ def main():
     ap.add_argument("--runs", type=int, default=30,
                     help="runs of each side of a row (default 30)")
     a = ap.parse_args()
-    import jitring
-    pkg = os.path.dirname(os.path.dirname(os.path.abspath(jitring.__file__)))
     env = dict(os.environ)
     # The package's .pyc files written by the first runs, as an installed
     # package has them (bench/README.md's table is measured so).
@@ -91,8 +73,10 @@ def main():
         env.pop(k, None)
     scratch = tempfile.mkdtemp(prefix="jitring-bench-startup.")
     try:
-        plain = venv(scratch, "plain", pkg, False)
-        hook = venv(scratch, "hook", pkg, True)
+        # The venvs the tests make (jrtest.hook_venv), in the scratch.
+        where = types.SimpleNamespace(scratch=scratch)
+        plain = jrtest.hook_venv(where, False)
+        hook = jrtest.hook_venv(where, True)
         empty = os.path.join(scratch, "empty.py")
         open(empty, "w").close()
         dumps = os.path.join(scratch, "dumps")
