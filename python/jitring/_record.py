@@ -445,7 +445,16 @@ class Perf:
         # after exec and then fails to unwind most samples through.  The
         # program's own mappings all come as events after exec.
         synth = ["--synth", "no"] if gated else []
-        cmd = perf + ["record", "-k", "1", "-e", opts.event, "-F",
+        # --no-bpf-event: with -p, perf opens its BPF side-band event on
+        # the task itself, not inherited; the kernel then never takes two
+        # threads' perf contexts for clones, and every context switch
+        # between the program's threads takes the slow path (a cpu-clock
+        # hrtimer cancelled and started again each time): 2-4x the time
+        # of contended free-threaded code, as root.  Without it, -p costs
+        # what 'perf record -- CMD' does (python/README.md).  Lost:
+        # records of BPF programs loaded while recording.
+        cmd = perf + ["record", "-k", "1", "--no-bpf-event", "-e",
+                      opts.event, "-F",
                       str(opts.freq), "--call-graph", perf_call_graph(opts),
                       "-D", "-1", "--control", "fd:%d,%d" % (cr, aw),
                       "-p", str(pid)] + synth + [
