@@ -85,11 +85,17 @@ wheel.
     the reading driven by hand on perf.data written again a piece at a
     time (the feature sections before the header's end): the samples
     the whole file gives, each once.
+15. inherited: every event perf opens on the program's task is
+    inherited (`perf record -vv` through a perf wrapper on PATH), so
+    its threads' perf contexts are clones and a switch between them
+    takes the kernel's cheap path (perf's BPF side-band event, opened
+    on the task without inheritance where record runs with the right to
+    it, made contended free-threaded code 2-4x slower).
 The cases, each run by name (test_record.py tree): tree (1, 4, 5 and
 8), signals and interrupted (2), output (3), event (6), cli (7; over
 event's recording where that case ran), scale (9), reuse (10), deep
 (12), elf (13), fp (11), live, live_abandoned and live_segments
-(14); whatever ran, nothing is written to ~/.debug.
+(14), inherited (15); whatever ran, nothing is written to ~/.debug.
 Skips (77) where perf cannot record here.
 """
 
@@ -1224,6 +1230,41 @@ def test_live(t, r):
                 "".join(difflib.unified_diff(
                     p.stdout.splitlines(True), q.stdout.splitlines(True),
                     n=0))[:3000] + q.stderr[-500:])
+
+
+def opened_events(log):
+    """[(pid, inherit)] for each event a `perf record -vv` log says perf
+    opened: the attr block before each sys_perf_event_open line says
+    whether it is inherited."""
+    got, inherit = [], False
+    for line in log.splitlines():
+        if line.startswith("perf_event_attr:"):
+            inherit = False
+        elif line.split()[:2] == ["inherit", "1"]:
+            inherit = True
+        elif line.startswith("sys_perf_event_open: pid "):
+            got.append((int(line.split()[2]), inherit))
+    return got
+
+
+def test_inherited(t, r):
+    import shutil
+    real = shutil.which("perf", path=r.env.get("PATH"))
+    fake = fake_tool(t, "verbose", 'for a; do [ "$a" = record ] && '
+                     'exec %s "$@" -vv; done\nexec %s "$@"\n'
+                     % (real, real))
+    env = dict(r.env, PATH=fake + os.pathsep + r.env.get("PATH", ""))
+    prog = r.script("short.py", SHORT)
+    out = r.out("inherited")
+    p = r.run(["record", "-o", out, "--", prog], env=env)
+    if not t.check(p.returncode == 0, "inherited: record", p.stderr[-1500:]):
+        return
+    with open(os.path.join(out, "perf-record.log"), errors="replace") as f:
+        events = opened_events(f.read())
+    mine = [e for e in events if e[0] != -1]
+    t.check(mine and all(inherit for _, inherit in mine),
+            "inherited: every event perf opened on the program's task is "
+            "inherited (%d)" % len(mine), events)
 
 
 def test_live_abandoned(t, r):
