@@ -14,11 +14,11 @@ that case, and the next one runs.  t.skip(why) in a case skips that case
 alone (in the fixture: the whole file); a case that neither checks nor
 skips anything fails, and so does a file that made no check and skipped
 nothing.  A failed check is never hidden by a skip: the file exits 1
-whatever was skipped after it, and says so.  Case names on the command line (with
-or without test_) run those alone, a name after "-" leaves that case
-out; a file that takes another word there (test_threads.py's engine)
-takes it off sys.argv before main().  Each case ends with a line of its
-time ("-- test_x: 1.2 s").
+whatever was skipped after it, and says so.  Case names on the command
+line (with or without test_) run those alone, a name after "-" leaves
+that case out; a file that takes another word there (test_threads.py's
+engine) takes it off sys.argv before main().  Each case ends with a line
+of its time ("-- test_x: 1.2 s").
 """
 
 import glob
