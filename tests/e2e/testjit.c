@@ -192,15 +192,10 @@ static void run_for_seconds(void)
 	uint64_t end = clock_ns(clk) + (uint64_t)(opt.seconds * 1e9);
 	struct timespec until = { (time_t)(end / 1000000000u),
 				  (long)(end % 1000000000u) };
-	struct timespec tick = { 0, 10000000 };
-	int ret;
 
-	do
-		ret = clock_nanosleep(clk, TIMER_ABSTIME, &until, NULL);
-	while (ret == EINTR);
-	/* A kernel that cannot sleep on this clock: look every 10 ms. */
-	while (ret && clock_ns(clk) < end)
-		nanosleep(&tick, NULL);
+	/* Linux sleeps on the process's CPU clock too (since 2.6.12). */
+	while (clock_nanosleep(clk, TIMER_ABSTIME, &until, NULL) == EINTR)
+		;
 }
 
 /* Flush and close the writer, then read its stats.  Returns 0 or 1. */
