@@ -214,6 +214,18 @@ def main(ns, fixture=None, timeout=None):
     t.done()
 
 
+def poll(cond, timeout=60, every=0.01):
+    """cond()'s value once it is true, or after @timeout s (a hang's
+    bound, never a verdict of its own): how a case waits for an event it
+    cannot be told of."""
+    end = time.monotonic() + timeout
+    while True:
+        got = cond()
+        if got or time.monotonic() >= end:
+            return got
+        time.sleep(every)
+
+
 def free_threaded():
     return bool(sysconfig.get_config_var("Py_GIL_DISABLED"))
 

@@ -491,10 +491,8 @@ def test_children(t, py, newer):
             w.close()
         # The threads end a moment after the stop's answer: 60 s for a
         # loaded machine, the loop done as soon as they have.
-        end = time.monotonic() + 60
-        while time.monotonic() < end and (
-                profiling(svc.pid) or any(profiling(k) for k in kids)):
-            time.sleep(0.1)
+        jrtest.poll(lambda: not (profiling(svc.pid) or
+                                 any(profiling(k) for k in kids)))
         left = [profiling(svc.pid)] + [profiling(k) for k in kids]
         t.check(waits and a.get("ok") and forked and len(kids) == 2 and
                 not any(on), "a child forked in the window is left out "
@@ -756,27 +754,21 @@ def test_asyncio_busy(t, py, newer):
     asked = []
     rec = os.path.join(t.scratch, "asyncio-busy")
 
-    def until(cond, timeout=60):
-        end = time.monotonic() + timeout
-        while not cond() and time.monotonic() < end:
-            time.sleep(0.01)
-        return cond()
-
     def opened():
         # The clients stop once the window closed and the service
         # answered them after it, not to slow record's finishing.
-        until(lambda: jrtest.dumps(rec) and profiling(svc.pid))
-        until(lambda: not profiling(svc.pid))
+        jrtest.poll(lambda: jrtest.dumps(rec) and profiling(svc.pid))
+        jrtest.poll(lambda: not profiling(svc.pid))
         n = stats["asked"]
         asked.append(n)
-        until(lambda: stats["asked"] > n)
+        jrtest.poll(lambda: stats["asked"] > n)
         asked.append(stats["asked"])
         stats["done"] = True
     try:
         port = int(svc.p.stdout.readline())
         for c in clients:
             c.start()
-        until(lambda: stats["asked"] >= 20)
+        jrtest.poll(lambda: stats["asked"] >= 20)
         asked.append(stats["asked"])
         p, shares, listed, folded = record_pid(t, py, svc.pid,
                                                os.path.basename(rec), "1",
