@@ -11,7 +11,7 @@ JOBS ?= 2
 
 .PHONY: bench-record ci check-release format-check all deps deps-bench deps-clang deps-cross deps-browser deps-llvm bench-llvm bench-llvm-preload test-llvm15 build demo test test-unit test-asan test-tsan \
 	stress bench bench-full format clean python python-configure build-py test-python \
-	test-python-gil bench-python wheel test-python-newer
+	test-python-gil bench-python wheel test-python-newer dist
 
 all: build
 
@@ -101,6 +101,15 @@ wheel:
 	PIP_CONFIG_FILE=/dev/null PIP_FIND_LINKS= build-wheel/venv/bin/python \
 		-m pip wheel --no-build-isolation --no-index --no-deps \
 		-w build-wheel/dist . && ls build-wheel/dist/*.whl
+
+# A release's files in dist/ (scripts/dist.sh): the sdist (git HEAD) and,
+# built from it, a manylinux wheel per CPython found here (3.13t and 3.13
+# of scripts/build-python.sh, sid's 3.14 and 3.15; 3.12 with
+# PYTHON312=/path/to/python3.12), each through auditwheel, with SHA256SUMS;
+# then each wheel installed and run where no compiler, meson or header is
+# visible (scripts/dist-check.sh).  py_dist runs the same in `make test`.
+dist: deps
+	@PYTHON312=$(PYTHON312) bash scripts/dist.sh dist
 
 # The package against Debian sid's CPython 3.14 and 3.15 (GIL builds from
 # .debs, run with sid's glibc from a private root; scripts/sid-python.sh).
@@ -294,4 +303,4 @@ format-check: deps-clang
 
 clean:
 	rm -rf build build-release build-asan build-tsan build-release-check build-gil build-llvm15 \
-		build-wheel
+		build-wheel build-dist

@@ -33,13 +33,12 @@ say() { echo "wheel_test[$mode]: $*"; }
 skip() { say "SKIP: $*"; echo "0 passed, 0 failed"; exit 77; }
 fail() { say "FAIL: $*"; echo "0 passed, 1 failed"; exit 1; }
 
-sid=
 case "$mode" in
-nogil|sdist) pyflag= ; pytag=cp313 abitag=cp313t ;;
-gil) pyflag=--gil ; pytag=cp313 abitag=cp313 ;;
-sid3.14|sid3.15) sid=${mode#sid}; pytag=cp${sid/./} abitag=cp${sid/./} ;;
+nogil|gil|sdist|sid3.14|sid3.15) ;;
 *) echo "usage: $0 nogil|gil|sdist|sid3.14|sid3.15 SRCROOT WORKDIR" >&2; exit 2 ;;
 esac
+# The interpreters and the build: one code with `make dist`'s.
+. "$src/scripts/wheel-build.sh"
 
 t0=$(date +%s)
 rm -rf "$work"
@@ -49,51 +48,19 @@ work=$(cd "$work" && pwd)
 # --- interpreter, backend, tools --------------------------------------------
 
 command -v ninja >/dev/null || skip "no ninja on PATH (apt-get install ninja-build)"
-build_cflags=
-if [ -n "$sid" ]; then
-	py=$(bash "$src/scripts/sid-python.sh" "$sid" 2>"$work/build-python.log") ||
-		skip "no sid python$sid (scripts/sid-python.sh: $(tail -n 3 "$work/build-python.log"))"
-	# Debian's pyconfig.h is multiarch: <x86_64-linux-gnu/python3.X/...>.
-	build_cflags=$(bash "$src/scripts/sid-python.sh" "$sid" --cflags)
-else
-	py=$(bash "$src/scripts/build-python.sh" $pyflag 2>"$work/build-python.log") ||
-		fail "scripts/build-python.sh $pyflag failed: $(tail -n 5 "$work/build-python.log")"
+pyof=$mode
+[ "$mode" = sdist ] && pyof=nogil
+if ! wheel_python "$pyof" "$work/build-python.log"; then
+	case "$mode" in
+	sid*) skip "$wheel_why" ;;
+	*) fail "$wheel_why" ;;
+	esac
 fi
 say "interpreter $py ($("$py" -c 'import sys; print(sys.version.split()[0])'))"
-backend=$(bash "$src/scripts/build-backend.sh" 2>"$work/build-backend.log") ||
-	skip "no build backend (scripts/build-backend.sh: $(tail -n 3 "$work/build-backend.log"))"
-# pip: the interpreter's own ensurepip, else (Debian's split-off ensurepip)
-# the pip wheel of the same root.
-pipwhl=
-if ! "$py" -c 'import ensurepip; ensurepip.version()' >/dev/null 2>&1; then
-	pipwhl=$(ls "$("$py" -c 'import sys; print(sys.prefix)')"/share/python-wheels/pip-*.whl 2>/dev/null | head -n 1)
-	[ -n "$pipwhl" ] || skip "$py has no ensurepip and no pip wheel (no offline pip)"
-fi
-mkvenv() {	# dir: a venv of $py with pip
-	if [ -z "$pipwhl" ]; then
-		"$py" -m venv "$1"
-	else
-		"$py" -m venv --without-pip "$1" &&
-			"$1/bin/python" "$pipwhl/pip" install -q --no-index --no-deps "$pipwhl"
-	fi
-}
-
-# pip must see nothing of this machine's configuration (find-links, index)
-# nor of the caller's environment.
-export PIP_CONFIG_FILE=/dev/null PIP_NO_INPUT=1 PIP_DISABLE_PIP_VERSION_CHECK=1
-unset PIP_FIND_LINKS PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_REQUIRE_VIRTUALENV
-unset PYTHONPATH PYTHONHOME PYTHONSTARTUP PYTHONUSERBASE JITRING_PROFILE
-
-# In a subshell: the backend's PATH and PYTHONPATH for the build only.
-# $1 venv, $2 source dir, $3 output dir[, $4 meson's build directory,
-# kept from run to run].
-pip_wheel() (
-	eval "$backend"
-	[ -z "$build_cflags" ] || export CFLAGS="$build_cflags${CFLAGS:+ $CFLAGS}"
-	cd "$2" && "$1/bin/python" -m pip wheel -q --no-build-isolation \
-		--no-index --no-deps -Ccompile-args=-j2 \
-		${4:+-Cbuild-dir="$4"} -w "$3" . >"$3.log" 2>&1
-)
+wheel_backend "$work/build-backend.log" || skip "$wheel_why"
+mkvenv() { wheel_mkvenv "$@"; }
+wheel_env
+pip_wheel() { wheel_build "$@"; }
 
 bvenv=$work/venv-build
 mkvenv "$bvenv" >"$work/venv-build.log" 2>&1 ||
@@ -104,13 +71,8 @@ mkvenv "$bvenv" >"$work/venv-build.log" 2>&1 ||
 if [ "$mode" = sdist ]; then
 	git -C "$src" rev-parse --git-dir >/dev/null 2>&1 ||
 		skip "$src is not a git checkout (meson dist archives git HEAD)"
-	mkdir -p "$work/sdist"
-	(eval "$backend"; cd "$src" && "$bvenv/bin/python" -c '
-import sys, mesonpy
-print(mesonpy.build_sdist(sys.argv[1]))' "$work/sdist") \
-		>"$work/sdist.log" 2>&1 ||
+	sd=$(wheel_sdist "$bvenv" "$src" "$work/sdist") ||
 		fail "sdist build failed: $(tail -n 20 "$work/sdist.log")"
-	sd=$(ls "$work"/sdist/jitring-*.tar.gz 2>/dev/null | head -n 1)
 	[ -n "$sd" ] || fail "no sdist in $work/sdist"
 	say "sdist $(basename "$sd") ($(stat -c %s "$sd") bytes)"
 	tar -C "$work/sdist" -xzf "$sd" || fail "cannot unpack $sd"
