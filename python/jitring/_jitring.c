@@ -79,6 +79,152 @@ typedef PyObject *(*trampoline_fn)(PyThreadState *,
 				   _PyFrameEvalFunction);
 
 /* ------------------------------------------------------------------ */
+/* Linked frame records ($JITRING_FP_LINK=1, x86_64).                   */
+
+/*
+ * perf's kernel unwinder follows the frame-pointer chain for at most
+ * kernel.perf_event_max_stack (127) entries, and every Python call puts
+ * several native frames on it (the caller's _PyEval_EvalFrameDefault,
+ * CPython's call path, the trampoline), so deep programs are cut.  The
+ * linked trampoline gives the kernel one entry per Python frame.  Each
+ * copy keeps a record {link, its own return site} on its frame and calls
+ * the function with %rbp = link, where link is the record of the
+ * enclosing Python call of this thread if one is live, else the copy's
+ * own ordinary frame record {caller's %rbp, return address} (push %rbp).
+ * The callee (_PyEval_EvalFrameDefault) saves that %rbp in its frame, so
+ * the kernel goes from the callee's return address (this copy) to the
+ * enclosing copy's return site, then to its enclosing one, and from the
+ * outermost on down its native callers.  The native frames inside the
+ * innermost Python frame stay on the chain; those between two Python
+ * frames (a builtin calling a key function, a C extension calling back)
+ * do not.  The real saved %rbp and return address stay where the CFI
+ * says (CFA-16, CFA-8), so DWARF unwinders see today's stack.
+ *
+ * fp_link (initial-exec TLS, its %fs offset baked into the copies) holds
+ * the innermost live record.  A copy replaces it with its own and, on
+ * return, puts back its record's link, or 0 where the link was its own
+ * frame record: LIFO through nesting, generators and re-entry from C.
+ * The copy never dereferences fp_link: a record left behind by a frame
+ * unwound without the epilogue (longjmp, a greenlet switch) only makes
+ * the chain wrong, never the program, and one at or below %rsp (dead for
+ * sure) is not linked to.
+ *
+ * Frame at the call (CFA = %rsp + 32): the record {link, ip} at %rsp,
+ * the caller's %rbp at CFA-16, the return address at CFA-8.
+ *
+ *   0x00 push %rbp                 0x2a mov %rsp,%fs:REC
+ *   0x01 sub $16,%rsp              0x33 mov %rax,%rbp
+ *   0x05 mov %fs:REC,%rax          0x36 call *%rcx
+ *   0x0e lea 16(%rsp),%r8          0x38 mov (%rsp),%rdx
+ *   0x13 cmp %rsp,%rax             0x3c lea 16(%rsp),%rcx
+ *   0x16 cmovbe %r8,%rax           0x41 xor %esi,%esi
+ *   0x1a mov %rax,(%rsp)           0x43 cmp %rcx,%rdx
+ *   0x1e lea 0x38(%rip),%r8        0x46 cmove %rsi,%rdx
+ *   0x25 mov %r8,8(%rsp)           0x4a mov %rdx,%fs:REC
+ *                                  0x53 add $16,%rsp; 0x57 pop %rbp
+ *                                  0x58 ret
+ * then 8 bytes of salt room (int3).
+ */
+#if defined(__x86_64__)
+/* The innermost live record of this thread, or 0. */
+static __thread uintptr_t fp_link __attribute__((tls_model("initial-exec")));
+
+#define FPL_SIZE 0x59
+/* Where the 32-bit %fs displacement of fp_link goes. */
+static const uint8_t fpl_rec_at[] = { 0x0a, 0x2f, 0x4f };
+
+/* clang-format off */
+static const uint8_t fpl_code[FPL_SIZE + 8] = {
+	0x55, 0x48, 0x83, 0xec, 0x10,
+	0x64, 0x48, 0x8b, 0x04, 0x25, 0, 0, 0, 0,
+	0x4c, 0x8d, 0x44, 0x24, 0x10,
+	0x48, 0x39, 0xe0,
+	0x49, 0x0f, 0x46, 0xc0,
+	0x48, 0x89, 0x04, 0x24,
+	0x4c, 0x8d, 0x05, 0x13, 0x00, 0x00, 0x00,
+	0x4c, 0x89, 0x44, 0x24, 0x08,
+	0x64, 0x48, 0x89, 0x24, 0x25, 0, 0, 0, 0,
+	0x48, 0x89, 0xc5,
+	0xff, 0xd1,
+	0x48, 0x8b, 0x14, 0x24,
+	0x48, 0x8d, 0x4c, 0x24, 0x10,
+	0x31, 0xf6,
+	0x48, 0x39, 0xca,
+	0x48, 0x0f, 0x44, 0xd6,
+	0x64, 0x48, 0x89, 0x14, 0x25, 0, 0, 0, 0,
+	0x48, 0x83, 0xc4, 0x10,
+	0x5d,
+	0xc3,
+	0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc, 0xcc,
+};
+/* clang-format on */
+
+/* DWARF: rbp 6, rsp 7, return address 16. */
+static const struct jitring_cfi_op fpl_ops[] = {
+	{ 0, JITRING_CFI_DEF_CFA, 7, 8 },
+	{ 0, JITRING_CFI_OFFSET, 16, -8 },
+	{ 0x01, JITRING_CFI_DEF_CFA_OFFSET, 0, 16 },
+	{ 0x01, JITRING_CFI_OFFSET, 6, -16 },
+	{ 0x05, JITRING_CFI_DEF_CFA_OFFSET, 0, 32 },
+	{ 0x57, JITRING_CFI_DEF_CFA_OFFSET, 0, 16 },
+	{ 0x58, JITRING_CFI_DEF_CFA_OFFSET, 0, 8 },
+	{ 0x58, JITRING_CFI_RESTORE, 6, 0 },
+};
+
+static const struct jitring_cfi fpl_cfi = {
+	.code_align = 1,
+	.data_align = -8,
+	.ra_reg = 16,
+	.nr_init = 2,
+	.nr_ops = sizeof(fpl_ops) / sizeof(fpl_ops[0]),
+	.ops = fpl_ops,
+};
+
+static uint8_t fpl_bytes[sizeof(fpl_code)];
+
+static void put_disp(uint8_t *at, int32_t d)
+{
+	memcpy(at, &d, sizeof(d));
+}
+
+/*
+ * The linked template into @tt, its %fs displacements those of fp_link
+ * (the same in every thread: static TLS).  0, or -ERANGE where they do
+ * not fit in 32 bits.
+ */
+static int fp_link_template(struct jitring_trampoline_template *tt)
+{
+	uintptr_t tp;
+	intptr_t off;
+	size_t i;
+
+	__asm__("mov %%fs:0, %0" : "=r"(tp));
+	off = (intptr_t)((uintptr_t)&fp_link - tp);
+	if (off < INT32_MIN || off > INT32_MAX)
+		return -ERANGE;
+	memcpy(fpl_bytes, fpl_code, sizeof(fpl_code));
+	for (i = 0; i < sizeof(fpl_rec_at); i++)
+		put_disp(fpl_bytes + fpl_rec_at[i], (int32_t)off);
+	memset(tt, 0, sizeof(*tt));
+	tt->struct_size = sizeof(*tt);
+	tt->code_size = sizeof(fpl_bytes);
+	tt->code = fpl_bytes;
+	tt->cfi = &fpl_cfi;
+	tt->salt_offset = FPL_SIZE;
+	return 0;
+}
+#else
+static int fp_link_template(struct jitring_trampoline_template *tt)
+{
+	(void)tt;
+	return -EOPNOTSUPP;
+}
+#endif
+
+/* Whether the process's set is the linked one (made once, see start()). */
+static int proc_tr_linked;
+
+/* ------------------------------------------------------------------ */
 /* Counters of the module itself (stats() reports them with "py_").     */
 
 struct py_counters {
@@ -802,6 +948,7 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 	PyObject *dir_obj = Py_None, *dir_bytes = NULL;
 	const char *engine = "rings";
 	int perf_map = 0, release = 0, trampoline_elf = 0, ret, opened;
+	int linked;
 	Py_ssize_t ready_rings = 0, ready_copies = 0;
 	struct jitring_config cfg;
 	struct jitring_trampoline_template tt;
@@ -892,7 +1039,16 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 		PyErr_NoMemory();
 		goto err;
 	}
-	ret = jitring_trampoline_builtin(&tt);
+	{
+		/* The process's set is made once: the first start() decides. */
+		const char *l = getenv("JITRING_FP_LINK");
+
+		linked = proc_tr ? proc_tr_linked : l && !strcmp(l, "1");
+	}
+	/* Where the linked set cannot be made (not x86_64), the default. */
+	if (linked && fp_link_template(&tt) < 0)
+		linked = 0;
+	ret = linked ? 0 : jitring_trampoline_builtin(&tt);
 	if (ret < 0) {
 		PyErr_SetString(PyExc_NotImplementedError,
 				"jitring has no built-in trampoline for this "
@@ -926,6 +1082,7 @@ static PyObject *jr_start(PyObject *mod, PyObject *args, PyObject *kw)
 		goto err;
 	}
 	proc_tr = tr;
+	proc_tr_linked = linked;
 	s->jr = jr;
 	s->tr = tr;
 	s->engine = (int)cfg.engine;
@@ -1076,6 +1233,8 @@ static PyObject *jr_stats(PyObject *mod, PyObject *unused)
 	P(copies); P(copy_waits); P(copy_drops); P(copy_errors);
 	P(pending_races); P(copies_reused);
 #undef P
+	if (put_u64(d, "py_fp_link", (uint64_t)proc_tr_linked) < 0)
+		goto out;
 #define P(f) \
 	if (put_u64(d, "py_" #f, atomic_load_explicit(&codemap_ctr.f, \
 			memory_order_relaxed)) < 0) goto out
@@ -1157,6 +1316,58 @@ static PyObject *jr_stack_address(PyObject *mod, PyObject *unused)
 	return PyLong_FromVoidPtr(__builtin_frame_address(0));
 }
 
+/*
+ * Test hook: the linked records of the calling thread, as perf's kernel
+ * unwinder follows them: each record's ip (its trampoline's return site),
+ * innermost first, up to the outermost (the one linked to its own frame
+ * record, 16 bytes above it).  Empty in the default mode.  It reads the
+ * links, which the trampolines never do: not for a thread whose fp_link
+ * was set to a foreign address (python/tests/test_fplink.py).
+ */
+static PyObject *jr_fp_links(PyObject *mod, PyObject *unused)
+{
+	PyObject *l = PyList_New(0);
+
+	(void)mod;
+	(void)unused;
+#if defined(__x86_64__)
+	{
+		const uintptr_t *r = (const uintptr_t *)fp_link;
+		int n = 0;
+
+		while (l && r && n++ < 100000) {
+			PyObject *v = PyLong_FromVoidPtr((void *)r[1]);
+
+			if (!v || PyList_Append(l, v) < 0) {
+				Py_XDECREF(v);
+				Py_CLEAR(l);
+				break;
+			}
+			Py_DECREF(v);
+			if (r[0] == (uintptr_t)(r + 2))
+				break;
+			r = (const uintptr_t *)r[0];
+		}
+	}
+#endif
+	return l;
+}
+
+/* Test hook: set the calling thread's fp_link, as a frame unwound
+ * without its epilogue (longjmp, a greenlet switch) leaves it. */
+static PyObject *jr_fp_link_set(PyObject *mod, PyObject *args)
+{
+	unsigned long long rec;
+
+	(void)mod;
+	if (!PyArg_ParseTuple(args, "K:_fp_link_set", &rec))
+		return NULL;
+#if defined(__x86_64__)
+	fp_link = (uintptr_t)rec;
+#endif
+	Py_RETURN_NONE;
+}
+
 static PyMethodDef jr_methods[] = {
 	{ "start", (PyCFunction)(void (*)(void))jr_start,
 	  METH_VARARGS | METH_KEYWORDS,
@@ -1176,6 +1387,8 @@ static PyMethodDef jr_methods[] = {
 	  "the module's (py_*), as a dict." },
 	{ "_before_fork", jr_before_fork, METH_NOARGS, NULL },
 	{ "_stack_address", jr_stack_address, METH_NOARGS, NULL },
+	{ "_fp_links", jr_fp_links, METH_NOARGS, NULL },
+	{ "_fp_link_set", jr_fp_link_set, METH_VARARGS, NULL },
 	{ NULL, NULL, 0, NULL },
 };
 

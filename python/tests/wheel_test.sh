@@ -241,6 +241,8 @@ fi
 # (sid's 3.15), a reused trampoline copy named in it too.
 if [ "$mode" = sid3.15 ]; then
 	suite py_record_fp test_record.py fp reuse deep live
+	# The linked trampolines, and a deep program whole in fp mode.
+	suite py_fplink test_fplink.py
 	# record --wait on a GIL build with stripped symbols (fp mode too).
 	suite py_wait test_wait.py
 fi
