@@ -224,9 +224,14 @@ def _note_process(how, path=None):
         return      # once a process (a restart is the same process)
     _noted.add((_os.getpid(), path))
     try:
-        with open("/proc/self/cmdline", "rb") as f:
-            argv = [a.decode(errors="replace")
-                    for a in f.read().split(b"\0")[:-1]]
+        # The interpreter's own command line, not the process's: a
+        # launcher that execs the interpreter through its loader (ld.so
+        # --library-path ... python3.X) leaves its words in cmdline.
+        argv = getattr(_sys, "orig_argv", None)
+        if not argv:
+            with open("/proc/self/cmdline", "rb") as f:
+                argv = [a.decode(errors="replace")
+                        for a in f.read().split(b"\0")[:-1]]
         line = '{"pid": %d, "ppid": %d, "how": %s, "argv": [%s]}\n' % (
             _os.getpid(), _os.getppid(), _json_str(how),
             ", ".join(_json_str(a) for a in argv))

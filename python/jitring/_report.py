@@ -1220,13 +1220,19 @@ def cut_note(meta, n, cut, deep, own=0):
                  "too low by up to that share." % (100.0 * cut / n, CUT))
     if meta.get("call_graph") == "fp":
         if deep:
+            # About 4 native frames a Python call (sid's 3.15): 1024
+            # held 256 Python frames of deep_prog.py, 127 held 32.
+            more = max(1024, 4 * limit)
             lines.append(
                 "  %.1f%% hit perf's limit of %d frames (each Python call "
-                "is several native frames); to record deeper stacks, "
-                "raise it before recording: sudo sysctl "
-                "kernel.perf_event_max_stack=%d, or record with "
-                "--call-graph dwarf (no frame limit)"
-                % (100.0 * deep / n, limit, max(1024, 4 * limit)))
+                "is several native frames); to record deeper stacks, %s "
+                "--max-stack %d (kernel.perf_event_max_stack=%d for the "
+                "recording only), or with --call-graph dwarf --stack-size "
+                "%d (no frame limit; stack copies make a far bigger "
+                "folder)"
+                % (100.0 * deep / n, limit,
+                   "record with" if os.geteuid() == 0 else
+                   "root can record with", more, more, STACK_MAX))
         if cut > deep:
             lines.append(
                 "  %.1f%% stop in native code perf cannot unwind without "
@@ -1434,22 +1440,63 @@ def lost_records(out):
     return chunks, events, samples
 
 
-LIBDIR = re.compile(r"^.*/lib/python3\.\d+t?/(?:(?:site|dist)-packages/)?")
+# The standard library and site-packages (Debian's dist-packages for
+# every 3.X: /usr/lib/python3/dist-packages).
+LIBDIR = re.compile(r"^.*/lib/python3(?:\.\d+t?)?/"
+                    r"(?:(?:site|dist)-packages/)?")
 
 
 def fmt_name(name, cwd=None):
     """A table's name for a function: qualname:file, the file relative to
-    the standard library, site-packages or the program's folder."""
+    the standard library, site-packages or the program's folder (@cwd: a
+    folder, or program_dirs()'s, the first that holds the file)."""
     if not name.startswith("py::"):
         return name
     qual, _, fn = name[4:].rpartition(":")
     short = LIBDIR.sub("", fn)
-    if short == fn and cwd and fn.startswith(cwd.rstrip("/") + "/"):
-        short = fn[len(cwd.rstrip("/")) + 1:]
+    if short == fn and cwd:
+        for d in (cwd,) if isinstance(cwd, str) else cwd:
+            d = d.rstrip("/")
+            if d and fn.startswith(d + "/"):
+                short = fn[len(d) + 1:]
+                break
     return "%s:%s" % (qual, short)
 
 
-def print_tables(meta, per, total, rows, top, out):
+def program_dirs(meta):
+    """The folders the tables give file names relative to, the most
+    specific first: a script's folder as python names the script (its
+    path joined to the working folder, not resolved) and as the modules
+    beside it are found (resolved: sys.path[0]), whether the script was
+    given by a relative or an absolute path; then the working folder
+    (python -m's sys.path[0]).  record --pid: the working folder."""
+    cwd = meta.get("cwd")
+    if not isinstance(cwd, str) or not cwd:
+        return ()
+    cmd = meta.get("command") or []
+    dirs = []
+    if cmd and isinstance(cmd[0], str) and cmd[0] != "-m" and \
+            not meta.get("attached"):
+        path = os.path.join(cwd, cmd[0])
+        dirs = [os.path.dirname(path),
+                os.path.dirname(os.path.realpath(path))]
+    return tuple(dirs + [cwd])
+
+
+# The tables' line for the samples with no Python frame on their stack.
+NO_PYTHON = ("(no Python frame: the interpreter's start-up and exit, "
+             "threads in native code)")
+
+
+def no_python(folded):
+    """The samples of @folded (summarize()'s) with no Python frame."""
+    return sum(n for k, n in folded.items()
+               if not any(f.startswith("py::") for f in k[1:]))
+
+
+def print_tables(meta, per, total, rows, top, out, nopy=0):
+    """The tables; @nopy samples have no Python frame (no_python()): the
+    last line of each table, so that the self column adds up."""
     event = meta.get("event", "cpu-clock")
     print()
     if not total:
@@ -1472,6 +1519,7 @@ def print_tables(meta, per, total, rows, top, out):
     by_total = sorted(rows, key=lambda r: (-r[0], -r[1], r[2]))[:top]
     by_self = sorted(rows, key=lambda r: (-r[1], -r[0], r[2]))[:top]
     by_self = [r for r in by_self if r[1]]
+    dirs = program_dirs(meta)
     for title, view in (("Hottest Python functions by total (the "
                          "function and all it calls; share of all "
                          "samples):", by_total),
@@ -1482,7 +1530,10 @@ def print_tables(meta, per, total, rows, top, out):
         for t, s, name in view:
             print("%7.1f%% %7.1f%%  %s"
                   % (100.0 * t / total, 100.0 * s / total,
-                     fmt_name(name, meta.get("cwd"))))
+                     fmt_name(name, dirs)))
+        if nopy:
+            share = 100.0 * nopy / total
+            print("%7.1f%% %7.1f%%  %s" % (share, share, NO_PYTHON))
 
 
 @functools.lru_cache(maxsize=None)
@@ -1716,7 +1767,7 @@ def finish(out, meta, top=12, browser=False, prog="record", live=None):
             live.discard()
         if lockfd >= 0:
             os.close(lockfd)
-    print_tables(meta, per, total, rows, top, out)
+    print_tables(meta, per, total, rows, top, out, no_python(folded))
     if wait:
         wait.print(top)
     print()

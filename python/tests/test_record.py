@@ -91,11 +91,24 @@ wheel.
     takes the kernel's cheap path (perf's BPF side-band event, opened
     on the task without inheritance where record runs with the right to
     it, made contended free-threaded code 2-4x slower).
+16. tables: the tables add up: the samples with no Python frame on a
+    line of their own, the self column and it 100 %; a script given by
+    its absolute path from another folder named relative to its
+    folder; a child started through the dynamic loader named by its
+    Python command line.  names: the file names of synthetic
+    recordings.
+17. max_stack (root): --max-stack N raises kernel.perf_event_max_stack
+    for the recording (the program sees N), the old value back after,
+    also after record's SIGKILL, with no process of record's left; the
+    60-frame program's stacks whole in fp mode; refused in one line as
+    another user (unshare --user) and while another perf session
+    records call chains (other tests' perf: then tried again).
 The cases, each run by name (test_record.py tree): tree (1, 4, 5 and
 8), signals and interrupted (2), output (3), event (6), cli (7; over
 event's recording where that case ran), scale (9), reuse (10), deep
 (12), elf (13), fp (11), live, live_abandoned and live_segments
-(14), inherited (15); whatever ran, nothing is written to ~/.debug.
+(14), inherited (15), tables and names (16), max_stack (17); whatever
+ran, nothing is written to ~/.debug.
 Skips (77) where perf cannot record here.
 """
 
@@ -970,8 +983,11 @@ def test_deep(t, r):
             # (127 unless raised): some 30 Python frames, about half the
             # program's depth, so about half its samples are cut (42 to
             # 58% seen): a fifth at least, whatever the load.
-            with open("/proc/sys/kernel/perf_event_max_stack") as f:
-                limit = int(f.read())
+            # As record read it when perf started (a --max-stack
+            # elsewhere may have changed it for a while).
+            import json
+            with open(os.path.join(out, "jitring-record.json")) as f:
+                limit = json.load(f).get("max_stack") or 127
             if limit < 240:
                 t.check(cut > 20 and "kernel.perf_event_max_stack=" in
                         p.stdout and "--call-graph dwarf" in p.stdout,
@@ -1383,6 +1399,286 @@ def test_live_segments(t, r):
             (sum((parts - alone).values()), sum((alone - parts).values())))
     left = [n for n in os.listdir(out) if n.startswith("live-")]
     t.check(not left, "segments: no segment file left", left)
+
+
+# A program given by its absolute path, run from another folder; a child
+# started through a launcher (the dynamic loader running the interpreter,
+# as sid's wrapper does): its process line is its Python command line.
+TABLES = textwrap.dedent("""
+    import subprocess, sys, time
+    def spin_tab(seconds):
+        end = time.thread_time() + seconds
+        s = 0
+        while time.thread_time() < end:
+            for i in range(10000):
+                s ^= i
+        return s
+    CHILD = ("import time\\n"
+             "def spin_child():\\n"
+             "    end = time.thread_time() + 0.1\\n"
+             "    while time.thread_time() < end:\\n"
+             "        pass\\n"
+             "spin_child()\\n")
+    spin_tab(0.3)
+    if sys.argv[1:]:
+        # An interpreter that is a wrapper (sid's) is a launcher itself.
+        with open(sys.executable, "rb") as f:
+            elf = f.read(4) == b"\\x7fELF"
+        subprocess.run((sys.argv[1:] if elf else []) +
+                       [sys.executable, "-c", CHILD], check=True)
+""")
+
+LOADER = "/lib64/ld-linux-x86-64.so.2"
+
+
+def table_lines(stdout, title):
+    """[(total %, self %, name)] of the table whose title starts with
+    @title."""
+    rows, on = [], False
+    for line in stdout.splitlines():
+        if line.startswith(title):
+            on = True
+        elif on and not line.strip():
+            if rows:
+                break
+        elif on:
+            parts = line.split(None, 2)
+            if len(parts) == 3 and parts[0].endswith("%"):
+                rows.append((float(parts[0][:-1]), float(parts[1][:-1]),
+                             parts[2]))
+    return rows
+
+
+def test_tables(t, r):
+    """The tables add up: the samples with no Python frame on a line of
+    their own (the self column and it make the whole); file names relative
+    to the program's folder when it is given by an absolute path from
+    another folder; a process started through a launcher named by its
+    Python command line."""
+    from jitring import _report
+    d = r.out("tables-prog")
+    os.mkdir(d)
+    prog = os.path.join(d, "tables_prog.py")
+    with open(prog, "w") as f:
+        f.write(TABLES)
+    cwd = r.out("tables-cwd")
+    os.mkdir(cwd)
+    out = r.out("tables")
+    launcher = [LOADER] if os.access(LOADER, os.X_OK) else []
+    p = r.run(["record", "-o", out, "--top", "40", "--", prog] + launcher,
+              cwd=cwd)
+    if not t.check(p.returncode == 0, "tables: record", p.stderr[-1500:]):
+        return
+    tabs = sections(p.stdout)
+    t.check("spin_tab:tables_prog.py" in tabs["total"],
+            "tables: a script given by its absolute path from another "
+            "folder is named relative to its folder", tabs["total"])
+    slf = table_lines(p.stdout, "By self")
+    nopy = [row for row in slf if row[2] == _report.NO_PYTHON]
+    folded = {}
+    with open(os.path.join(out, "stacks.folded")) as f:
+        for line in f:
+            stack, _, n = line.rstrip("\n").rpartition(" ")
+            folded[tuple(stack.split(";"))] = int(n)
+    want = 100.0 * _report.no_python(folded) / sum(folded.values())
+    if t.check(len(nopy) == 1 and abs(nopy[0][1] - want) < 0.06,
+               "tables: the samples with no Python frame on a line of "
+               "their own (%.1f%% in stacks.folded)" % want, slf):
+        added = sum(s for _, s, _ in slf)
+        t.check(abs(added - 100.0) <= 0.05 * len(slf) + 0.1,
+                "tables: the self column adds up to the whole (%.1f%%)"
+                % added, slf)
+    if not launcher:
+        t.skip_part("a launcher's child", "no %s" % LOADER)
+        return
+    cmds = [c for _, _, c in procs_table(p.stdout)]
+    t.check(len(cmds) == 2 and any("-c import time" in c and
+                                   c.startswith("python") for c in cmds) and
+            not any("ld-linux" in c for c in cmds),
+            "tables: the child started through the loader is named by "
+            "its Python command line", cmds)
+    t.check(has(tabs["total"], "spin_child"), "tables: the child's "
+            "function named", tabs["total"])
+
+
+def test_names(t, r):
+    """program_dirs() on synthetic recordings: the script's folder as
+    python names it and as it resolves, then the working folder."""
+    from jitring import _report
+    d = r.out("names")
+    os.makedirs(os.path.join(d, "real", "sub"))
+    os.symlink(os.path.join(d, "real"), os.path.join(d, "link"))
+    cases = [
+        ({"cwd": "/w", "command": ["/app/a.py"]}, "py::f:/app/a.py",
+         "f:a.py"),
+        ({"cwd": "/w", "command": ["../app/a.py"]}, "py::f:/w/../app/a.py",
+         "f:a.py"),
+        ({"cwd": "/w", "command": ["/app/a.py"]}, "py::g:/w/lib/m.py",
+         "g:lib/m.py"),
+        ({"cwd": "/w", "command": ["-m", "pkg"]}, "py::h:/w/pkg/m.py",
+         "h:pkg/m.py"),
+        ({"cwd": d, "command": ["link/a.py"]},
+         "py::i:%s/real/sub/m.py" % d, "i:sub/m.py"),
+        ({"cwd": "/w", "command": ["/app/a.py"], "attached": True},
+         "py::j:/app/a.py", "j:/app/a.py"),
+        ({"cwd": "/w", "command": ["/app/a.py"]},
+         "py::k:/usr/lib/python3/dist-packages/docutils/core.py",
+         "k:docutils/core.py"),
+        ({"cwd": "/w", "command": ["/app/a.py"]},
+         "py::l:/opt/lib/python3.13t/site-packages/m.py", "l:m.py"),
+    ]
+    for meta, name, want in cases:
+        got = _report.fmt_name(name, _report.program_dirs(meta))
+        t.check(got == want, "names: %s in %s is %s" % (name, meta, want),
+                got)
+
+
+# Prints kernel.perf_event_max_stack as the program sees it and its pid;
+# with "wait", runs until SIGINT.
+MAXSTACK = textwrap.dedent("""
+    import os, sys, time
+    with open("/proc/sys/kernel/perf_event_max_stack") as f:
+        print("max_stack %s %d" % (f.read().strip(), os.getpid()),
+              flush=True)
+    if sys.argv[1:] == ["wait"]:
+        try:
+            while True:
+                time.sleep(0.05)
+        except KeyboardInterrupt:
+            sys.exit(5)
+""")
+
+
+def sysctl_max_stack():
+    with open("/proc/sys/kernel/perf_event_max_stack") as f:
+        return int(f.read())
+
+
+# Tries of a --max-stack recording the kernel refuses while other perf
+# sessions record call chains (other tests on the machine), 2 s apart.
+BUSY_TRIES = 30
+
+
+def busy(p):
+    """Whether record refused --max-stack because another perf session
+    records call chains (other tests' perf, on a shared machine)."""
+    return p.returncode == 2 and "Device or resource busy" in p.stderr
+
+
+def test_max_stack(t, r):
+    """record --max-stack N: the program runs with the value raised, which
+    is put back after, also when record is killed with SIGKILL; refused
+    in one line where the user is not root or the kernel keeps the value
+    (another perf session recording call chains)."""
+    if os.geteuid() != 0:
+        t.skip("not root: --max-stack needs root")
+    old = sysctl_max_stack()
+    n = max(1024, 2 * old)
+    prog = r.script("maxstack.py", MAXSTACK)
+    out = r.out("maxstack")
+    for i in range(BUSY_TRIES):
+        p = r.run(["record", "-o", out, "--force", "--max-stack", str(n),
+                   "--", prog])
+        if not busy(p):
+            break
+        if i == 0:
+            t.check(len(p.stderr.strip().splitlines()) == 1 and
+                    sysctl_max_stack() == old and
+                    "max_stack" not in p.stdout,
+                    "max-stack: refused in one line while another perf "
+                    "session records call chains, the value and the "
+                    "program untouched", p.stderr)
+        jrtest.poll(lambda: False, timeout=2)   # another session's end
+    else:
+        t.skip("kernel.perf_event_max_stack kept by other perf sessions")
+    t.check(p.returncode == 0 and "max_stack %d " % n in p.stdout and
+            sysctl_max_stack() == old,
+            "max-stack: the program ran with %d, %d back after" % (n, old),
+            p.stdout[-600:] + p.stderr[-600:])
+    max_stack_deep(t, r, n)
+    max_stack_killed(t, r, prog, old, n)
+    ns = ["unshare", "--user"]
+    q = subprocess.run(ns + ["true"], capture_output=True)
+    if q.returncode != 0:
+        t.skip_part("max-stack as another user", "no unshare --user here")
+        return
+    p = subprocess.run(ns + r.argv(["record", "-o", r.out("maxstack-user"),
+                                    "--max-stack", str(n), "--", prog]),
+                       capture_output=True, text=True, env=r.env,
+                       cwd=r.t.scratch, timeout=120)
+    t.check(p.returncode == 2 and len(p.stderr.strip().splitlines()) == 1
+            and "root" in p.stderr and "max_stack" not in p.stdout and
+            sysctl_max_stack() == old and
+            not os.path.exists(r.out("maxstack-user")),
+            "max-stack: not root (uid %s): refused in one line, nothing "
+            "run or changed" % "nobody", p.stderr[-600:])
+
+
+def max_stack_deep(t, r, n):
+    """Where the interpreter keeps frame pointers: the 60-frame program's
+    stacks whole at --max-stack @n (cut at the default 127)."""
+    if not r.keeps_fp():
+        t.skip_part("max-stack: deep stacks in fp mode", "the interpreter "
+                    "keeps no frame pointers")
+        return
+    out = r.out("maxstack-deep")
+    for _ in range(BUSY_TRIES):
+        p = r.run(["record", "-o", out, "--force", "--max-stack", str(n),
+                   "--", DEEP, "20", "250"])
+        if not busy(p):
+            break
+        jrtest.poll(lambda: False, timeout=2)
+    mod, cut, _ = deep_shares(out, DEEP)
+    t.check(p.returncode == 0 and cut < 5 and mod > 90,
+            "max-stack, fp: the 60-frame program's stacks whole at %d "
+            "(<module> %.1f%%, %.1f%% cut)" % (n, mod, cut),
+            p.stdout[-1500:] + p.stderr[-600:])
+
+
+def max_stack_killed(t, r, prog, old, n):
+    """record killed with SIGKILL while the program runs: the old value
+    back once perf has stopped, and no process of record's left."""
+    out = r.out("maxstack-kill")
+    for _ in range(BUSY_TRIES):
+        p = r.start(["record", "-o", out, "--force", "--max-stack", str(n),
+                     "--", prog, "wait"])
+        line = b""
+        fd = p.stdout.fileno()
+        while not line.endswith(b"\n"):
+            rd, _, _ = select.select([fd], [], [], 120)
+            chunk = os.read(fd, 256) if rd else b""
+            if not chunk:
+                break
+            line += chunk
+        if line:
+            break
+        p.wait(60)
+        if not busy(subprocess.CompletedProcess(p.args, p.returncode, "",
+                                                p.stderr.read())):
+            break
+        jrtest.poll(lambda: False, timeout=2)
+    words = line.decode().split()
+    if not t.check(words[:2] == ["max_stack", str(n)],
+                   "max-stack, killed: the program runs with %d" % n,
+                   line):
+        p.kill()
+        p.wait()
+        return
+    pid = int(words[2])
+    p.kill()
+    p.wait()
+    back = jrtest.poll(lambda: sysctl_max_stack() == old, timeout=60)
+    t.check(back, "max-stack, killed: record's SIGKILL puts %d back "
+            "(%d now)" % (old, sysctl_max_stack()))
+    try:
+        os.killpg(pid, signal.SIGINT)
+    except OSError:
+        pass
+    gone = jrtest.poll(lambda: not leftovers(out), timeout=60)
+    t.check(gone, "max-stack, killed: no process of record's left",
+            leftovers(out))
+    p.stdout.close()
+    p.stderr.close()
 
 
 def fixture(t):
