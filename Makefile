@@ -284,7 +284,14 @@ bench-record: build-py deps-bench
 	PYTHONPATH=$(CURDIR)/build/subprojects/jitring-python \
 	JITRING_DUMP=$(CURDIR)/build/tools/jitring-dump \
 	$$py bench/python/bench_wait.py --python $$py \
-		| tee bench/results/record-wait.txt
+		| tee bench/results/record-wait.txt && \
+	PYTHONPATH=$(CURDIR)/build/subprojects/jitring-python \
+	$$py bench/python/bench_contend.py --python $$py \
+		| tee bench/results/record-contend.txt && \
+	PYTHONPATH=$(CURDIR)/build/subprojects/jitring-python \
+	$$py bench/python/bench_fplink.py --python $$py \
+		$(foreach p,$(FP_PYTHON),--python $(p)) \
+		| tee bench/results/record-fplink.txt
 
 bench-full: deps-bench build-release/build.ninja
 	$(NINJA) -C build-release
