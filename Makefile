@@ -234,6 +234,12 @@ bench: deps-bench build-release/build.ninja
 
 # Profiling cost per new Python code object: jitring rings / mutex against
 # CPython's -X perf_jit, on the free-threaded interpreter (bench/README.md).
+# Then a session's cost per call, per interpreter (bench_session.py): the
+# free-threaded 3.13 and SESSION_PYTHON, interpreters with jitring's wheel
+# installed (default: the venvs of the GIL 3.13 and sid's 3.14 and 3.15
+# that `make test` leaves, where they exist).
+SESSION_PYTHON ?= $(wildcard $(foreach m,gil sid3.14 sid3.15,\
+	$(CURDIR)/build/subprojects/jitring-python/tests/wheel-$(m)/venv/bin/python))
 bench-python: deps-bench build-release/build.ninja
 	@py=$$(bash scripts/build-python.sh) || exit 1; \
 	cur=$$($(MESON) introspect --buildoptions build-release | $(PY) -c \
@@ -245,7 +251,11 @@ bench-python: deps-bench build-release/build.ninja
 	$$py bench/python/bench_py.py --quick --out bench/results/python-quick.json \
 		| tee bench/results/python-quick.txt && \
 	PYTHONPATH=$(CURDIR)/build-release/subprojects/jitring-python \
-	$$py bench/python/bench_startup.py | tee bench/results/python-startup.txt
+	$$py bench/python/bench_startup.py | tee bench/results/python-startup.txt && \
+	PYTHONPATH=$(CURDIR)/build-release/subprojects/jitring-python \
+	$$py bench/python/bench_session.py --python $$py \
+		$(foreach p,$(SESSION_PYTHON),--python $(p)) \
+		| tee bench/results/session.txt
 
 # The LLVM listener's cost per object against LLVM's perf listener
 # (bench/README.md, "LLVM listener"); dumps go to a scratch folder in
