@@ -35,7 +35,11 @@ syscall, take_gil, a critical section, threading's lock, ...) wins; the
 generic machinery under those (futex, _PySemaphore_Wait, the parking
 lot, PyMutex) names the reason only where nothing above it does, with its
 caller.  Python frames of threading and queue refine a lock's reason
-(Event.wait, Condition.wait, Queue.get).
+(Event.wait, Condition.wait, Queue.get).  A Python-level wait in C
+(SimpleQueue.get) is named as that call, or as the pool's idleness where
+the innermost Python frame is a pool's worker waiting for work (IDLE);
+a lock of the interpreter's own (the biased-refcount merge, the thread
+list, the type lock, ...) as "interpreter (...)".
 
 Shares are of thread time: the sum of the lives of the program's
 threads in the recording (FORK to EXIT, or their first and last
@@ -431,6 +435,7 @@ GENERIC = {
     "_PyMutex_LockTimed": 3, "_PyMutex_LockSlow": 3, "PyMutex_Lock": 3,
     "_PyParkingLot_Park": 3, "_PyRecursiveMutex_Lock": 3,
     "_PyRecursiveMutex_LockTimed": 3, "_PyOnceFlag_CallOnceSlow": 3,
+    "PyEvent_Wait": 3,
     "_PySemaphore_Wait": 2, "_PySemaphore_PlatformWait": 2,
     "PyThread_acquire_lock_timed": 2, "PyThread_acquire_lock": 2,
     "PyCOND_WAIT": 1, "PyCOND_TIMEDWAIT": 1,
@@ -463,10 +468,53 @@ PY_WAITS = (("threading.py", "Event.wait", "threading.Event"),
             ("threading.py", "Semaphore.acquire", "threading.Semaphore"),
             ("threading.py", "Condition.wait", "threading.Condition"),
             ("threading.py", "Thread.join", "Thread.join"),
-            ("queue.py", "Queue.get", "queue.Queue"),
-            ("queue.py", "Queue.put", "queue.Queue"),
-            ("queue.py", "Queue.join", "queue.Queue"))
+            ("queue.py", "Queue.get", "queue.Queue.get"),
+            ("queue.py", "Queue.put", "queue.Queue.put"),
+            ("queue.py", "Queue.join", "queue.Queue.join"))
 LOCKS = ("threading.Lock", "threading.RLock", "Thread.join")
+# C code whose wait is a Python-level call: its symbol, or (stripped, as
+# Debian's _queue.cpython-3XX-*.so) its module's file, whose only wait
+# is SimpleQueue.get (put never blocks but on the queue's per-object
+# lock, named nearer the leaf).
+PY_LEVEL = {"_queue_SimpleQueue_get": "queue.SimpleQueue.get",
+            "_queue_SimpleQueue_get_impl": "queue.SimpleQueue.get"}
+PY_LEVEL_FILES = (("_queue.", "queue.SimpleQueue.get"),)
+# A pool's thread waiting for work: (file, innermost Python function, the
+# reason).  concurrent.futures' _worker waits only in its work queue's
+# get (asyncio's default executor is a ThreadPoolExecutor too);
+# multiprocessing.pool's worker and task handler in their queue's get.
+IDLE = (("concurrent/futures/thread.py", "_worker", "executor idle"),
+        ("multiprocessing/pool.py", "worker", "pool idle"),
+        ("multiprocessing/pool.py", "Pool._handle_tasks", "pool idle"))
+INTERNAL = "interpreter (%s)"
+# The interpreter's own locks, by the function that takes them (the
+# caller of the PyMutex): waits no Python code asked for.
+INTERNAL_CALLERS = {
+    # Biased reference counting (free-threaded): a thread merging the
+    # refcounts other threads queued to it, or queueing one, under its
+    # bucket's mutex.
+    "_Py_brc_merge_refcounts": "refcount merge",
+    "_Py_brc_queue_object": "refcount merge",
+    # A new thread waits (PyEvent_Wait) until its starter has its handle.
+    "thread_run": "thread start",
+    # HEAD_LOCK: the runtime's list of interpreters and threads.
+    "new_threadstate": "thread list", "tstate_delete_common": "thread list",
+    "_PyThreadState_DeleteCurrent": "thread list",
+    "PyThreadState_Clear": "thread list", "zapthreads": "thread list",
+    # Memory freed once no thread can read it (QSBR, free-threaded).
+    "_PyMem_ProcessDelayed": "delayed free",
+    "_PyMem_AbandonDelayed": "delayed free",
+    "_Py_qsbr_reserve": "delayed free", "_Py_qsbr_register": "delayed free",
+    "_Py_qsbr_unregister": "delayed free",
+}
+# The type lock: a critical section on the interpreter's types mutex (not
+# an object: 3.13t's BEGIN_TYPE_LOCK), by the function that enters it.
+TYPE_LOCK = frozenset((
+    "_PyType_LookupRef", "PyType_Modified", "type_setattro",
+    "type_get_mro", "type_set_bases", "_PyType_GetMRO", "_PyType_GetBases",
+    "assign_version_tag", "_super_lookup_descr", "mro_internal",
+    "mro_implementation", "type_mro", "type_mro_impl", "_PyType_SetFlags",
+    "_PyType_SetFlagsRecursive", "PyType_Watch"))
 
 
 def _bare(sym):
@@ -532,17 +580,15 @@ def reason(frames, preempt):
         n = _SUFFIX.sub("", s)
         r = SPECIFIC.get(n) or SPECIFIC.get(b)
         if r:
-            if r == "stop-the-world" and any(
-                    GC.match(_bare(x)) for x, _ in native[i:]):
-                return "stop-the-world (gc)"
-            if r in LOCKS:
-                return _refined(frames[inner:]) or r
-            return r
+            return _specific(r, native, i, frames[inner:])
         io = IO_USER.get(n) or IO_USER.get(b)
         if io:
             return "I/O (%s)" % io
         if GC.match(b):
             return "gc"
+        r = _py_level(n, b, d, native[:i], frames[inner:])
+        if r:
+            return r
         lvl = GENERIC.get(n) or GENERIC.get(b)
         if lvl:
             if lvl > generic:
@@ -551,7 +597,7 @@ def reason(frames, preempt):
         if generic and caller is None and not _unnamed(s):
             caller = b
     if generic:
-        r = _refined(frames[inner:])
+        r = _internal(caller) or _refined(frames[inner:])
         if r:
             return r
         if generic == 1 and _gil_condvar(native):
@@ -559,7 +605,8 @@ def reason(frames, preempt):
         if generic == 1 and why:
             return why
         if caller is None:
-            return "unnamed native (%s)" % GENERIC_NAME[generic]
+            return (_idle(frames[inner:]) or
+                    "unnamed native (%s)" % GENERIC_NAME[generic])
         return "%s (in %s)" % (GENERIC_NAME[generic], caller)
     if why:
         return why
@@ -593,6 +640,55 @@ def _gil_condvar(native):
     s, d = native[outer + 1]
     m = _INTERP.match(os.path.basename(d))
     return bool(m) and "t" not in m.group(1) and _unnamed(s)
+
+
+def _specific(r, native, i, py):
+    """@r, the reason SPECIFIC gives the frame @native[@i], made precise
+    by the frames around it (@py: the Python ones, innermost first)."""
+    if r == "stop-the-world" and any(GC.match(_bare(x))
+                                     for x, _ in native[i:]):
+        return "stop-the-world (gc)"
+    if r in LOCKS:
+        return _refined(py) or r
+    if (r == "per-object lock" and i + 1 < len(native) and
+            _bare(native[i + 1][0]) in TYPE_LOCK):
+        return INTERNAL % "type lock"
+    return r
+
+
+def _py_level(name, bare, dso, below, py):
+    """The Python-level wait of a frame (@name, @bare: its symbol without
+    the compiler's suffixes, without glibc's prefixes too; @dso its file)
+    with the native frames @below it, leaf first, and the Python ones
+    @py, innermost first; or None."""
+    r = PY_LEVEL.get(name) or PY_LEVEL.get(bare)
+    base = os.path.basename(dso)
+    r = r or next((what for prefix, what in PY_LEVEL_FILES
+                   if base.startswith(prefix)), None)
+    if not r:
+        return None
+    # A stripped GIL build retakes the GIL as the wait ends.
+    if _gil_condvar(below):
+        return "GIL"
+    return _idle(py) or r
+
+
+def _internal(caller):
+    """The interpreter's own lock that @caller takes, or None."""
+    what = INTERNAL_CALLERS.get(caller)
+    return INTERNAL % what if what else None
+
+
+def _idle(py):
+    """The idle pool thread whose innermost Python frame (of @py) waits
+    for work, or None."""
+    s = next((s for s, d in py if s.startswith("py::")), None)
+    if s is None:
+        return None
+    qual, _, fn = s[4:].rpartition(":")
+    fn = fn.replace(os.sep, "/")
+    return next((name for f, q, name in IDLE
+                 if qual == q and ("/" + fn).endswith("/" + f)), None)
 
 
 def _refined(py):

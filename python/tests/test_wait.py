@@ -33,6 +33,9 @@ real perf.
  4. I/O: a socketpair reader blocked on a writer that sleeps between
     sends, and a main thread waiting for a child process: recv, sleep and
     child wait named;
+ 4a. executor: a ThreadPoolExecutor's idle workers and a
+    queue.SimpleQueue consumer: "executor idle" and
+    "queue.SimpleQueue.get", each its function's largest wait;
  4b. gc (free-threaded): gc.collect() in a loop while two threads
     allocate: their largest wait is the collector's stop-the-world;
  5. reasons: stacks of the wait paths no program here takes (the GIL,
@@ -558,6 +561,49 @@ def test_io(t, r):
     t.check(any(row[2] == "child wait" for row in rows),
             "io: the main thread's wait for its child is a child wait",
             rows)
+
+
+def test_executor(t, r):
+    """A ThreadPoolExecutor's workers idle between jobs submitted 20 ms
+    apart, beside a thread consuming a queue.SimpleQueue: the workers'
+    _worker waits as "executor idle", the consumer as
+    "queue.SimpleQueue.get", each its function's largest reason."""
+    text = textwrap.dedent("""
+        import queue, threading, time
+        from concurrent.futures import ThreadPoolExecutor
+
+        def job(n):
+            return sum(range(n))
+
+        def consume(q):
+            while q.get() is not None:
+                job(20000)
+
+        q = queue.SimpleQueue()
+        c = threading.Thread(target=consume, args=(q,))
+        c.start()
+        with ThreadPoolExecutor(4) as ex:
+            for _ in range(25):
+                ex.submit(job, 20000)
+                q.put(1)
+                time.sleep(0.02)
+        q.put(None)
+        c.join()
+    """)
+    p, out = r.run("executor", text)
+    t.check(p.returncode == 0, "executor: record --wait exits 0",
+            p.stderr[-1500:])
+    rows = tables(p.stdout)["self"]
+    for fn, why in (("_worker", "executor idle"),
+                    ("consume", "queue.SimpleQueue.get")):
+        got = named(rows, fn)
+        t.check(got and got[0][2] == why, "executor: %s waits as %s (%s)"
+                % (fn, why, got[0][2] if got else None), rows)
+    with open(os.path.join(out, "stacks-wait.folded")) as f:
+        folded = f.read()
+    t.check(re.search(r"py::_worker:[^;]*concurrent/futures/thread\.py;"
+                      r"\[wait: executor idle\];", folded),
+            "stacks-wait.folded: [wait: executor idle] under _worker")
 
 
 def test_reasons(t, r):
