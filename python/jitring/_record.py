@@ -35,6 +35,7 @@ finishes them later (python -m jitring report DIR).
 
 import argparse
 import os
+import re
 import select
 import shutil
 import signal
@@ -103,6 +104,19 @@ def wait_freq(s):
         raise argparse.ArgumentTypeError(
             "needs 0 (every switch) or samples a second up to 100000, "
             "not %r" % s)
+    return n
+
+
+def size_bytes(s):
+    """--wait-budget: bytes, with K, M or G (powers of 1024), at least
+    16M."""
+    m = re.match(r"^(\d+)([KMG]?)B?$", s.strip().upper())
+    n = int(m.group(1)) << {"": 0, "K": 10, "M": 20, "G": 30}[m.group(2)] \
+        if m else 0
+    if n < 16 << 20:
+        raise argparse.ArgumentTypeError(
+            "needs a size of 16M or more (bytes, or with K, M or G), not "
+            "%r" % s)
     return n
 
 
@@ -201,12 +215,18 @@ def parser():
     from jitring._wait import FREQ as WAIT_FREQ
     p.add_argument("--wait-freq", type=wait_freq, default=WAIT_FREQ,
                    metavar="HZ",
-                   help="with --wait: take the stacks of at most HZ "
-                   "context switches a second a thread, each weighing the "
-                   "switches it stands for: cheaper for programs that "
-                   "switch thousands of times a second, but a rare long "
-                   "wait may go unsampled (default %d: every switch)"
-                   % WAIT_FREQ)
+                   help="with --wait: while the program switches more "
+                   "than 5,000 times a second, take the stacks of about "
+                   "HZ context switches a second a thread at most, each "
+                   "weighing the switches it stands for (every switch is "
+                   "still timed); 0: every switch's stack always "
+                   "(default %d)" % WAIT_FREQ)
+    from jitring._wait import BUDGET as WAIT_BUDGET
+    p.add_argument("--wait-budget", type=size_bytes, default=WAIT_BUDGET,
+                   metavar="SIZE",
+                   help="with --wait: the most perf.data may take (e.g. "
+                   "500M, 2G; default 1G): the switches' stacks stop at "
+                   "half, perf at all of it, each said on stderr")
     p.add_argument("--wall", action="store_true",
                    help="--wait, and a line per thread: its CPU time and "
                    "its time off CPU by reason")
@@ -483,7 +503,13 @@ class Perf:
         if opts.wait or opts.wall:
             from jitring import _wait
             cmd[cmd.index("-p"):cmd.index("-p")] = _wait.perf_args(
-                opts.call_graph, opts.wait_stack_size, opts.wait_freq)
+                opts.call_graph, opts.wait_stack_size, opts.wait_freq,
+                opts.wait_budget)
+        # --wait: the watch over perf.data's budget, from enable() on.
+        self.budget = None
+        self.out, self.waits = out, opts.wait or opts.wall
+        self.wait_budget, self.wait_freq = opts.wait_budget, opts.wait_freq
+        self.pid = pid
         if not opts.keep_debug:
             # No build-ids (no cache: a 5.4 MB copy of kallsyms a
             # recording, most of an fp recording's folder); it is finished
@@ -520,6 +546,11 @@ class Perf:
             if not chunk:
                 return False
             got += chunk
+        if self.waits and self.budget is None:
+            from jitring import _wait
+            self.budget = _wait.Budget(self.out, self.wait_budget,
+                                       self.ctl, self.ack, self.p,
+                                       self.pid, self.wait_freq)
         return True
 
     def stop(self):
@@ -528,6 +559,9 @@ class Perf:
         only after: perf 6.1 takes a hang-up on its control descriptor
         for a monitored thread's and gives up ("Thread and evlist pollfd
         index mismatch"), leaving perf.data without its header."""
+        if self.budget is not None:
+            self.budget.stop()
+            self.budget = None
         if self.p.poll() is None:
             try:
                 self.p.send_signal(signal.SIGINT)
@@ -631,6 +665,7 @@ def meta_of(opts, command):
             "wait": opts.wait or opts.wall, "wall": opts.wall,
             "wait_stack_size": opts.wait_stack_size,
             "wait_freq": opts.wait_freq,
+            "wait_budget": opts.wait_budget,
 
             "trampoline_elf": (opts.call_graph == "dwarf" and
                                not opts.memfd_trampolines)}

@@ -5,25 +5,29 @@ and why.
 Besides its CPU samples, perf records every context switch of the
 program's threads, twice:
 
-  - a sample of the software event context-switches (period 1; at most
-    --wait-freq a second a thread where given), taken as the thread
-    leaves its CPU, with the whole stack (kernel, native and Python
-    frames: the trampolines name the Python ones as in the CPU profile);
+  - a sample of the software event context-switches, taken as the
+    thread leaves its CPU, with the whole stack (kernel, native and
+    Python frames: the trampolines name the Python ones as in the CPU
+    profile): at every switch, or, while the program switches more than
+    RATE times a second, at about --wait-freq a second a thread (perf's
+    frequency mode); record's watch (Budget) enables one or the other,
+    and stops them both where perf.data reaches half its --wait-budget;
   - PERF_RECORD_SWITCH records (--switch-events): OUT as the thread
     leaves its CPU, flagged PREEMPT where it was still runnable (the
     scheduler took the CPU; or the thread yielded it), IN as it runs
     again.
 
-A switch sample of thread T at time t weighs the time until T runs
-again: the first IN of T after its OUT at t, times the switches the
-sample stands for (1, or its period with --wait-freq).  The records time
-every switch, so each thread's time blocked and its time preempted (by
-the OUT's flag) are exact; the samples only split them by stack: each
-sample's weight is scaled so that its thread's samples of that kind add
-up to the records' time (which also spreads the time of samples perf
-lost over the others of their thread).  A sample whose OUT or IN is
-missing, or that waits past the recording's end, weighs nothing and is
-counted.  A switch is voluntary (the thread
+The records time every switch, so each thread's time blocked and its
+time preempted (by the OUT's flag) are exact; the samples only split
+them by stack.  A switch sample stands for the switches of its thread
+and kind (the OUT's flag) since the previous sample of that thread and
+kind, up to its own (one where every switch is sampled), and weighs
+their time off CPU: from each OUT to the thread's next IN.  A thread's
+switches after its last sample of a kind (perf lost the samples, the
+stacks were sampled or stopped) weigh nothing in the tables and are
+counted as "no sampled stack"; a sample whose OUT is missing is
+counted apart.  What perf lost (its LOST_SAMPLES, by event) is said
+after the tables.  A switch is voluntary (the thread
 blocked) unless its OUT is flagged PREEMPT and its stack does not show
 sched_yield (PyMutex spins with sched_yield before it parks: that thread
 waits for the lock, not for a CPU); involuntary ones ("preempted") are
@@ -52,46 +56,101 @@ Python frame), drawn by the same page as flame.html (jitring._flame).
 """
 
 import bisect
+import json
 import os
 import re
+import select
 import struct
+import sys
+import threading
+import time
 
 from jitring import _flame, _perfdata, _report
+from jitring._jitsyms import no_gc
 
-# The event perf samples as a thread leaves its CPU.
+# The event perf samples as a thread leaves its CPU, and the name perf
+# gives it (perf script's event column; perf's control descriptor
+# disables it by this name: Budget).
 EVENT = "context-switches"
-# --wait-freq: 0 samples every switch with its stack (exact).  HZ asks
-# perf's frequency mode for at most HZ switch samples a second a thread:
-# the kernel sets each thread's period from its rate and each sample
-# carries its period, the switches it stands for.  Every switch still has
-# its records (--switch-events), so each thread's time blocked and
-# preempted stays exact; only its split by stack is sampled.  The cost
-# falls with the samples (a 4.5 s program switching 15,000 times a second:
-# folder 379 -> 97 MB, finish 21 -> 5 s at 999 Hz), but the period is
-# systematic, not random, and a new thread inherits its creator's: a
-# thread that switches rarely after a busy start, or a rare long wait in
-# a busy thread, may have no sample (a 0.3 s child wait was missed at
-# 999 Hz), so it is not the default.
-FREQ = 0
+NAME = "jitring-wait"
+FREQ_NAME = "jitring-wait-freq"
+# --wait-freq: where the program switches faster than RATE a second,
+# Budget trades the switch event taken at every switch (NAME) for one in
+# perf's frequency mode (FREQ_NAME): at most about HZ switch samples
+# (each with its stack) a second a thread, the kernel setting each
+# thread's period from its rate as it runs, each sample carrying its
+# period.  The cost then follows the threads' running time, not their
+# switches (and the kernel gives fewer samples than HZ to a thread that
+# switches in bursts: a thread yielding 7,000 times a second got about
+# 10 a second at 250).  Every switch still has its records
+# (--switch-events), so each thread's time blocked and preempted stays
+# exact; only its split by stack is sampled: a sample stands for the
+# switches of its thread and kind since its previous one and weighs
+# their time.  A rare long wait in a busy thread may have no sample of
+# its own, and a thread's switches after its last sample have none:
+# their time is "no sampled stack", in the header line, the --wall lines
+# and a note.  0: every switch's stack however fast the program switches
+# (bounded by --wait-budget alone).  Only one of the two is on at a
+# time: with two sampling context-switches events on a task, perf 6.1
+# here wrote a sample of every switch for each, with a period of 1.
+FREQ = 250
+# Where the program's threads switch more than RATE times a second,
+# their switches' stacks are sampled (FREQ_NAME) rather than all taken
+# (at 8 KiB a stack, 5,000 a second is 40 MB a second for perf to write
+# and for perf script to unwind after); below RATE_LOW, all taken again.
+RATE = 5000
+RATE_LOW = 2500
+
+
 # dwarf mode's stack copy per switch sample (--wait-stack-size): perf
 # writes each sample's whole copy, and at 20,000 switches a second 32 KiB
 # copies (660 MB/s) lost 41-69% of the samples here, 8 KiB none or a
 # few.  The innermost frames (the reason, the self table) are always in
 # the copy; a stack it cuts loses its outer frames.
 STACK_SIZE = 8192
-# perf's ring buffer for --wait: a switch sample carries its stack copy
-# (8 KiB in dwarf mode), and a program that switches 20,000 times a second
-# overruns perf's default (512 KiB) at once.  Only where perf may lock
-# that much (root): another user's limit is perf_event_mlock_kb (516 KiB
-# by default), and perf would refuse.
-MMAP = "32M"
+# --wait-budget: the most bytes perf.data may take.  perf itself stops
+# the session at the cap (--max-size); record's watch (Budget) stops the
+# switches' stacks at half of it, so that the switch records (two of 32
+# bytes a switch: 19 MB a second at 300,000 switches) and the CPU samples
+# go on in the other half.
+BUDGET = 1 << 30
+# perf's ring buffer for --wait (a CPU's; root only: another user's limit
+# is perf_event_mlock_kb, 516 KiB by default, and perf would refuse): a
+# program switching 300,000 times a second writes 19 MB a second of
+# switch records, which overrun perf's default (512 KiB) at once.  perf
+# checks its cap after each ring's write, so a ring is at most a
+# sixteenth of the budget over the CPUs: the cap less one ring a CPU is
+# never passed.
+MMAP_MAX = 32 << 20
+MMAP_MIN = 1 << 20
+
+
+def ring(budget, cpus=None):
+    """perf's ring buffer a CPU for @budget, in bytes: a power of two."""
+    n = budget // (16 * (cpus or os.cpu_count() or 1))
+    r = MMAP_MIN
+    while r * 2 <= min(n, MMAP_MAX):
+        r *= 2
+    return r
+
+
+def data_cap(budget, cpus=None):
+    """perf record's --max-size for @budget: what perf may write before it
+    stops (it checks after each ring's write, so one ring a CPU is kept
+    back; and 1/16 for the folder's other files: dumps, pages)."""
+    cpus = cpus or os.cpu_count() or 1
+    r = ring(budget, cpus) if os.geteuid() == 0 else 520 << 10
+    return max(budget - budget // 16 - r * cpus, budget // 4)
+
 
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_CONTEXT_SWITCHES = 3
+PERF_RECORD_LOST = 2
 PERF_RECORD_COMM = 3
 PERF_RECORD_EXIT = 4
 PERF_RECORD_FORK = 7
 PERF_RECORD_SAMPLE = 9
+PERF_RECORD_LOST_SAMPLES = 13
 PERF_RECORD_SWITCH = 14
 MISC_SWITCH_OUT = 1 << 13
 MISC_SWITCH_OUT_PREEMPT = 1 << 14
@@ -107,18 +166,230 @@ PREEMPTED = "preempted"
 UNSAMPLED = "no sampled stack"
 
 
-def perf_args(call_graph, stack_size=STACK_SIZE, freq=FREQ):
+def perf_args(call_graph, stack_size=STACK_SIZE, freq=FREQ, budget=BUDGET):
     """What perf record is given besides its CPU event: -F stays that
-    event's, the switch event has a frequency (or at @freq 0, a period of
-    1) of its own (and in dwarf mode its own stack copy); -P records the
-    period in every sample, so that both events' samples have one layout
-    (jitring._perfdata reads one) and each switch sample says how many
-    switches it stands for."""
-    terms = "freq=%d" % freq if freq else "period=1"
-    if call_graph == "dwarf":
-        terms += ",call-graph=dwarf,stack-size=%d" % stack_size
-    return ["-e", "%s/%s/" % (EVENT, terms), "--switch-events", "-P"] + \
-        (["-m", MMAP] if os.geteuid() == 0 else [])
+    event's; the switch event twice, each with its own stack copy in
+    dwarf mode: NAME at every switch (a period of 1), FREQ_NAME at about
+    @freq a second a thread (perf's frequency mode; none at @freq 0),
+    Budget enabling one at a time; -P records the period in every sample,
+    so that the events' samples have one layout (jitring._perfdata reads
+    one) and each switch sample says how many switches it stands for;
+    --max-size keeps perf.data inside @budget."""
+    stack = ",call-graph=dwarf,stack-size=%d" % stack_size \
+        if call_graph == "dwarf" else ""
+    args = ["-e", "%s/period=1,name=%s%s/" % (EVENT, NAME, stack)]
+    if freq:
+        args += ["-e", "%s/freq=%d,name=%s%s/" % (EVENT, freq, FREQ_NAME,
+                                                 stack)]
+    args += ["--switch-events", "-P",
+             "--max-size", "%dK" % (data_cap(budget) >> 10)]
+    if os.geteuid() == 0:
+        args += ["-m", "%dK" % (ring(budget) >> 10)]
+    return args
+
+
+# What Budget leaves for the finishing: when the stacks stopped, when perf
+# stopped at its cap.
+BUDGET_FILE = "wait-budget.json"
+LIMIT_LINE = "perf size limit reached"
+
+
+class Budget:
+    """record's watch over the recording while the program runs.
+
+    Stacks: perf starts with both switch events on; at once the watch
+    disables FREQ_NAME, so that the program starts with every switch's
+    stack (NAME).  Every RATE_EVERY it reads the program's switches from
+    /proc: above RATE a second it samples their stacks (FREQ_NAME on,
+    NAME off: about --wait-freq a second a thread), and after CALM such
+    windows below RATE_LOW it takes every switch's again.  A program that
+    switches fast from its start floods perf's buffers for one window
+    (some samples and records lost, counted in the tables).  Size: at
+    half the cap, it disables both (no more stacks; the switch records,
+    the CPU samples and perf's other records go on); at the cap perf
+    stops the session itself (--max-size) and the program runs on
+    unrecorded.  Each says so on stderr as it happens (the first time
+    the program switches faster than RATE), and in BUDGET_FILE for the
+    tables."""
+
+    POLL = 0.02
+    RATE_EVERY = 0.05
+    CALM = 10
+
+    ACK_WAIT = 1.0
+
+    def __init__(self, out, budget, ctl, ack, proc, pid, freq):
+        self.out, self.budget, self.ctl, self.proc = out, budget, ctl, proc
+        self.ack = ack
+        self.pid, self.freq = pid, freq
+        self.cap = data_cap(budget)
+        self.path = os.path.join(out, "perf.data")
+        self.t0 = time.monotonic()
+        # What the tables say: the budget; the seconds of the program
+        # its stacks were sampled, and its switches in them.
+        self.got = {"budget": budget, "cap": self.cap, "freq": freq,
+                    "sampled_s": 0.0, "sampled_n": 0}
+        self.done = threading.Event()
+        _report.claim(out, [BUDGET_FILE])
+        self.sampling = False
+        self.calm = 0
+        if freq:
+            self.command("disable", FREQ_NAME)
+        self.thread = threading.Thread(target=self.run, daemon=True,
+                                       name="jitring-wait-budget")
+        self.thread.start()
+
+    def command(self, verb, name):
+        """Send perf one command and wait for its ack: perf reads its
+        control descriptor a read at a time and acts on the first
+        command of a read only."""
+        try:
+            os.write(self.ctl, ("%s %s\n" % (verb, name)).encode())
+            end = time.monotonic() + self.ACK_WAIT
+            got = b""
+            while b"ack" not in got:
+                left = end - time.monotonic()
+                if left <= 0 or not select.select([self.ack], [], [],
+                                                  left)[0]:
+                    return False
+                chunk = os.read(self.ack, 64)
+                if not chunk:
+                    return False
+                got += chunk
+            return True
+        except OSError:
+            return False
+
+    def adapt(self, last):
+        """Sample the stacks or take them all, by the rate of switches
+        since @last (time, {tid: switches}); returns the new last."""
+        now, seen = time.monotonic(), switches(self.pid)
+        # Each thread's switches since it was last read (a new one's
+        # since it started); one /proc could not read this time keeps
+        # its count for the next.
+        before = last[1]
+        k = sum(n - before.get(tid, 0) for tid, n in seen.items())
+        before.update(seen)
+        rate = max(0, k) / (now - last[0])
+        got = self.got
+        if self.sampling:
+            got["sampled_s"] += now - last[0]
+            got["sampled_n"] += max(0, k)
+        if rate > RATE and "fast" not in got:
+            got["fast"] = rate
+            self.note("fast", "the program switches %d times a second, "
+                      "more than %d: the stacks of its switches are "
+                      "sampled while it does, about %d a second a thread "
+                      "at most (every switch is still timed)"
+                      % (rate, RATE, self.freq))
+        # Back to every stack only after CALM windows below RATE_LOW: a
+        # window at every switch of a fast program floods perf's buffers
+        # (its samples and records lost).
+        self.calm = self.calm + 1 if rate < RATE_LOW else 0
+        if self.sampling and self.calm >= self.CALM:
+            self.sampling = not (self.command("enable", NAME) and
+                                 self.command("disable", FREQ_NAME))
+        elif not self.sampling and rate > RATE:
+            self.sampling = self.command("disable", NAME) and \
+                self.command("enable", FREQ_NAME)
+        return now, before
+
+    def run(self):
+        last = (self.t0, switches(self.pid))
+        while not self.done.wait(self.POLL):
+            try:
+                size = os.stat(self.path).st_size
+            except OSError:
+                size = 0
+            # The size first: a flood fills perf.data in a few polls.
+            if "stacks_off" not in self.got and size * 2 >= self.cap:
+                self.note("stacks_off",
+                          "perf.data at %d MB, half its %d MB cap "
+                          "(--wait-budget %d MB): no more stacks of "
+                          "context switches from here (every switch is "
+                          "still timed)" % (size >> 20, self.cap >> 20,
+                                            self.budget >> 20))
+                self.command("disable", NAME)
+                if self.freq:
+                    self.command("disable", FREQ_NAME)
+            if self.proc.poll() is not None:
+                # perf ends with the program too: only its own line says
+                # it stopped at the cap.
+                if self.hit():
+                    self.stopped(size)
+                return
+            if self.freq and "stacks_off" not in self.got and \
+                    time.monotonic() - last[0] >= self.RATE_EVERY:
+                last = self.adapt(last)
+
+    def stopped(self, size):
+        self.note("perf_off", "perf.data at its %d MB cap "
+                  "(--wait-budget %d MB): perf stopped recording; the "
+                  "program runs on unrecorded"
+                  % (self.cap >> 20, self.budget >> 20))
+
+    def hit(self):
+        try:
+            with open(os.path.join(self.out, "perf-record.log"),
+                      errors="replace") as f:
+                return LIMIT_LINE in f.read()
+        except OSError:
+            return False
+
+    def note(self, key, what):
+        t = time.monotonic() - self.t0
+        self.got[key] = t
+        sys.stderr.write("jitring record: --wait, %.1f s in: %s\n"
+                         % (t, what))
+        self.save()
+
+    def save(self):
+        try:
+            with open(os.path.join(self.out, BUDGET_FILE), "w") as f:
+                json.dump(self.got, f)
+        except OSError:
+            pass
+
+    def stop(self):
+        """Stop watching (the program ended, or perf did)."""
+        self.done.set()
+        self.thread.join()
+        # perf writes its line as it stops at the cap, before it exits.
+        if "perf_off" not in self.got and self.hit():
+            self.stopped(self.cap)
+        self.save()
+
+
+def switches(pid):
+    """{tid: its context switches so far} of the threads of process @pid
+    ({} where /proc cannot say)."""
+    got = {}
+    try:
+        tids = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return got
+    for tid in tids:
+        n = 0
+        try:
+            with open("/proc/%d/task/%s/status" % (pid, tid), "rb") as f:
+                for line in f:
+                    if line.startswith((b"voluntary_ctxt",
+                                        b"nonvoluntary_ctxt")):
+                        n += int(line.split()[1])
+        except (OSError, ValueError):
+            continue        # ended meanwhile
+        got[tid] = n
+    return got
+
+
+def budget_of(out):
+    """What Budget noted in @out ({} where it noted nothing)."""
+    try:
+        with open(os.path.join(out, BUDGET_FILE)) as f:
+            got = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return got if isinstance(got, dict) else {}
 
 
 # ---- can perf give them here -------------------------------------------
@@ -175,7 +446,7 @@ def split(samples):
     """(the CPU samples, the switch samples) of script()'s."""
     cpu, waits = [], []
     for s in samples:
-        (waits if s[5].startswith(EVENT) else cpu).append(s)
+        (waits if s[5].startswith((NAME, EVENT)) else cpu).append(s)
     return cpu, waits
 
 
@@ -196,12 +467,29 @@ class Threads:
         # (tid, time) -> the switches a switch sample stands for, where
         # more than one (sampled at a frequency: --wait-freq)
         self.period = {}
-        self._off = {}      # tid -> off_cpu()
-        with _perfdata.PerfData(path) as pd:
+        self._off = {}      # tid -> _sums()
+        self._end = None    # the last record's time
+        # What perf lost (its buffers were full), by the event it was
+        # of: "switch" (switch samples), "cpu" (the CPU event's samples),
+        # "records" (the tracking event's: the switch, fork, exit and
+        # map records), from its LOST_SAMPLES records; "any": all the
+        # events', from its LOST records.
+        self.lost = {}
+        # Two lists' items a switch: no collection while they are made
+        # (each walks the whole heap: 7.1 s for 1.4 million records with
+        # it, 1.3 s without).
+        with _perfdata.PerfData(path) as pd, no_gc():
             self._read(pd)
+        first, last = self.first, self.last
         for d in (self.outs, self.ins):
-            for v in d.values():
+            for tid, v in d.items():
                 v.sort()
+                a = v[0][0] if d is self.outs else v[0]
+                b = v[-1][0] if d is self.outs else v[-1]
+                if a < first.get(tid, a + 1):
+                    first[tid] = a
+                if b > last.get(tid, -1):
+                    last[tid] = b
 
     def _read(self, pd):
         st = pd.attr.sample_type
@@ -232,15 +520,83 @@ class Threads:
                 if (a.type, a.config) == (PERF_TYPE_SOFTWARE,
                                           PERF_COUNT_SW_CONTEXT_SWITCHES):
                     switch_ids.update(a.ids)
+        kind = {i: "cpu" for i in pd.attrs[0].ids or ()}
+        kind.update((i, "records") for a in pd.attrs[1:]
+                    for i in a.ids or () if i not in switch_ids)
+        kind.update((i, "switch") for i in switch_ids)
+        # An id in a record's sample_id trailer: the last word
+        # (identifier), or after its tid and time.
+        t_id = -8 if st & S.S_IDENTIFIER else \
+            -tail + 8 * bin(st & (S.S_TID | S.S_TIME)).count("1") \
+            if st & S.S_ID else None
         m = pd.m
+        since = self.since
+        outs, ins, seen = self.outs, self.ins, self.pid
+        sw_out, sw_pre = MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT
+        hdr = struct.Struct("<IHH").unpack_from
+        # A switch record's trailer starts with its pid, tid and time
+        # (sample_type has both, checked above).
+        pidtidt = struct.Struct("<IIQ").unpack_from
+        other = self._other(m, tail, kind, t_id, switch_ids, s_tid, s_id,
+                            s_period)
+        # The walk of jitring._perfdata.PerfData.records(), inline: the
+        # switch records are most of a --wait recording (two a switch),
+        # and each costs here what the generator alone would.
+        off, stop = pd.data
+        while off + 8 <= stop:
+            typ, misc, size = hdr(m, off)
+            if size < 8 or off + size > stop:
+                raise _perfdata.PerfDataError(
+                    "%s: a record of size %d at %#x" % (pd.path, size, off))
+            if typ == PERF_RECORD_SWITCH:
+                if size >= 8 + tail:
+                    pid, tid, t = pidtidt(m, off + size - tail)
+                    if t >= since and t and tid:
+                        d = outs if misc & sw_out else ins
+                        lst = d.get(tid)
+                        if lst is None:
+                            lst = d[tid] = []
+                            seen.setdefault(tid, pid)
+                        lst.append((t, (misc & sw_pre) != 0)
+                                   if d is outs else t)
+            elif typ == _perfdata.PERF_RECORD_COMPRESSED:
+                raise _perfdata.PerfDataError(
+                    "%s holds compressed records (-z)" % pd.path)
+            else:
+                other(typ, misc, off, size)
+            off += size
+
+    def _other(self, m, tail, kind, t_id, switch_ids, s_tid, s_id,
+               s_period):
+        """_read()'s reader of the records other than switches: samples
+        (their periods), names, forks and exits (the threads' lives), and
+        what perf lost."""
         pidtid = struct.Struct("<II")
         u64 = struct.Struct("<Q")
-        first, last, outs, ins = self.first, self.last, self.outs, self.ins
-        period = self.period
-        for typ, misc, off, size in pd.records():
+        first, last = self.first, self.last
+        period, lost = self.period, self.lost
+
+        def one(typ, misc, off, size):
+            if typ in (PERF_RECORD_LOST, PERF_RECORD_LOST_SAMPLES):
+                # LOST: id, lost; LOST_SAMPLES: lost, then the trailer.
+                if size < 24 or typ == PERF_RECORD_LOST_SAMPLES and (
+                        t_id is None or size < 16 + tail):
+                    return
+                # A LOST record's id is of the event that wrote it, not
+                # of those lost: only LOST_SAMPLES (perf record's, from
+                # each event's count) say whose.
+                if typ == PERF_RECORD_LOST:
+                    k = "any"
+                    n, = u64.unpack_from(m, off + 16)
+                else:
+                    n, = u64.unpack_from(m, off + 8)
+                    i, = u64.unpack_from(m, off + size + t_id)
+                    k = kind.get(i, "records")
+                lost[k] = lost.get(k, 0) + n
+                return
             if typ == PERF_RECORD_SAMPLE:
                 if size < max(s_tid + 16, s_period + 8):
-                    continue
+                    return
                 pid, tid = pidtid.unpack_from(m, off + s_tid)
                 t, = u64.unpack_from(m, off + s_tid + 8)
                 if switch_ids and u64.unpack_from(m, off + s_id)[0] in \
@@ -248,50 +604,46 @@ class Threads:
                     n, = u64.unpack_from(m, off + s_period)
                     if n > 1:
                         period[(tid, t)] = n
-            elif typ in (PERF_RECORD_SWITCH, PERF_RECORD_COMM):
+            elif typ == PERF_RECORD_COMM:
                 if size < 8 + tail:
-                    continue
+                    return
                 p = off + size - tail
                 pid, tid = pidtid.unpack_from(m, p)
                 t, = u64.unpack_from(m, p + 8)
-                if typ == PERF_RECORD_SWITCH and t < self.since:
-                    continue
-                if typ == PERF_RECORD_SWITCH:
-                    if misc & MISC_SWITCH_OUT:
-                        outs.setdefault(tid, []).append(
-                            (t, bool(misc & MISC_SWITCH_OUT_PREEMPT)))
-                    else:
-                        ins.setdefault(tid, []).append(t)
-                else:
-                    end = m.find(b"\0", off + 16, p)
-                    name = m[off + 16:end if end >= 0 else p].decode(
-                        errors="replace")
-                    if t >= self.comm.get(tid, (-1,))[0]:
-                        self.comm[tid] = (t, name)
+                end = m.find(b"\0", off + 16, p)
+                name = m[off + 16:end if end >= 0 else p].decode(
+                    errors="replace")
+                if t >= self.comm.get(tid, (-1,))[0]:
+                    self.comm[tid] = (t, name)
             elif typ in (PERF_RECORD_FORK, PERF_RECORD_EXIT):
                 if size < 32:
-                    continue
+                    return
                 pid, _, tid, _ = struct.unpack_from("<IIII", m, off + 8)
                 t, = u64.unpack_from(m, off + 24)
                 if t >= self.since:
                     (self.start if typ == PERF_RECORD_FORK else
                      self.end)[tid] = t
             else:
-                continue
+                return
             if t == 0 or tid == 0:
-                continue
+                return
             self.pid.setdefault(tid, pid)
             if t < self.since:
-                continue
+                return
             if t < first.get(tid, t + 1):
                 first[tid] = t
             if t > last.get(tid, -1):
                 last[tid] = t
+        return one
 
     def life(self, tid):
-        """(start, end) of the thread in the recording, in ns."""
+        """(start, end) of the thread in the recording, in ns: a thread
+        with no EXIT (alive when perf stopped) lives to the recording's
+        last record."""
         a = self.start.get(tid, self.first.get(tid, 0))
-        b = self.end.get(tid, self.last.get(tid, a))
+        if self._end is None:
+            self._end = max(self.last.values(), default=0)
+        b = self.end.get(tid, self._end if tid in self.last else a)
         return a, max(a, b)
 
     def name(self, tid):
@@ -300,42 +652,57 @@ class Threads:
         c = self.comm.get(tid) or self.comm.get(self.pid.get(tid))
         return _flame.escape(c[1] if c else "?")
 
-    def wait_of(self, tid, t):
-        """(ns until @tid runs again after its switch at @t, whether the
-        switch was a preemption), or None where its records are
-        missing."""
+    def out_index(self, tid, t):
+        """The index in self.outs[@tid] of the switch a switch sample at
+        @t was taken at (its OUT record follows within PAIR_NS), or None
+        where that record is missing."""
         outs = self.outs.get(tid)
-        ins = self.ins.get(tid)
-        if not outs or not ins:
+        if not outs:
             return None
         i = bisect.bisect_left(outs, (t, False))
         if i == len(outs) or outs[i][0] - t > PAIR_NS:
             return None
-        t_out, preempt = outs[i]
-        j = bisect.bisect_right(ins, t_out)
-        if j == len(ins):
-            return None
-        t_in = ins[j]
-        # An OUT before that IN: the IN of this switch was lost.
-        if i + 1 < len(outs) and outs[i + 1][0] < t_in:
-            return None
-        return t_in - t, preempt
+        return i
+
+    def span(self, tid, j, i):
+        """{preempted: ns} off CPU of the thread's switches j+1 to i (its
+        OUTs, by index)."""
+        sums = self._sums(tid)
+        return {k: v[i + 1] - v[j + 1] for k, v in sums.items()
+                if v[i + 1] > v[j + 1]}
+
+    def _sums(self, tid):
+        """{preempted: prefix sums}: item k of a list is the time off CPU
+        of the thread's first k switches of that kind, from each OUT to
+        the IN after it (or the thread's end)."""
+        got = self._off.get(tid)
+        if got is None:
+            b = self.life(tid)[1]
+            ins = self.ins.get(tid, [])
+            n = len(ins)
+            sums = {False: [0], True: [0]}
+            f, p = sums[False], sums[True]
+            a = c = j = 0
+            # Both lists sorted: the first IN after each OUT only moves
+            # forward.
+            for t, pre in self.outs.get(tid, []):
+                while j < n and ins[j] <= t:
+                    j += 1
+                d = (ins[j] if j < n and ins[j] < b else b) - t
+                if d > 0:
+                    if pre:
+                        c += d
+                    else:
+                        a += d
+                f.append(a)
+                p.append(c)
+            got = self._off[tid] = sums
+        return got
 
     def off_cpu(self, tid):
-        """{preempted: ns} the thread was off its CPU, from each OUT to
-        the IN after it (or the thread's end), by the OUT's preemption
-        flag (worked out once a thread)."""
-        off = self._off.get(tid)
-        if off is not None:
-            return off
-        b = self.life(tid)[1]
-        off = self._off[tid] = {}
-        ins = self.ins.get(tid, [])
-        for t, pre in self.outs.get(tid, []):
-            j = bisect.bisect_right(ins, t)
-            e = min(ins[j], b) if j < len(ins) else b
-            off[pre] = off.get(pre, 0) + max(0, e - t)
-        return off
+        """{preempted: ns} the thread was off its CPU, by the OUT
+        records' preemption flag."""
+        return {k: v[-1] for k, v in self._sums(tid).items() if v[-1]}
 
     def on_cpu(self, tid):
         """ns the thread ran: its lifetime less its time off CPU."""
@@ -726,35 +1093,43 @@ class Waits:
         except _perfdata.PerfDataError as e:
             raise _report.RecordError("cannot read the context switches "
                                       "of %s: %s" % (data, e))
+        self.budget = budget_of(out)
         self.unmatched = 0
         self.own = 0
         self.samples = len(samples)
         self.cut_ns = 0
-        covered = {}        # tid -> the switches its samples stand for
         sampled = set()     # the tids with a sample for more than one
-        # Pass 1: each sample's wait, weighed by the switches it stands
-        # for (its period, sampled at a frequency), and its sum by thread
-        # and kind of switch (the OUT record's preemption flag).
+        # Pass 1: each sample stands for the switches of its thread and
+        # kind (the OUT records' preemption flag) since the one its
+        # previous sample of that kind was taken at, to its own (one, at
+        # every switch; about its period, sampled at a frequency), and
+        # weighs their time off CPU, timed by the records.  A thread's
+        # switches of a kind after its last sample of it have no stack:
+        # UNSAMPLED.
         rows = []
-        raw = {}            # (tid, preempted) -> ns the samples weigh
+        covered = {}        # (tid, preempted) -> ns the samples weigh
         seen = {}
+        marks = {}          # (tid, kind) -> its last sampled OUT's index
         # record --pid: the frames each thread of the service ran
         # throughout the window (jitring._report.with_running()).
         o_pid, o_tids = outer or (None, {})
-        for pid, comm, frames, tid, t, _ in samples:
+        for pid, comm, frames, tid, t, _ in sorted(samples,
+                                                   key=lambda s: s[4]):
             if top_pid is not None and pid != top_pid:
                 continue
-            n = th.period.get((tid, t), 1)
-            covered[tid] = covered.get(tid, 0) + n
-            if n > 1:
+            if th.period.get((tid, t), 1) > 1:
                 sampled.add(tid)
-            w = th.wait_of(tid, t)
-            if w is None:
+            i = th.out_index(tid, t)
+            if i is None:
                 self.unmatched += 1
                 continue
-            ns, preempt = w
-            ns *= n
-            raw[(tid, preempt)] = raw.get((tid, preempt), 0) + ns
+            preempt = th.outs[tid][i][1]
+            j = marks.get((tid, preempt), -1)
+            if i <= j:
+                continue        # the same switch's other event
+            marks[(tid, preempt)] = i
+            ns = th.span(tid, j, i).get(preempt, 0)
+            covered[(tid, preempt)] = covered.get((tid, preempt), 0) + ns
             o = o_tids.get(tid) if pid == o_pid else None
             k = (comm, tuple(frames), preempt, o)
             c = seen.get(k)
@@ -764,12 +1139,6 @@ class Waits:
                 self.own += 1
                 continue
             rows.append((pid, comm, tid, preempt, ns, c))
-        # The records time every switch: each thread's time blocked and
-        # preempted is theirs, and only its split by stack is the
-        # samples' (exact at every switch sampled, an estimate at a
-        # frequency; perf's lost samples leave the others to share it).
-        exact = {(tid, kind): ns for tid in {k[0] for k in raw}
-                 for kind, ns in th.off_cpu(tid).items()}
         total, self_, stacks = {}, {}, {}
         pre_self = {}
         per_thread = {}     # tid -> {reason: ns}
@@ -777,7 +1146,6 @@ class Waits:
         self.comm = {}      # tid -> its name in its samples
         comms = {}
         for pid, comm, tid, preempt, ns, c in rows:
-            ns = ns * exact.get((tid, preempt), 0) // raw[(tid, preempt)]
             key, why, py, first, cut = c
             if cut:
                 self.cut_ns += ns
@@ -812,16 +1180,17 @@ class Waits:
                              for t in self.tids)
         # Every context switch of the program's threads, by the records.
         self.switches = sum(len(th.outs.get(t, ())) for t in self.tids)
-        self.sampled = bool(sampled)
-        # Switches no sample stands for (perf lost them: its buffer was
-        # full), and time off CPU of a kind of which a thread has no
-        # sample at all (no stack to give it).
-        self.lost = sum(max(0, len(th.outs.get(t, ())) - covered.get(t, 0))
-                        for t in self.tids)
+        # Sampled: a sample stood for more than one switch, or the
+        # watch sampled the stacks for a while (perf's frequency mode
+        # may have taken none there).
+        self.sampled = bool(sampled) or bool(self.budget.get("fast"))
+        # What perf lost (th.lost), and time off CPU of a kind of which a
+        # thread has no sample at all (no stack to give it).
         self.unsampled_ns = 0
         for t in self.tids:
             for kind, ns in th.off_cpu(t).items():
-                if (t, kind) not in raw:
+                ns -= covered.get((t, kind), 0)
+                if ns > 0:
                     self.unsampled_ns += ns
                     r = per_thread.setdefault(t, {})
                     r[UNSAMPLED] = r.get(UNSAMPLED, 0) + ns
@@ -891,7 +1260,7 @@ class Waits:
         return ns * 2000 >= self.thread_ns
 
     def print(self, top):
-        cwd = self.meta.get("cwd")
+        dirs = _report.program_dirs(self.meta)
         wall = self.meta.get("wall")
         vol = sum(self.self_.values())
         pre = sum(r.get(PREEMPTED, 0) for r in self.per_thread.values())
@@ -901,15 +1270,22 @@ class Waits:
                   "sample of them (its samples of the kernel were "
                   "withheld?): no table of waits")
             return
+        off = sum(sum(self.threads.off_cpu(t).values()) for t in self.tids)
         print("%d context switches of %d thread%s over %.3f s of thread "
-              "time: %.3f s blocked (%.1f%%), %.3f s preempted (%.1f%%)"
+              "time: %.3f s off CPU (%.1f%%): %.3f s blocked (%.1f%%), "
+              "%.3f s preempted (%.1f%%)%s"
               % (self.switches, len(self.tids),
                  "" if len(self.tids) == 1 else "s", self.thread_ns / 1e9,
-                 vol / 1e9, self.share(vol), pre / 1e9, self.share(pre)))
+                 off / 1e9, self.share(off), vol / 1e9, self.share(vol),
+                 pre / 1e9, self.share(pre),
+                 ", %.3f s with no sampled stack (%.1f%%)"
+                 % (self.unsampled_ns / 1e9, self.share(self.unsampled_ns))
+                 if self.unsampled_ns else ""))
         if self.sampled:
-            print("(%d of them sampled with their stack, at up to %s a "
-                  "second a thread (--wait-freq): each weighs the switches "
-                  "it stands for)"
+            print("(%d of them sampled with their stack, about %s a "
+                  "second a thread at most (--wait-freq): a sample weighs "
+                  "the switches of its thread it stands for, timed at "
+                  "every switch)"
                   % (self.samples, self.meta.get("wait_freq") or "?"))
         reasons = {}
         for (_, why), ns in self.self_.items():
@@ -945,7 +1321,7 @@ class Waits:
                 print("%15s  %-*s  %s" % (head, w, "reason", "function"))
                 for ns, why, name in rows:
                     print("%s  %-*s  %s" % (self.cell(ns), w, why,
-                                            _report.fmt_name(name, cwd)))
+                                            _report.fmt_name(name, dirs)))
             print("\nWhere threads wait, by Python function (blocked "
                   "until each ran again; total: the function and all it "
                   "calls; share of all thread time):")
@@ -961,9 +1337,9 @@ class Waits:
             print("%15s  %s" % ("self", "function"))
             for name, ns in rows:
                 print("%s  %s" % (self.cell(ns),
-                                  _report.fmt_name(name, cwd)))
+                                  _report.fmt_name(name, dirs)))
         if wall:
-            self.print_wall(cwd)
+            self.print_wall(dirs)
         notes = []
         if self.unmatched:
             notes.append("%d switch%s without the time the thread ran "
@@ -974,14 +1350,12 @@ class Waits:
         if self.own:
             notes.append("%d switch%s of jitring's own work left out"
                          % (self.own, "" if self.own == 1 else "es"))
-        if self.lost * 100 > self.switches:
-            notes.append("%d of %d switches have no sample: perf lost them "
-                         "(see its warning below); their time is shared "
-                         "among the sampled ones of their thread"
-                         % (self.lost, self.switches))
+        notes += self.lost_notes()
         if self.unsampled_ns * 100 > self.thread_ns:
-            notes.append("%.3f s off CPU (%.1f%% of thread time) in threads "
-                         "with no sampled switch of its kind: in no table"
+            notes.append("%.3f s off CPU (%.1f%% of thread time) has no "
+                         "sampled stack (a thread with no sample of its "
+                         "kind of switch, or switches after the stacks "
+                         "stopped): in no table but --wall's lines"
                          % (self.unsampled_ns / 1e9,
                             self.share(self.unsampled_ns)))
         if self.cut_ns * 100 > self.thread_ns:
@@ -996,7 +1370,52 @@ class Waits:
         for n in notes:
             print("(%s)" % n)
 
-    def print_wall(self, cwd):
+    def lost_notes(self):
+        """What perf lost and what the budget stopped, one line each."""
+        notes = []
+        lost = self.threads.lost
+        if lost.get("switch"):
+            notes.append("perf lost %d samples of the switches (its "
+                         "buffers were full): the next sample of their "
+                         "thread stands for their switches"
+                         % lost["switch"])
+        if lost.get("records"):
+            notes.append("perf lost %d of its records of switches, forks "
+                         "and maps (its buffers were full): a thread whose "
+                         "switch record is lost has its time off CPU off "
+                         "by that switch's" % lost["records"])
+        elif lost.get("any") and not lost.get("switch") and \
+                not lost.get("cpu"):
+            notes.append("perf lost %d records (its buffers were full; "
+                         "this kernel does not say of which event): the "
+                         "times off CPU may be off by their switches"
+                         % lost["any"])
+        got = self.budget
+        if got.get("fast"):
+            t = got.get("sampled_s") or 0
+            notes.append("for %.1f s of the program, switching %d times a "
+                         "second (more than %d), the stacks of its "
+                         "switches were sampled, about %d a second a "
+                         "thread at most (--wait-freq), each weighing the "
+                         "switches it stands for; taken at every switch "
+                         "otherwise"
+                         % (t, (got.get("sampled_n") or 0) / t if t else 0,
+                            RATE, got.get("freq") or 0))
+        if "stacks_off" in got:
+            notes.append("stacks of switches were taken for the first %.1f "
+                         "s only: perf.data reached half its budget "
+                         "(--wait-budget %d MB); every switch after is "
+                         "timed, its stack is \"%s\""
+                         % (got["stacks_off"], got.get("budget", 0) >> 20,
+                            UNSAMPLED))
+        if "perf_off" in got:
+            notes.append("perf stopped recording %.1f s in: perf.data "
+                         "reached its budget (--wait-budget %d MB); what "
+                         "the program did after is in no table"
+                         % (got["perf_off"], got.get("budget", 0) >> 20))
+        return notes
+
+    def print_wall(self, dirs):
         th = self.threads
         print("\nEach thread's time (--wall): CPU, then off CPU by "
               "reason:")
@@ -1014,7 +1433,7 @@ class Waits:
             if e:
                 fn = _report.fmt_name(
                     max(e.items(), key=lambda x: (x[1], x[0]))[0],
-                    cwd).split(":")[0]
+                    dirs).split(":")[0]
                 # 3.14+ names a thread "Thread-2 (target)", cut to 15
                 # bytes ("Thread-2 (targ"): the function once, whole.
                 base, sep, tail = what.rpartition(" (")
