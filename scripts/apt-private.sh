@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 # Sourced by the scripts that fetch Debian packages or sources from another
-# suite (build-python.sh, build-backend.sh, sid-python.sh): apt with a
+# suite (build-python.sh, build-backend.sh, sid-python.sh, auditwheel.sh): apt with a
 # private state and cache directory, so the machine's own apt
 # configuration and lists stay as they were.
 #
@@ -9,6 +9,13 @@
 #   apt_mirror_uri                          the Debian archive's URI from
 #       this machine's apt sources: the entry for a plain suite name (not
 #       -updates, -security, -backports) with component main.
+#   apt_unpack URIS DEBS ROOT [QUIET]      each package of URIS (apt-get
+#       --print-uris download's lines: 'URL' file size SHA256:hash, from
+#       the index whose Release file apt verified) downloaded into DEBS by
+#       apt-helper, its sha256 checked again, unpacked into ROOT with
+#       dpkg-deb -x (no maintainer script runs) and listed in
+#       ROOT/.jitring-debs; QUIET=1 keeps apt-helper's progress off
+#       stderr.  Sets APT_UNPACKED to the count; calls die on a failure.
 
 apt_mirror_uri() {
 	apt-get indextargets --no-release-info \
@@ -32,4 +39,30 @@ apt_private() {
 		  -o "Dir::Cache=$dir/cache"
 		  -o "Debug::NoLocking=1"
 		  -o "APT::Sandbox::User=root" "$@")
+}
+
+apt_unpack() {
+	local uris=$1 debs=$2 root=$3 quiet=${4:-0} url file size hash
+	mkdir -p "$debs" "$root"
+	APT_UNPACKED=0
+	while read -r url file size hash; do
+		url=${url//\'/}
+		case "$hash" in
+		SHA256:*) ;;
+		*) die "apt gave no sha256 for $file ($hash)" ;;
+		esac
+		[ "$quiet" = 1 ] || log "downloading $file ($size bytes)"
+		if [ "$quiet" = 1 ]; then
+			/usr/lib/apt/apt-helper -o "APT::Sandbox::User=root" \
+				download-file "$url" "$debs/$file" "$hash" >/dev/null 2>&1
+		else
+			/usr/lib/apt/apt-helper -o "APT::Sandbox::User=root" \
+				download-file "$url" "$debs/$file" "$hash" >&2
+		fi || die "download of $file failed"
+		echo "${hash#SHA256:}  $debs/$file" | sha256sum --quiet -c - ||
+			die "$file: sha256 mismatch"
+		dpkg-deb -x "$debs/$file" "$root"
+		echo "$file $hash" >>"$root/.jitring-debs"
+		APT_UNPACKED=$((APT_UNPACKED + 1))
+	done < <(grep "^'" <<<"$uris")
 }

@@ -93,22 +93,7 @@ uris=$(apt-get "${APT_OPTS[@]}" --print-uris download "${pkgs[@]}" 2>&1) ||
 [ "$(grep -c "^'" <<<"$uris")" -eq ${#pkgs[@]} ] ||
 	die "expected ${#pkgs[@]} packages from apt, got: $uris"
 
-mkdir -p "$tmp/debs" "$tmp/root"
-while read -r url file size hash; do
-	url=${url//\'/}
-	case "$hash" in
-	SHA256:*) ;;
-	*) die "apt gave no sha256 for $file ($hash)" ;;
-	esac
-	log "downloading $file ($size bytes)"
-	/usr/lib/apt/apt-helper -o "APT::Sandbox::User=root" \
-		download-file "$url" "$tmp/debs/$file" "$hash" >&2 ||
-		die "download of $file failed"
-	echo "${hash#SHA256:}  $tmp/debs/$file" | sha256sum --quiet -c - ||
-		die "$file: sha256 mismatch"
-	dpkg-deb -x "$tmp/debs/$file" "$tmp/root"
-	echo "$file $hash" >>"$tmp/root/.jitring-debs"
-done < <(grep "^'" <<<"$uris")
+apt_unpack "$uris" "$tmp/debs" "$tmp/root"
 
 # Both must run from the unpacked root (bookworm's python3 may have its
 # own packaging in /usr/lib/python3/dist-packages, behind PYTHONPATH).

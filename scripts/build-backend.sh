@@ -105,26 +105,14 @@ uris=$(apt-get "${APT_OPTS[@]}" --print-uris download "${PKGS[@]}" 2>&1) ||
 [ "$(grep -c "^'" <<<"$uris")" -eq ${#PKGS[@]} ] ||
 	die "expected ${#PKGS[@]} packages from apt, got: $uris"
 
-mkdir -p "$tmp/debs" "$tmp/root"
-while read -r url file size hash; do
-	url=${url//\'/}
+# meson-python and its friends are pure Python: the same on every machine.
+while read -r _ file _; do
 	case "$file" in
 	*_all.deb) ;;
 	*) die "$file is not architecture-independent" ;;
 	esac
-	case "$hash" in
-	SHA256:*) ;;
-	*) die "apt gave no sha256 for $file ($hash)" ;;
-	esac
-	log "downloading $file ($size bytes)"
-	/usr/lib/apt/apt-helper -o "APT::Sandbox::User=root" \
-		download-file "$url" "$tmp/debs/$file" "$hash" >&2 ||
-		die "download of $file failed"
-	echo "${hash#SHA256:}  $tmp/debs/$file" | sha256sum --quiet -c - ||
-		die "$file: sha256 mismatch"
-	dpkg-deb -x "$tmp/debs/$file" "$tmp/root"
-	echo "$file $hash" >>"$tmp/root/.jitring-debs"
 done < <(grep "^'" <<<"$uris")
+apt_unpack "$uris" "$tmp/debs" "$tmp/root"
 
 # The unpacked meson must run and be the one found (bookworm's own meson
 # is in /usr/lib/python3/dist-packages too, behind PYTHONPATH).

@@ -84,24 +84,8 @@ names=$(grep "^'" <<<"$closure" | awk '{ print $2 }' | grep -Ev "$skip_re" |
 # shellcheck disable=SC2086
 uris=$(apt-get "${APT_OPTS[@]}" --print-uris download $names 2>&1) ||
 	die "apt cannot locate the packages: $(tail -n 5 <<<"$uris")"
-mkdir -p "$tmp/debs" "$tmp/root"
-n=0
-while read -r url file size hash; do
-	url=${url//\'/}
-	case "$hash" in
-	SHA256:*) ;;
-	*) die "apt gave no sha256 for $file ($hash)" ;;
-	esac
-	/usr/lib/apt/apt-helper -o "APT::Sandbox::User=root" \
-		download-file "$url" "$tmp/debs/$file" "$hash" >/dev/null 2>&1 ||
-		die "download of $file failed"
-	echo "${hash#SHA256:}  $tmp/debs/$file" | sha256sum --quiet -c - ||
-		die "$file: sha256 mismatch"
-	dpkg-deb -x "$tmp/debs/$file" "$tmp/root"
-	echo "$file $hash" >>"$tmp/root/.jitring-debs"
-	n=$((n + 1))
-done < <(grep "^'" <<<"$uris")
-log "unpacked $n packages"
+apt_unpack "$uris" "$tmp/debs" "$tmp/root" 1
+log "unpacked $APT_UNPACKED packages"
 rm -rf "$tmp/debs"
 
 # The loader and libraries of the root, by their real paths (sid is
