@@ -106,7 +106,9 @@ MODULE = """
 
 
 def table_rows(out):
-    """The function column of both tables."""
+    """The function column of both tables (not their line of samples
+    with no Python frame)."""
+    from jitring._report import NO_PYTHON
     rows, on = [], False
     for line in out.splitlines():
         if line.startswith(("Hottest Python functions", "By self")):
@@ -115,7 +117,8 @@ def table_rows(out):
             on = False
         elif on:
             parts = line.split(None, 2)
-            if len(parts) == 3 and parts[0].endswith("%"):
+            if len(parts) == 3 and parts[0].endswith("%") and \
+                    parts[2] != NO_PYTHON:
                 rows.append(parts[2])
     return rows
 
