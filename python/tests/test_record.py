@@ -1588,7 +1588,7 @@ def test_max_stack(t, r):
                     "max-stack: refused in one line while another perf "
                     "session records call chains, the value and the "
                     "program untouched", p.stderr)
-        jrtest.poll(lambda: False, timeout=2)   # another session's end
+        time.sleep(2)   # back off: a retry once the other session ends
     else:
         t.skip("kernel.perf_event_max_stack kept by other perf sessions")
     t.check(p.returncode == 0 and "max_stack %d " % n in p.stdout and
@@ -1627,7 +1627,7 @@ def max_stack_deep(t, r, n):
                    "--", DEEP, "20", "250"])
         if not busy(p):
             break
-        jrtest.poll(lambda: False, timeout=2)
+        time.sleep(2)   # back off, then retry
     mod, cut, _ = deep_shares(out, DEEP)
     t.check(p.returncode == 0 and cut < 5 and mod > 90,
             "max-stack, fp: the 60-frame program's stacks whole at %d "
@@ -1656,7 +1656,7 @@ def max_stack_killed(t, r, prog, old, n):
         if not busy(subprocess.CompletedProcess(p.args, p.returncode, "",
                                                 p.stderr.read())):
             break
-        jrtest.poll(lambda: False, timeout=2)
+        time.sleep(2)   # back off, then retry
     words = line.decode().split()
     if not t.check(words[:2] == ["max_stack", str(n)],
                    "max-stack, killed: the program runs with %d" % n,
