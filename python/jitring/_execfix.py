@@ -86,7 +86,8 @@ def _stale_execs(pd):
     at = _time_at(pd)
     forked, first_map, execs = set(), {}, []
     m = pd.m
-    for typ, misc, off, sz in pd.records():
+    for typ, misc, off, sz in pd.records_of(RECORD_FORK, RECORD_MMAP,
+                                            RECORD_MMAP2, RECORD_COMM):
         if at is None or sz < 16 + at:
             t = None
         else:

@@ -297,6 +297,7 @@ def relative_markers(perf_data):
             for off, b in edits:
                 f.seek(off)
                 f.write(b)
+        _perfdata.keep_index(perf_data)     # names only: records stay
     return len(edits)
 
 

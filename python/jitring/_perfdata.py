@@ -17,8 +17,24 @@ once, with the file mapped, for three things:
 Only single-file perf.data (no --threads directories, no compressed
 records) is read; anything else is refused with PerfDataError and the
 caller takes the long way (perf inject on the whole dump).
+
+The finishing reads one perf.data several times, each reader for a few
+kinds of record (MMAP2 twice, the samples, the LOST records), and a
+--wait recording holds millions of switch records among them: walking
+them all costs about 0.4 us a record in Python each time.  So the first
+reader that asks for records by type walks the data section once and
+keeps, per type, the offsets of its records; the others read only their
+own records.  The index is kept only inside a kept_indexes() block (the
+finishing's), and while the file's identity, size, mtime and data
+section stay the same: a file written again is walked again.  A file
+written in place faster than its mtime moves (a test's mutations) could
+pass for the same file: outside such a block every reader walks afresh.
+keep_index() tells it that a rewrite in place kept every record where it
+was (jitring._jitsyms.relative_markers renames).
 """
 
+import array
+import contextlib
 import mmap
 import os
 import struct
@@ -62,6 +78,42 @@ _U32 = struct.Struct("<I")
 
 class PerfDataError(Exception):
     pass
+
+
+# The walked files: {path: (key, {type: array of offsets})}, key as
+# _index_key() gives it; kept while _KEEP (kept_indexes() blocks open).
+_INDEXES = {}
+_KEEP = [0]
+
+
+@contextlib.contextmanager
+def kept_indexes():
+    """Inside, each file's index is walked once and reused (module doc);
+    forgotten when the outermost block ends."""
+    _KEEP[0] += 1
+    try:
+        yield
+    finally:
+        _KEEP[0] -= 1
+        if not _KEEP[0]:
+            _INDEXES.clear()
+
+
+def _index_key(st, data):
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, data)
+
+
+def keep_index(path):
+    """@path was rewritten in place without moving or resizing a record:
+    its index (if walked) still holds."""
+    got = _INDEXES.get(path)
+    if got is not None:
+        try:
+            key = _index_key(os.stat(path), got[0][4])
+        except OSError:
+            _INDEXES.pop(path, None)
+            return
+        _INDEXES[path] = (key, got[1])
 
 
 # perf_event_attr's first size (PERF_ATTR_SIZE_VER0): the fields read here
@@ -141,6 +193,36 @@ class PerfData:
     def __exit__(self, *exc):
         self.close()
 
+    def index(self):
+        """{type: array of the offsets of its records}: walked once per
+        file inside a kept_indexes() block, each time outside one."""
+        key = _index_key(os.fstat(self.f.fileno()), self.data)
+        got = _INDEXES.get(self.path)
+        if got is not None and got[0] == key:
+            return got[1]
+        idx = {}
+        for typ, _, off, _ in self.records():
+            a = idx.get(typ)
+            if a is None:
+                a = idx[typ] = array.array("Q")
+            a.append(off)
+        if _KEEP[0]:
+            _INDEXES[self.path] = (key, idx)
+        return idx
+
+    def records_of(self, *types):
+        """records() of the types @types only, in the file's order."""
+        idx = self.index()
+        offs = [idx[t] for t in types if t in idx]
+        if len(offs) > 1:
+            offs = [sorted(o for a in offs for o in a)]
+        m = self.m
+        unpack = _HDR.unpack_from
+        for a in offs:
+            for off in a:
+                typ, misc, size = unpack(m, off)
+                yield typ, misc, off, size
+
     def records(self):
         """(type, misc, offset, size) of each record of the data
         section."""
@@ -168,9 +250,7 @@ class PerfData:
         record (the offset for a rewrite in place:
         jitring._jitsyms.relative_markers)."""
         m = self.m
-        for typ, _, off, size in self.records():
-            if typ != PERF_RECORD_MMAP2:
-                continue
+        for typ, _, off, size in self.records_of(PERF_RECORD_MMAP2):
             # pid tid addr len pgoff (maj min ino ino_gen | build id)
             # prot flags, then the name.
             name_off = off + 8 + 8 + 24 + 24 + 8
@@ -223,9 +303,7 @@ class PerfData:
         def cut(off, size):
             return PerfDataError("%s: a sample of %d bytes at %#x does not "
                                  "hold its fields" % (self.path, size, off))
-        for typ, _, off, size in self.records():
-            if typ != PERF_RECORD_SAMPLE:
-                continue
+        for typ, _, off, size in self.records_of(PERF_RECORD_SAMPLE):
             end = off + size
             if size < fixed:
                 raise cut(off, size)

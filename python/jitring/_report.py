@@ -1427,7 +1427,9 @@ def lost_records(out):
             continue
         try:
             with _perfdata.PerfData(path) as pd:
-                for typ, _, off, size in pd.records():
+                for typ, _, off, size in pd.records_of(
+                        _perfdata.PERF_RECORD_LOST,
+                        _perfdata.PERF_RECORD_LOST_SAMPLES):
                     if typ == _perfdata.PERF_RECORD_LOST and size >= 24:
                         chunks += 1
                         events += struct.unpack_from("<Q", pd.m, off + 16)[0]
@@ -1642,9 +1644,10 @@ def finish(out, meta, top=12, browser=False, prog="record", live=None):
     lockfd = -1
     wait = None
     early = 0
-    from jitring import _live
+    from jitring import _live, _perfdata
     try:
-        with Steps() as steps:
+        # The readers of perf.data below share one walk of it.
+        with Steps() as steps, _perfdata.kept_indexes():
             lockfd = lock(out, prog)
             try:
                 # What a finishing that held the lock before wrote.

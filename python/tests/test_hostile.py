@@ -31,9 +31,15 @@ whose perf.jit.data the cases read.
     or a record broken, empty, a foreign file; the dump, the recording's
     JSON or processes.jsonl garbage): exit 0 with valid outputs, or a
     non-zero exit with one line on stderr, never a traceback, within a
-    time limit.
-The cases, each run by name: names (1), readers (2), fuzz (3) and
-fuzz_report (4).  Skips (77) where perf cannot record here.
+    time limit;
+ 5. index: jitring._perfdata's per-type index of that recording's
+    perf.data gives each type's records as the whole walk does, in the
+    file's order; inside kept_indexes() one walk serves every reader
+    until the file is written again (unless keep_index()), and outside
+    none is kept (the fuzz writes files in place faster than their
+    mtime moves).
+The cases, each run by name: names (1), readers (2), fuzz (3),
+fuzz_report (4) and index (5).  Skips (77) where perf cannot record here.
 """
 
 import json
@@ -655,6 +661,66 @@ def test_fuzz_report(t, rec):
     small = rec.small()
     if small:
         whole(t, small, rec.seed)
+
+
+def rewrite(path, off):
+    """Write @path's byte at @off again, in place, its mtime a second on
+    (as a write a second later would leave it)."""
+    st = os.stat(path)
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(b)
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+
+
+def test_index(t, rec):
+    """The per-type index of perf.data's records (jitring._perfdata) on
+    the small recording: each type's records and a pair's as the full
+    walk gives them, in the file's order; inside kept_indexes() one walk
+    serves every reader of the file, until the file is written again
+    (unless keep_index() says its records stayed put); outside, none is
+    kept."""
+    small = rec.small()
+    if not small:
+        return
+    from jitring import _perfdata
+    path = os.path.join(t.scratch, "index.data")
+    shutil.copyfile(os.path.join(small, "perf.data"), path)
+    with _perfdata.PerfData(path) as pd:
+        every = list(pd.records())
+        types = sorted({r[0] for r in every})
+        same = all(list(pd.records_of(k)) == [r for r in every
+                                               if r[0] == k]
+                   for k in types)
+        pair = types[:2]
+        both = list(pd.records_of(*pair)) == [r for r in every
+                                              if r[0] in pair]
+    t.check(len(types) > 2 and same and both,
+            "index: each type's records, and two types' in the file's "
+            "order, as the whole walk gives them (%d types)" % len(types))
+    with _perfdata.kept_indexes():
+        with _perfdata.PerfData(path) as a, _perfdata.PerfData(path) as b:
+            shared = a.index() is b.index()
+        first = _perfdata.PerfData(path)
+        idx = first.index()
+        first.close()
+        rewrite(path, every[-1][2] + 8)
+        with _perfdata.PerfData(path) as c:
+            walked = c.index() is not idx
+            again = c.index()
+        rewrite(path, every[-1][2] + 8)
+        _perfdata.keep_index(path)
+        with _perfdata.PerfData(path) as d:
+            kept = d.index() is again
+    with _perfdata.PerfData(path) as e, _perfdata.PerfData(path) as f:
+        outside = e.index() is not f.index()
+    t.check(shared and walked and kept and outside,
+            "index: one walk for two readers in a kept_indexes() block "
+            "(%s), walked again once the file is written (%s), kept after "
+            "keep_index() (%s), none kept outside a block (%s)"
+            % (shared, walked, kept, outside))
 
 
 def fixture(t):
