@@ -1393,14 +1393,16 @@ class Waits:
         got = self.budget
         if got.get("fast"):
             t = got.get("sampled_s") or 0
-            notes.append("for %.1f s of the program, switching %d times a "
-                         "second (more than %d), the stacks of its "
+            # (No whole window sampled where perf stopped at once.)
+            when = ("for %.1f s of the program, switching %d times a "
+                    "second" % (t, (got.get("sampled_n") or 0) / t) if t
+                    else "once the program switched %d times a second"
+                    % got["fast"])
+            notes.append("%s (more than %d), the stacks of its "
                          "switches were sampled, about %d a second a "
                          "thread at most (--wait-freq), each weighing the "
                          "switches it stands for; taken at every switch "
-                         "otherwise"
-                         % (t, (got.get("sampled_n") or 0) / t if t else 0,
-                            RATE, got.get("freq") or 0))
+                         "otherwise" % (when, RATE, got.get("freq") or 0))
         if "stacks_off" in got:
             notes.append("stacks of switches were taken for the first %.1f "
                          "s only: perf.data reached half its budget "
