@@ -276,7 +276,7 @@ class Budget:
             got["sampled_s"] += now - last[0]
             got["sampled_n"] += max(0, k)
         if rate > RATE and "fast" not in got:
-            got["fast"] = rate
+            got["fast_rate"] = rate     # (note() keeps the time in "fast")
             self.note("fast", "the program switches %d times a second, "
                       "more than %d: the stacks of its switches are "
                       "sampled while it does, about %d a second a thread "
@@ -1393,16 +1393,23 @@ class Waits:
         got = self.budget
         if got.get("fast"):
             t = got.get("sampled_s") or 0
-            # (No whole window sampled where perf stopped at once.)
-            when = ("for %.1f s of the program, switching %d times a "
-                    "second" % (t, (got.get("sampled_n") or 0) / t) if t
-                    else "once the program switched %d times a second"
-                    % got["fast"])
-            notes.append("%s (more than %d), the stacks of its "
-                         "switches were sampled, about %d a second a "
-                         "thread at most (--wait-freq), each weighing the "
-                         "switches it stands for; taken at every switch "
-                         "otherwise" % (when, RATE, got.get("freq") or 0))
+            if t:
+                notes.append("for %.1f s of the program, switching %d "
+                             "times a second (more than %d), the stacks of "
+                             "its switches were sampled, about %d a second "
+                             "a thread at most (--wait-freq), each "
+                             "weighing the switches it stands for; taken "
+                             "at every switch otherwise"
+                             % (t, (got.get("sampled_n") or 0) / t, RATE,
+                                got.get("freq") or 0))
+            else:
+                notes.append("the program switched %d times a second "
+                             "(more than %d) %.1f s in, but no whole "
+                             "window of its switches' stacks was sampled "
+                             "(perf stopped first, or took the change "
+                             "late): every switch's stack was taken"
+                             % (got.get("fast_rate") or 0, RATE,
+                                got["fast"]))
         if "stacks_off" in got:
             notes.append("stacks of switches were taken for the first %.1f "
                          "s only: perf.data reached half its budget "

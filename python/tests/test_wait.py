@@ -398,11 +398,17 @@ def sleep_case(t, r, tag, opts):
             p.stdout[-3000:])
     if got:
         life, cpu, reasons = got
+        from jitring._wait import UNSAMPLED
         share = 100.0 * reasons.get("sleep", 0) / life if life else 0
+        # Switches whose stack perf never took (its buffers full on a
+        # loaded machine) name no reason: the sleep named is at most the
+        # truth, and the truth at most that and the unnamed time.
+        unnamed = 100.0 * reasons.get(UNSAMPLED, 0) / life if life else 0
         want = 100.0 * own["slept"] / own["life"]
-        t.check(abs(share - want) <= 5,
-                "%s: the sleeper sleeps %.1f%% of its life by record, "
-                "%.1f%% by its own clock" % (tag, share, want), got)
+        t.check(share - 5 <= want <= share + unnamed + 5,
+                "%s: the sleeper sleeps %.1f%% of its life by record (and "
+                "%.1f%% with no stack), %.1f%% by its own clock"
+                % (tag, share, unnamed, want), got)
         # Its time adds up: CPU and every wait, against the life it
         # measured itself (the thread's own start and end just outside).
         whole = cpu + sum(reasons.values())
@@ -468,10 +474,17 @@ def test_sampled(t, r):
     fast = [l for l in p.stderr.splitlines()
             if l.startswith("jitring record: --wait, ") and
             "sampled while it does, about 200 a second" in l]
+    late = re.search(r"^\(the program switched \d+ times a second "
+                     r".*no whole window", p.stdout, re.M)
     if not fast:
         # A loaded machine may slow the ping-pong below the rate.
         t.skip_part("sampled", "the program never switched 5,000 times a "
                     "second here: %s" % p.stderr[-300:])
+    elif late:
+        # perf, starved on a loaded machine, took the change to sampled
+        # stacks only as the program ended: said so, nothing sampled.
+        t.skip_part("sampled", "no whole window sampled here: %s"
+                    % late.group(0))
     else:
         # Every switch's stack until record saw the rate, then about
         # 200 a second a thread for half a second at least: fewer stacks
@@ -565,16 +578,18 @@ def test_budget(t, r):
     # reads its rate) reaches the cap first on a loaded machine, it has
     # sampled them by then: either way it says what it did before perf
     # stopped.
-    t.check(any("no more stacks of context switches" in l or
-                "the stacks of its switches are sampled" in l
-                for l in err) and
-            err and "perf stopped recording" in err[-1],
-            "budget: stderr says how the stacks were cut and, last, that "
-            "perf stopped", p.stderr[-1500:])
-    t.check(("(stacks of switches were taken for the first " in p.stdout or
-             "the stacks of its switches were sampled" in p.stdout) and
+    t.check(err and "perf stopped recording" in err[-1] and
             "(perf stopped recording " in p.stdout,
-            "budget: so do the notes after the tables", p.stdout[-3000:])
+            "budget: stderr and the notes say perf stopped at the cap, "
+            "last", p.stderr[-1500:] + p.stdout[-1500:])
+    # Where the watch ran before the cap (not on a starved machine, where
+    # the flood of the first instants fills it at once) it said how.
+    cut = [l for l in err[:-1]
+           if "no more stacks of context switches" in l or
+           "the stacks of its switches are sampled" in l]
+    if len(err) > 1:
+        t.check(cut, "budget: stderr says how the stacks were cut before "
+                "perf stopped", p.stderr[-1500:])
     rows = []
     wall_lines(p.stdout, rows)
     spins = [r[1:] for r in rows if r[0] == "spin"]
