@@ -9,6 +9,11 @@
 #   apt_mirror_uri                          the Debian archive's URI from
 #       this machine's apt sources: the entry for a plain suite name (not
 #       -updates, -security, -backports) with component main.
+#   apt_stage NAME CMD...                    under the lock $cache/.lock-NAME
+#       (cache: the caller's cache folder): where another run made the
+#       cache meanwhile (the caller's cached()), runs CMD and exits 0;
+#       else sets tmp (a fresh $cache/.NAME.XXXXXX, stale ones removed,
+#       this one removed at exit) and uri (apt_mirror_uri's, or die).
 #   apt_unpack URIS DEBS ROOT [QUIET]      each package of URIS (apt-get
 #       --print-uris download's lines: 'URL' file size SHA256:hash, from
 #       the index whose Release file apt verified) downloaded into DEBS by
@@ -39,6 +44,24 @@ apt_private() {
 		  -o "Dir::Cache=$dir/cache"
 		  -o "Debug::NoLocking=1"
 		  -o "APT::Sandbox::User=root" "$@")
+}
+
+apt_stage() {
+	local name=$1
+	shift
+	mkdir -p "$cache"
+	exec 9>"$cache/.lock-$name"
+	flock 9
+	if cached; then			# another run finished it while we waited
+		"$@"
+		exit 0
+	fi
+	rm -rf "$cache/.$name".*
+	tmp=$(mktemp -d "$cache/.$name.XXXXXX")
+	trap 'rm -rf "$tmp"' EXIT
+	trap 'exit 130' INT TERM HUP
+	uri=$(apt_mirror_uri) || uri=
+	[ -n "$uri" ] || die "no Debian 'main' entry in this machine's apt sources (apt-get indextargets)"
 }
 
 apt_unpack() {

@@ -69,20 +69,7 @@ fi
 command -v dpkg-deb >/dev/null || die "dpkg-deb is missing"
 own=$(. /etc/os-release && echo "${VERSION_CODENAME:-}")
 [ -n "$own" ] || die "no VERSION_CODENAME in /etc/os-release"
-mkdir -p "$cache"
-exec 9>"$cache/.lock-auditwheel"
-flock 9
-if cached; then
-	emit
-	exit 0
-fi
-rm -rf "$cache"/.auditwheel.*
-tmp=$(mktemp -d "$cache/.auditwheel.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 130' INT TERM HUP
-
-uri=$(apt_mirror_uri) || uri=
-[ -n "$uri" ] || die "no Debian 'main' entry in this machine's apt sources (apt-get indextargets)"
+apt_stage auditwheel emit
 apt_private "$tmp/apt" "deb $uri sid main"
 echo "deb $uri $own main" >>"$tmp/apt/sources.list"
 log "reading sid's and $own's Packages indexes from $uri"

@@ -80,20 +80,7 @@ command -v dpkg-deb >/dev/null || die "dpkg-deb is missing"
 command -v ninja >/dev/null ||
 	log "warning: no ninja on PATH (meson-python needs ninja >= 1.8.2; apt-get install ninja-build)"
 
-mkdir -p "$cache"
-exec 9>"$cache/.lock-backend"
-flock 9
-if cached; then			# another run finished it while we waited
-	emit
-	exit 0
-fi
-rm -rf "$cache"/.backend.*
-tmp=$(mktemp -d "$cache/.backend.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 130' INT TERM HUP
-
-uri=$(apt_mirror_uri) || uri=
-[ -n "$uri" ] || die "no Debian 'main' entry in this machine's apt sources (apt-get indextargets)"
+apt_stage backend emit
 apt_private "$tmp/apt" "deb $uri $SUITE main"
 log "reading $SUITE's Packages index from $uri"
 apt-get "${APT_OPTS[@]}" -qq update >&2 || die "apt-get update of $SUITE's Packages failed"

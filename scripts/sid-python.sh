@@ -55,20 +55,7 @@ fi
 [ -n "$mode" ] && exit 1
 
 command -v dpkg-deb >/dev/null || die "dpkg-deb is missing"
-mkdir -p "$cache"
-exec 9>"$cache/.lock-sid-python$ver"
-flock 9
-if cached; then
-	echo "$wrapper"
-	exit 0
-fi
-rm -rf "$cache"/.sid-python"$ver".*
-tmp=$(mktemp -d "$cache/.sid-python$ver.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 130' INT TERM HUP
-
-uri=$(apt_mirror_uri) || uri=
-[ -n "$uri" ] || die "no Debian 'main' entry in this machine's apt sources (apt-get indextargets)"
+apt_stage "sid-python$ver" echo "$wrapper"
 apt_private "$tmp/apt" "deb $uri sid main" -o "APT::Install-Recommends=false"
 log "reading sid's Packages index from $uri"
 apt-get "${APT_OPTS[@]}" -qq update >&2 || die "apt-get update of sid's Packages failed"
