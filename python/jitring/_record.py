@@ -34,6 +34,7 @@ finishes them later (python -m jitring report DIR).
 """
 
 import argparse
+import errno
 import os
 import re
 import select
@@ -774,7 +775,6 @@ def write_sysctl(n):
 def guardian(old, n, hold, answer):
     """StackGuard's process: set @n, say so on @answer, wait for EOF on
     @hold, put @old back; never returns."""
-    import errno
     try:
         os.setsid()
         for s in FORWARDED + (signal.SIGTSTP, signal.SIGTTIN,
@@ -812,7 +812,6 @@ def restore(old, n, answer):
     """Put @old back unless someone else changed @n meanwhile, retrying
     while the kernel refuses with EBUSY; the outcome on @answer (record
     may be gone: then nobody reads it)."""
-    import errno
     pause = 0.01
     while True:
         if max_stack() != n:
