@@ -54,6 +54,7 @@ import struct
 import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 META = "jitring-record.json"
 PROCS = "processes.jsonl"
@@ -538,6 +539,38 @@ def check_script(steps, procs, out, tag=""):
             raise RecordError(failed("perf script", rc, log))
     for log in logs[1:]:
         os.unlink(log)
+
+
+class Sample(NamedTuple):
+    """One sample as script() read it (the CPU event's, or with record
+    --wait a switch event's: jitring._wait tells them apart by event)."""
+    pid: int
+    comm: str           # the thread's command, escaped
+    frames: tuple       # ((symbol, dso), ...) leaf first, escaped; one
+                        # tuple shared by the samples of a stack
+    tid: int
+    time: int           # ns since boot (perf's clock); 0 where unknown
+    event: str
+
+
+class Profile:
+    """What every writer is handed: the recording folder's profile, built
+    once by finish() from perf's output (fields set by finish())."""
+
+    def __init__(self, out, meta):
+        self.out = out          # the recording's folder
+        self.meta = meta        # the recording's metadata (META)
+
+
+class Writer:
+    """One output of a profile: a file in the folder or text on stdout.
+    Each output is one subclass; finish() and report run the table of
+    them (WRITERS) in order."""
+    name = ""           # what the user selects it by
+    files = ()          # the files it writes in the folder
+
+    def write(self, profile):
+        raise NotImplementedError
 
 
 # script() reads perf script's text this many characters at a time.
