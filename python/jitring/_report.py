@@ -250,7 +250,85 @@ def running(out, pid):
             for th in data["threads"]}
 
 
+def _key(name, doc, default=None):
+    """A property of Meta: the key @name, @default where absent."""
+    def get(self):
+        return self.get(name, default)
+
+    def put(self, value):
+        self[name] = value
+    return property(get, put, doc=doc)
+
+
+class Meta(dict):
+    """The recording's metadata (META), as record wrote it and the
+    finishing adds to it: a dict, so that a key this version does not
+    know is written back as it was read, with a property for each key
+    the finishing reads."""
+
+    # How record ran.
+    version = _key("version", "the layout of the file (1)")
+    command = _key("command", "the program's argv after `record --` "
+                   "(record --pid: the service's argv)")
+    python = _key("python", "the interpreter record ran in")
+    cwd = _key("cwd", "the folder record ran in")
+    started = _key("started", "when record started (time.time())", 0)
+    pid = _key("pid", "the program's first process (record --pid: the "
+               "service's)")
+    attached = _key("attached", "a recording of record --pid")
+    route = _key("route", "how record --pid reached the service")
+    answered = _key("answered", "record --pid: whether the service "
+                    "answered the request to stop")
+    window_on_ns = _key("window_on_ns", "record --pid: the service's "
+                        "clock (perf's) when its jitring started")
+    status = _key("status", "the program's exit status")
+    seconds = _key("seconds", "how long the recording took")
+    perf_status = _key("perf_status", "perf record's exit status")
+    # What perf recorded.
+    event = _key("event", "perf's event", "cpu-clock")
+    freq = _key("freq", "samples a second", "?")
+    call_graph = _key("call_graph", "how perf took the stacks: fp or "
+                      "dwarf")
+    max_stack = _key("max_stack", "the most frames perf recorded of a "
+                     "stack (kernel.perf_event_max_stack then)")
+    stack_size = _key("stack_size", "dwarf mode's copy of each sample's "
+                      "stack, in bytes")
+    trampoline_elf = _key("trampoline_elf", "dwarf mode's trampolines "
+                          "were ELF files perf unwinds through (no "
+                          "inject)")
+    top_only = _key("top_only", "--no-children: the first process's "
+                    "samples alone")
+    wait = _key("wait", "record --wait or --wall: where threads waited "
+                "off CPU too")
+    wall = _key("wall", "record --wall: a line per thread of its CPU "
+                "time and its waits")
+    wait_freq = _key("wait_freq", "--wait: the switches' stacks a "
+                     "second a thread at most while it switches often")
+    wait_stack_size = _key("wait_stack_size", "--wait: the switches' "
+                           "stack copy, in bytes")
+    wait_budget = _key("wait_budget", "--wait: the most perf.data may "
+                       "take, in bytes")
+    # How to finish it.
+    inject = _key("inject", "perf inject the functions the samples "
+                  "reach (reduced) or all (full)", "reduced")
+    keep_debug = _key("keep_debug", "perf keeps its build-id cache "
+                      "(~/.debug)")
+    keep_perf_data = _key("keep_perf_data", "perf.data is kept once "
+                          "injected")
+    inline = _key("inline", "perf script lists inlined native functions")
+    perf_script = _key("perf_script", "perf.script.txt is kept")
+    # What a finishing did (one may run again).
+    exec_fixed = _key("exec_fixed", "perf.data's exec'd processes were "
+                      "fixed (jitring._execfix)")
+    live_segments = _key("live_segments", "how many segments of "
+                         "perf.data were read while the program ran", 0)
+    live_failed = _key("live_failed", "why the live reading failed, or "
+                       "None")
+
+
 def read_meta(out):
+    """The recording's metadata (a Meta); RecordError where the folder
+    has none."""
     try:
         with open(os.path.join(out, META)) as f:
             meta = json.load(f)
@@ -260,7 +338,7 @@ def read_meta(out):
     if not isinstance(meta, dict):
         raise RecordError("%s is not a jitring recording (%s holds no "
                           "object)" % (out, META))
-    return meta
+    return Meta(meta)
 
 
 class Steps:
@@ -553,13 +631,68 @@ class Sample(NamedTuple):
     event: str
 
 
+class ProcessRow(NamedTuple):
+    """A process of the profile: the tables' line of it."""
+    samples: int
+    pid: int
+    command: str        # command_of()'s
+
+
+class FunctionRow(NamedTuple):
+    """A Python function of the profile: its samples."""
+    total: int          # those with it on the stack
+    self: int           # those with it the innermost Python frame
+    name: str           # "py::qualname:/path/file.py"
+
+
+class CutStats(NamedTuple):
+    """The samples summarize() counted, for cut_note()."""
+    samples: int        # the program's
+    cut: int            # those whose stack was cut (is_cut())
+    deep: int           # ... at perf's depth limit
+    own: int            # jitring's own work, left out (own_work())
+
+
+class Summary(NamedTuple):
+    """What summarize() makes of the samples."""
+    folded: dict        # stack (root first, the process first) -> samples
+    processes: list     # ProcessRow, most samples first
+    total: int          # the program's samples
+    functions: list     # FunctionRow, in no order
+    cut: CutStats
+
+
 class Profile:
     """What every writer is handed: the recording folder's profile, built
-    once by finish() from perf's output (fields set by finish())."""
+    once by finish() from perf's output (summarize()'s @summary), and
+    how the user asked to see it (@top lines a table, @browser opens the
+    flame graph, @prog names the command in messages)."""
 
-    def __init__(self, out, meta):
+    def __init__(self, out, meta, summary, top=12, browser=False,
+                 prog="record"):
         self.out = out          # the recording's folder
-        self.meta = meta        # the recording's metadata (META)
+        # The recording's metadata (META): a Meta, made of a plain dict.
+        self.meta = meta if isinstance(meta, Meta) else Meta(meta)
+        self.folded = summary.folded
+        self.processes = summary.processes
+        self.functions = summary.functions
+        self.total = summary.total
+        self.cut = summary.cut
+        self.no_python = no_python(summary.folded)
+        self.early = 0          # samples before record --pid's window
+        self.waits = None       # record --wait's jitring._wait.Waits
+        self.top = top
+        self.browser = browser
+        self.prog = prog
+        self._sorted = None
+
+    def stacks(self):
+        """The folded stacks as [(list of frames, samples)], in order."""
+        if self._sorted is None:
+            self._sorted = sorted(((list(k), n) for k, n in
+                                   self.folded.items()),
+                                  key=lambda r: r[0])
+        return self._sorted
 
 
 class Writer:
@@ -1368,12 +1501,12 @@ def _classify(comm, frames, limit, outer=None):
 
 
 def summarize(samples, procs, top_pid, limit=127, outer=None):
-    """(stacks, per_process, total, rows, cut): stacks maps a root-first
-    tuple (the process first) to its count; cut is (the program's
-    samples, those cut, those cut at perf's depth limit of @limit frames
-    less the context markers it may count, jitring's own samples left
-    out) for cut_note().  @outer: (pid, running(out, pid)) of record
-    --pid's service, or None."""
+    """The Summary of @samples: its folded maps a root-first tuple (the
+    process first) to its count; its cut counts the program's samples,
+    those cut, those cut at perf's depth limit of @limit frames less the
+    context markers it may count, and jitring's own samples left out,
+    for cut_note().  @outer: (pid, running(out, pid)) of record --pid's
+    service, or None."""
     o_pid, o_tids = outer or (None, {})
     stacks, per_pid, comms = {}, {}, {}
     self_n, total_n = {}, {}
@@ -1411,10 +1544,11 @@ def summarize(samples, procs, top_pid, limit=127, outer=None):
     for (pid, key), n in stacks.items():
         k = (names[pid],) + key
         folded[k] = folded.get(k, 0) + n
-    rows = [(total_n[n], self_n.get(n, 0), n) for n in total_n]
-    per = sorted(((n, pid, command_of(pid, comms[pid], procs))
-                  for pid, n in per_pid.items()), key=lambda r: -r[0])
-    return folded, per, total, rows, (total, cut, deep, own)
+    rows = [FunctionRow(total_n[n], self_n.get(n, 0), n) for n in total_n]
+    per = sorted((ProcessRow(n, pid, command_of(pid, comms[pid], procs))
+                  for pid, n in per_pid.items()), key=lambda r: -r.samples)
+    return Summary(folded, per, total, rows,
+                   CutStats(total, cut, deep, own))
 
 
 def lost_line(out):
@@ -1529,46 +1663,57 @@ def no_python(folded):
                if not any(f.startswith("py::") for f in k[1:]))
 
 
-def print_tables(meta, per, total, rows, top, out, nopy=0):
-    """The tables; @nopy samples have no Python frame (no_python()): the
-    last line of each table, so that the self column adds up."""
-    event = meta.get("event", "cpu-clock")
-    print()
-    if not total:
-        print("jitring record: no samples (did the program run long "
-              "enough?)")
-        return
-    print("%d samples of %s at %s Hz in %d process%s:"
-          % (total, event, meta.get("freq", "?"), len(per),
-             "" if len(per) == 1 else "es"))
-    print("%8s %8s  %s" % ("pid", "samples", "command"))
-    for n, pid, cmd in per[:max(top, 8)]:
-        print("%8d %7.1f%%  %s" % (pid, 100.0 * n / total, cmd))
-    if len(per) > max(top, 8):
-        print("%8s %8s  (%d more in %s)" % ("", "", len(per) - max(top, 8),
-                                           os.path.join(out,
-                                                        "stacks.folded")))
-    if not rows:
-        print("\nno sample has a Python function on its stack")
-        return
-    by_total = sorted(rows, key=lambda r: (-r[0], -r[1], r[2]))[:top]
-    by_self = sorted(rows, key=lambda r: (-r[1], -r[0], r[2]))[:top]
-    by_self = [r for r in by_self if r[1]]
-    dirs = program_dirs(meta)
-    for title, view in (("Hottest Python functions by total (the "
-                         "function and all it calls; share of all "
-                         "samples):", by_total),
-                        ("By self (the innermost Python function; native "
-                         "code it calls counts to it):", by_self)):
-        print("\n" + title)
-        print("%8s %8s  %s" % ("total", "self", "function"))
-        for t, s, name in view:
-            print("%7.1f%% %7.1f%%  %s"
-                  % (100.0 * t / total, 100.0 * s / total,
-                     fmt_name(name, dirs)))
-        if nopy:
-            share = 100.0 * nopy / total
-            print("%7.1f%% %7.1f%%  %s" % (share, share, NO_PYTHON))
+class Tables(Writer):
+    """The tables on stdout: the processes, then the hottest Python
+    functions by total and by self; the samples with no Python frame
+    (no_python()) are the last line of each functions' table, so that
+    the self column adds up."""
+    name = "tables"
+
+    def write(self, profile):
+        meta, total, top = profile.meta, profile.total, profile.top
+        per, rows, nopy = profile.processes, profile.functions, \
+            profile.no_python
+        print()
+        if not total:
+            print("jitring record: no samples (did the program run long "
+                  "enough?)")
+            return
+        print("%d samples of %s at %s Hz in %d process%s:"
+              % (total, meta.event, meta.freq, len(per),
+                 "" if len(per) == 1 else "es"))
+        print("%8s %8s  %s" % ("pid", "samples", "command"))
+        for r in per[:max(top, 8)]:
+            print("%8d %7.1f%%  %s" % (r.pid, 100.0 * r.samples / total,
+                                       r.command))
+        if len(per) > max(top, 8):
+            print("%8s %8s  (%d more in %s)"
+                  % ("", "", len(per) - max(top, 8),
+                     os.path.join(profile.out, "stacks.folded")))
+        if not rows:
+            print("\nno sample has a Python function on its stack")
+            return
+        by_total = sorted(rows, key=lambda r: (-r.total, -r.self,
+                                               r.name))[:top]
+        by_self = sorted(rows, key=lambda r: (-r.self, -r.total,
+                                              r.name))[:top]
+        by_self = [r for r in by_self if r.self]
+        dirs = program_dirs(meta)
+        for title, view in (("Hottest Python functions by total (the "
+                             "function and all it calls; share of all "
+                             "samples):", by_total),
+                            ("By self (the innermost Python function; "
+                             "native code it calls counts to it):",
+                             by_self)):
+            print("\n" + title)
+            print("%8s %8s  %s" % ("total", "self", "function"))
+            for r in view:
+                print("%7.1f%% %7.1f%%  %s"
+                      % (100.0 * r.total / total, 100.0 * r.self / total,
+                         fmt_name(r.name, dirs)))
+            if nopy:
+                share = 100.0 * nopy / total
+                print("%7.1f%% %7.1f%%  %s" % (share, share, NO_PYTHON))
 
 
 @functools.lru_cache(maxsize=None)
@@ -1600,21 +1745,96 @@ def folded_stack(frames):
                                       if not _interp_label(f)]
 
 
-def write_outputs(out, meta, folded, total):
-    from jitring import _flame
-    stacks = sorted(((list(k), n) for k, n in folded.items()),
-                    key=lambda r: r[0])
-    _flame.write_folded(os.path.join(out, "stacks.folded"),
-                        [(folded_stack(f), n) for f, n in stacks])
-    cmd = " ".join(str(a) for a in meta.get("command") or [])
-    _flame.write_html(os.path.join(out, "flame.html"), stacks,
-                      title="jitring: " + cmd,
-                      subtitle="%d samples of %s at %s Hz, %s"
-                      % (total, meta.get("event", "cpu-clock"),
-                         meta.get("freq", "?"),
-                         time.strftime("%Y-%m-%d %H:%M",
-                                       time.localtime(meta.get("started",
-                                                               0)))))
+class FoldedFile(Writer):
+    """stacks.folded: a line per stack, root first (folded_stack())."""
+    name = "folded"
+    files = ("stacks.folded",)
+
+    def write(self, profile):
+        from jitring import _flame
+        _flame.write_folded(os.path.join(profile.out, "stacks.folded"),
+                            [(folded_stack(f), n)
+                             for f, n in profile.stacks()])
+
+
+class FlamePage(Writer):
+    """flame.html: the interactive flame graph of the stacks."""
+    name = "flame"
+    files = ("flame.html",)
+
+    def write(self, profile):
+        from jitring import _flame
+        meta = profile.meta
+        cmd = " ".join(str(a) for a in meta.command or [])
+        _flame.write_html(os.path.join(profile.out, "flame.html"),
+                          profile.stacks(),
+                          title="jitring: " + cmd,
+                          subtitle="%d samples of %s at %s Hz, %s"
+                          % (profile.total, meta.event, meta.freq,
+                             time.strftime("%Y-%m-%d %H:%M",
+                                           time.localtime(meta.started))))
+
+
+class WaitTables(Writer):
+    """record --wait's tables, after the CPU's (jitring._wait)."""
+    name = "wait-tables"
+
+    def write(self, profile):
+        if profile.waits:
+            # h3: WAIT_WRITERS
+            profile.waits.print(profile.top)
+
+
+class Notes(Writer):
+    """The lines after the tables: the samples left out (jitring's own,
+    cut stacks, before record --pid's window), what perf lost, where the
+    files are and perf report's command, the program's exit status; then
+    the flame graph in a web browser, where asked."""
+    name = "notes"
+
+    def write(self, profile):
+        out, meta, c = profile.out, profile.meta, profile.cut
+        print()
+        for line in cut_note(meta, c.samples, c.cut, c.deep, c.own):
+            print(line)
+        early = profile.early
+        if early:
+            print("%d sample%s from before jitring started in process %d "
+                  "(perf is on first, to see the start) left out"
+                  % (early, "" if early == 1 else "s", meta.pid))
+        lost = lost_line(out)
+        if lost:
+            print(lost)
+        html = os.path.join(out, "flame.html")
+        print("flame graph: %s" % html)
+        if profile.waits:
+            print("waits:       %s" % os.path.join(out, "flame-wait.html"))
+        print("perf report: %s report -i %s --children --sort sym"
+              % (" ".join(["perf"] + perf_cmd("perf", out,
+                                              meta.keep_debug)[1:]),
+                 os.path.join(out, "perf.jit.data" if os.path.exists(
+                     os.path.join(out, "perf.jit.data")) else "perf.data")))
+        if meta.perf_script:
+            print("stacks:      %s (folded), %s (perf script)"
+                  % (os.path.join(out, "stacks.folded"),
+                     os.path.join(out, "perf.script.txt")))
+        else:
+            print("stacks:      %s (folded)" % os.path.join(out,
+                                                            "stacks.folded"))
+        status = meta.status
+        if status:
+            print("(the program exited with status %d)" % status)
+        sys.stdout.flush()
+        if profile.browser:
+            import webbrowser
+            if not webbrowser.open("file://" + html):
+                sys.stderr.write("jitring %s: no web browser found; open "
+                                 "%s\n" % (profile.prog, html))
+
+
+# The outputs of a profile, in order: finish() runs those that write files
+# under the folder's lock, then those that print.
+WRITERS = (FoldedFile(), FlamePage(), Tables(), WaitTables(), Notes())
 
 
 def lock(out, prog):
@@ -1667,180 +1887,219 @@ def perf_lost(out):
     return any(os.strerror(e) in said for e in FULL)
 
 
-def finish(out, meta, top=12, browser=False, prog="record", live=None):
-    """Inject, read the samples, print the tables, write the files, under
-    the folder's lock.  @live: record's jitring._live.Live, the samples
-    it read while the program ran.  Returns 0, 1 (the disk is full: said, the
-    recording kept to finish later), 2 (an error, said) or 128+N
-    (stopped by signal N, the recording kept).  @prog names the command
-    in messages."""
+class Source(NamedTuple):
+    """Where the samples are read from (prepare()'s)."""
+    perf: list          # perf's command (perf_cmd())
+    fp: bool            # a frame-pointer recording (not injected)
+    elf: bool           # a dwarf recording perf unwinds through its ELF
+                        # trampolines itself (not injected)
+    pre: tuple          # the segments record read while the program ran
+    data: str           # ... and the rest's perf.data, or None (all of
+                        # perf.data or perf.jit.data)
+
+
+def take_outputs(out, meta, live):
+    """Under the folder's lock: what a finishing that held it before did
+    taken over (its exec fix; its half-written outputs removed), the
+    outputs claimed.  Returns (the folder's names before, whether
+    perf.data is injected already)."""
+    from jitring import _live
+    try:
+        # What a finishing that held the lock before wrote.
+        meta.exec_fixed = read_meta(out).exec_fixed
+    except RecordError:
+        pass
+    if live is None:
+        _live.drop(out)     # a stopped record's
+    before = set(os.listdir(out))
+    done = drop_partial(out)
+    claim(out, OUTPUTS + ("perf-script.log",))
+    return before, done
+
+
+def live_tail(out, meta, live, usable):
+    """(the segments record's @live read while the program ran, the
+    rest's perf.data), or ((), None) where it read none or they cannot
+    be used (not @usable: the recording is injected); the metadata says
+    how many were read, and why none where the live reading failed."""
+    # The samples record read while the program ran, and the rest
+    # (taken before prepare()'s rewrites move perf.data's records).
+    pre, data = (), None
+    if live is not None and usable:
+        got = live.finish()
+        if got:
+            pre, data = got
+            # The tail's processes that exec'd unwind, as in the
+            # segments (jitring._live.main()).
+            from jitring import _execfix
+            _execfix.fix(os.path.join(out, data))
+    elif live is not None:
+        live.discard()
+    # How many segments were read while the program ran, and why
+    # none, where the live reading failed.
+    why = live.failed if live is not None else None
+    if meta.live_segments != len(pre) or meta.live_failed != why:
+        meta.live_segments, meta.live_failed = len(pre), why
+        write_meta(out, meta)
+    return pre, data
+
+
+def prepare(steps, perf, out, meta, live, before, done):
+    """perf.data made ready for perf script (unless @done: injected
+    already): the live reading's segments taken, the dumps' names made
+    relative, the processes that exec'd fixed, perf inject --jit where
+    perf cannot unwind the trampolines itself.  @before: the folder's
+    names before the finishing.  Returns the Source of the samples."""
+    fp = meta.call_graph == "fp"
+    # A dwarf recording whose trampolines were ELF files: perf
+    # unwinds through them itself (no inject).
+    elf = not fp and bool(meta.trampoline_elf)
+    if elf and not done:
+        # A process whose set fell back to the memfd image (a
+        # folder others can write, a noexec mount): perf cannot
+        # unwind through those, so inject, as without ELF files.
+        from jitring import _jitsyms
+        elf = not _jitsyms.memfd_arenas(
+            os.path.join(out, "perf.data"))
+    pre, data = live_tail(out, meta, live, (elf or fp) and not done)
+    if not done:
+        # perf opens the dumps by the names of their mmaps, made
+        # relative to the folder: a moved folder finishes.
+        from jitring import _jitsyms
+        _jitsyms.relative_markers(os.path.join(out, "perf.data"))
+    if not done and not meta.exec_fixed:
+        # Before perf reads it: processes that exec'd unwind
+        # (jitring._execfix).  Once: finish() may run again.
+        from jitring import _execfix
+        if _execfix.fix(os.path.join(out, "perf.data")) >= 0:
+            meta.exec_fixed = True
+            write_meta(out, meta)
+    if not done and not fp and not elf:
+        try:
+            inject(steps, perf, out, meta)
+        finally:
+            claim_grown(out, before)
+    return Source(perf, fp, elf, pre, data)
+
+
+def read_samples(steps, out, meta, src):
+    """The recording's samples (perf script of @src) in record --pid's
+    window (window_on()), and how many were before it."""
+    samples = script(steps, src.perf, out, meta.perf_script, meta.inline,
+                     src.fp, src.elf, data=src.data, pre=src.pre)
+    return in_window(samples, meta)
+
+
+def build_profile(out, meta, samples, src, **view):
+    """The Profile of @samples (read_samples()'s); with record --wait,
+    of the CPU's, with the waits of the context switches' (jitring._wait).
+    @view: how to show it (Profile's top, browser, prog)."""
+    procs = processes(out)
+    top_pid = meta.pid if meta.top_only else None
+    if meta.wait:       # record --wait
+        from jitring import _wait
+        samples, switches = _wait.split(samples)
+    outer = None
+    if meta.attached and type(meta.pid) is int:
+        outer = (meta.pid, running(out, meta.pid))
+    profile = Profile(out, meta, summarize(samples, procs, top_pid,
+                                           meta.max_stack or 127, outer),
+                      **view)
+    if meta.wait:
+        # h3: WAIT_WRITERS (today Waits() writes its files itself)
+        profile.waits = _wait.Waits(out, meta, switches, procs, top_pid,
+                                    os.path.join(out, "perf.data" if
+                                                 src.fp or src.elf else
+                                                 "perf.jit.data"),
+                                    outer)
+    return profile
+
+
+def stopped(out, prog, locked, signum):
+    """Say that signal @signum stopped the finishing (the recording is
+    kept); 128 + @signum.  @locked: it held the folder's lock."""
+    # Stopped while waiting for the lock: the outputs are the other
+    # finishing's.
+    done = drop_partial(out) if locked else injected(out)
+    sys.stderr.write(
+        "\njitring %s: stopped before the profile was finished; "
+        "%s and the dumps are kept in %s.\nTo finish it: %s -m "
+        "jitring report %s\n" % (prog, "perf.jit.data" if done
+                                 else "perf.data", out,
+                                 os.path.basename(sys.executable), out))
+    return 128 + signum
+
+
+def not_finished(out, prog, locked, e):
+    """Say why the finishing failed (@e, an OSError or RecordError): 1
+    where the disk is full (the recording is kept to finish later), else
+    2.  @locked: it held the folder's lock."""
+    if not (getattr(e, "errno", None) in FULL or no_space(out)):
+        if isinstance(e, OSError):
+            e = "cannot write in %s: %s" % (out, e.strerror)
+        sys.stderr.write("jitring %s: %s\n" % (prog, e))
+        return 2
+    done = drop_partial(out) if locked else injected(out)
+    if perf_lost(out):
+        sys.stderr.write("jitring %s: no space left on the disk of %s: "
+                         "perf record could not write perf.data, and "
+                         "the profile is lost\n" % (prog, out))
+    else:
+        sys.stderr.write(
+            "jitring %s: no space left on the disk of %s: the profile "
+            "is not finished (%s and the dumps are kept); once there "
+            "is space: %s -m jitring report %s\n"
+            % (prog, out, "perf.jit.data" if done else "perf.data",
+               os.path.basename(sys.executable), out))
+    return 1
+
+
+def finish(out, meta, top=12, browser=False, prog="record", live=None,
+           writers=None):
+    """Inject, read the samples, build the profile and write its files
+    under the folder's lock; print the tables and notes after it: the
+    writers of @writers (WRITERS) in order, those with files under the
+    lock.  @live: record's jitring._live.Live, the samples it read while
+    the program ran.  @meta: the recording's metadata (a dict or a Meta;
+    what the finishing adds goes to a Meta of its own).  Returns 0, 1
+    (the disk is full: said, the recording kept to finish later), 2 (an
+    error, said) or 128+N (stopped by signal N, the recording kept).
+    @prog names the command in messages."""
+    meta = meta if isinstance(meta, Meta) else Meta(meta)
+    writers = WRITERS if writers is None else writers
     lockfd = -1
-    wait = None
-    early = 0
-    from jitring import _live, _perfdata
+    from jitring import _perfdata
     try:
         # The readers of perf.data below share one walk of it.
         with Steps() as steps, _perfdata.kept_indexes():
             lockfd = lock(out, prog)
-            try:
-                # What a finishing that held the lock before wrote.
-                meta["exec_fixed"] = read_meta(out).get("exec_fixed")
-            except RecordError:
-                pass
-            if live is None:
-                _live.drop(out)     # a stopped record's
-            before = set(os.listdir(out))
-            done = drop_partial(out)
-            claim(out, OUTPUTS + ("perf-script.log",))
-            perf = perf_cmd(find_perf(), out, meta.get("keep_debug"))
-            fp = meta.get("call_graph") == "fp"
-            # A dwarf recording whose trampolines were ELF files: perf
-            # unwinds through them itself (no inject).
-            elf = not fp and bool(meta.get("trampoline_elf"))
-            if elf and not done:
-                # A process whose set fell back to the memfd image (a
-                # folder others can write, a noexec mount): perf cannot
-                # unwind through those, so inject, as without ELF files.
-                from jitring import _jitsyms
-                elf = not _jitsyms.memfd_arenas(
-                    os.path.join(out, "perf.data"))
-            # The samples record read while the program ran, and the rest
-            # (taken before the rewrites below move perf.data's records).
-            pre, data = (), None
-            if live is not None and (elf or fp) and not done:
-                got = live.finish()
-                if got:
-                    pre, data = got
-                    # The tail's processes that exec'd unwind, as in the
-                    # segments (jitring._live.main()).
-                    from jitring import _execfix
-                    _execfix.fix(os.path.join(out, data))
-            elif live is not None:
-                live.discard()
-            # How many segments were read while the program ran, and why
-            # none, where the live reading failed.
-            why = live.failed if live is not None else None
-            if meta.get("live_segments", 0) != len(pre) or \
-                    meta.get("live_failed") != why:
-                meta["live_segments"], meta["live_failed"] = len(pre), why
-                write_meta(out, meta)
-            if not done:
-                # perf opens the dumps by the names of their mmaps, made
-                # relative to the folder: a moved folder finishes.
-                from jitring import _jitsyms
-                _jitsyms.relative_markers(os.path.join(out, "perf.data"))
-            if not done and not meta.get("exec_fixed"):
-                # Before perf reads it: processes that exec'd unwind
-                # (jitring._execfix).  Once: finish() may run again.
-                from jitring import _execfix
-                if _execfix.fix(os.path.join(out, "perf.data")) >= 0:
-                    meta["exec_fixed"] = True
-                    write_meta(out, meta)
-            if not done and not fp and not elf:
-                try:
-                    inject(steps, perf, out, meta)
-                finally:
-                    claim_grown(out, before)
-            waits = bool(meta.get("wait"))     # record --wait
+            before, done = take_outputs(out, meta, live)
+            perf = perf_cmd(find_perf(), out, meta.keep_debug)
+            src = prepare(steps, perf, out, meta, live, before, done)
             # The reading makes millions of objects that all live to the
             # end: the free-threaded build's collector walks the whole
             # heap each time it runs (it doubled the reading's CPU).
             from jitring._jitsyms import no_gc
             with no_gc():
-                samples = script(steps, perf, out, meta.get("perf_script"),
-                                 meta.get("inline"), fp, elf, data=data,
-                                 pre=pre)
-                samples, early = in_window(samples, meta)
-                procs = processes(out)
-                top_pid = meta.get("pid") if meta.get("top_only") else None
-                if waits:
-                    from jitring import _wait
-                    samples, switches = _wait.split(samples)
-                outer = None
-                if meta.get("attached") and type(meta.get("pid")) is int:
-                    outer = (meta["pid"], running(out, meta["pid"]))
-                folded, per, total, rows, cut = summarize(
-                    samples, procs, top_pid, meta.get("max_stack") or 127,
-                    outer)
-                write_outputs(out, meta, folded, total)
-            if waits:
-                wait = _wait.Waits(out, meta, switches, procs, top_pid,
-                                   os.path.join(out, "perf.data" if fp or
-                                                elf else "perf.jit.data"),
-                                   outer)
+                samples, early = read_samples(steps, out, meta, src)
+                profile = build_profile(out, meta, samples, src, top=top,
+                                        browser=browser, prog=prog)
+                profile.early = early
+                for w in writers:
+                    if w.files:
+                        w.write(profile)
     except Interrupted as e:
-        # Stopped while waiting for the lock: the outputs are the other
-        # finishing's.
-        done = drop_partial(out) if lockfd >= 0 else injected(out)
-        sys.stderr.write(
-            "\njitring %s: stopped before the profile was finished; "
-            "%s and the dumps are kept in %s.\nTo finish it: %s -m "
-            "jitring report %s\n" % (prog, "perf.jit.data" if done
-                                     else "perf.data", out,
-                                     os.path.basename(sys.executable), out))
-        return 128 + e.signum
+        return stopped(out, prog, lockfd >= 0, e.signum)
     except (OSError, RecordError) as e:
-        if not (getattr(e, "errno", None) in FULL or no_space(out)):
-            if isinstance(e, OSError):
-                e = "cannot write in %s: %s" % (out, e.strerror)
-            sys.stderr.write("jitring %s: %s\n" % (prog, e))
-            return 2
-        done = drop_partial(out) if lockfd >= 0 else injected(out)
-        if perf_lost(out):
-            sys.stderr.write("jitring %s: no space left on the disk of %s: "
-                             "perf record could not write perf.data, and "
-                             "the profile is lost\n" % (prog, out))
-        else:
-            sys.stderr.write(
-                "jitring %s: no space left on the disk of %s: the profile "
-                "is not finished (%s and the dumps are kept); once there "
-                "is space: %s -m jitring report %s\n"
-                % (prog, out, "perf.jit.data" if done else "perf.data",
-                   os.path.basename(sys.executable), out))
-        return 1
+        return not_finished(out, prog, lockfd >= 0, e)
     finally:
         if live is not None:
             live.discard()
         if lockfd >= 0:
             os.close(lockfd)
-    print_tables(meta, per, total, rows, top, out, no_python(folded))
-    if wait:
-        wait.print(top)
-    print()
-    for line in cut_note(meta, *cut):
-        print(line)
-    if early:
-        print("%d sample%s from before jitring started in process %d "
-              "(perf is on first, to see the start) left out"
-              % (early, "" if early == 1 else "s", meta.get("pid")))
-    lost = lost_line(out)
-    if lost:
-        print(lost)
-    html = os.path.join(out, "flame.html")
-    print("flame graph: %s" % html)
-    if wait:
-        print("waits:       %s" % os.path.join(out, "flame-wait.html"))
-    print("perf report: %s report -i %s --children --sort sym"
-          % (" ".join(["perf"] + perf_cmd("perf", out,
-                                          meta.get("keep_debug"))[1:]),
-             os.path.join(out, "perf.jit.data" if os.path.exists(
-                 os.path.join(out, "perf.jit.data")) else "perf.data")))
-    if meta.get("perf_script"):
-        print("stacks:      %s (folded), %s (perf script)"
-              % (os.path.join(out, "stacks.folded"),
-                 os.path.join(out, "perf.script.txt")))
-    else:
-        print("stacks:      %s (folded)" % os.path.join(out,
-                                                        "stacks.folded"))
-    status = meta.get("status")
-    if status:
-        print("(the program exited with status %d)" % status)
-    sys.stdout.flush()
-    if browser:
-        import webbrowser
-        if not webbrowser.open("file://" + html):
-            sys.stderr.write("jitring %s: no web browser found; open "
-                             "%s\n" % (prog, html))
+    for w in writers:
+        if not w.files:
+            w.write(profile)
     return 0
 
 

@@ -3,7 +3,8 @@
 
 Samples as perf script gives them (leaf first, the interpreter's eval
 loop and call machinery between the Python frames) through summarize()
-and write_outputs(), as record finishes them:
+and the writers of stacks.folded and flame.html, as record finishes
+them:
 
   lean      stacks.folded leaves out the interpreter's native frames under
             the innermost Python frame (python*, libpython*), their
@@ -67,10 +68,13 @@ def finished(t):
             samples.append((42, "python3.13t", tuple(frames), 42,
                             1000 * i + j, "cpu-clock"))
     procs = {42: {"pid": 42, "argv": ["python3.13t", "a.py"]}}
-    folded, per, total, rows, cut = _report.summarize(samples, procs, None)
+    summary = _report.summarize(samples, procs, None)
     meta = {"command": ["a.py"], "started": 0}
     out = t.scratch
-    _report.write_outputs(out, meta, folded, total)
+    profile = _report.Profile(out, meta, summary)
+    _report.FoldedFile().write(profile)
+    _report.FlamePage().write(profile)
+    rows, total = summary.functions, summary.total
     lines = {}
     with open(os.path.join(out, "stacks.folded")) as f:
         for line in f:
