@@ -697,8 +697,9 @@ class Profile:
 
 class Writer:
     """One output of a profile: a file in the folder or text on stdout.
-    Each output is one subclass; finish() and report run the table of
-    them (WRITERS) in order."""
+    Each output is one subclass; finish() (record's and report's) runs
+    the table of them (WRITERS) in order: those with files under the
+    folder's lock, then those that print."""
     name = ""           # what the user selects it by
     files = ()          # the files it writes in the folder
 
