@@ -2130,7 +2130,7 @@ def main(argv):
         sys.stderr.write("jitring report: %s\n" % e)
         return 2
     if opts.inject:
-        meta["inject"] = opts.inject
+        meta.inject = opts.inject
     try:
         return finish(out, meta, top=opts.top, browser=opts.browser,
                       prog="report")
