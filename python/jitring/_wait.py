@@ -64,6 +64,8 @@ import struct
 import sys
 import threading
 import time
+import types
+from typing import NamedTuple
 
 from jitring import _flame, _perfdata, _report
 from jitring._jitsyms import no_gc
@@ -188,6 +190,12 @@ def perf_args(call_graph, stack_size=STACK_SIZE, freq=FREQ, budget=BUDGET):
     return args
 
 
+class Seen(NamedTuple):
+    """The program's switches as Budget last read them."""
+    time: float         # time.monotonic() of the reading
+    switches: dict      # tid -> its context switches so far (switches())
+
+
 # What Budget leaves for the finishing: when the stacks stopped, when perf
 # stopped at its cap.
 BUDGET_FILE = "wait-budget.json"
@@ -262,18 +270,18 @@ class Budget:
 
     def adapt(self, last):
         """Sample the stacks or take them all, by the rate of switches
-        since @last (time, {tid: switches}); returns the new last."""
+        since @last (a Seen); returns the new last."""
         now, seen = time.monotonic(), switches(self.pid)
         # Each thread's switches since it was last read (a new one's
         # since it started); one /proc could not read this time keeps
         # its count for the next.
-        before = last[1]
+        before = last.switches
         k = sum(n - before.get(tid, 0) for tid, n in seen.items())
         before.update(seen)
-        rate = max(0, k) / (now - last[0])
+        rate = max(0, k) / (now - last.time)
         got = self.got
         if self.sampling:
-            got["sampled_s"] += now - last[0]
+            got["sampled_s"] += now - last.time
             got["sampled_n"] += max(0, k)
         if rate > RATE and "fast" not in got:
             got["fast_rate"] = rate     # (note() keeps the time in "fast")
@@ -292,10 +300,10 @@ class Budget:
         elif not self.sampling and rate > RATE:
             self.sampling = self.command("disable", NAME) and \
                 self.command("enable", FREQ_NAME)
-        return now, before
+        return Seen(now, before)
 
     def run(self):
-        last = (self.t0, switches(self.pid))
+        last = Seen(self.t0, switches(self.pid))
         while not self.done.wait(self.POLL):
             try:
                 size = os.stat(self.path).st_size
@@ -319,7 +327,7 @@ class Budget:
                     self.stopped(size)
                 return
             if self.freq and "stacks_off" not in self.got and \
-                    time.monotonic() - last[0] >= self.RATE_EVERY:
+                    time.monotonic() - last.time >= self.RATE_EVERY:
                 last = self.adapt(last)
 
     def stopped(self, size):
@@ -446,15 +454,23 @@ def split(samples):
     """(the CPU samples, the switch samples) of script()'s."""
     cpu, waits = [], []
     for s in samples:
-        (waits if s[5].startswith((NAME, EVENT)) else cpu).append(s)
+        (waits if s.event.startswith((NAME, EVENT)) else cpu).append(s)
     return cpu, waits
+
+
+class Life(NamedTuple):
+    """A thread's life in the recording (Threads.life()), in ns."""
+    start: int
+    end: int
 
 
 class Threads:
     """Each thread's switches, life and name, read from perf.data (or
     perf.jit.data: perf inject keeps the records)."""
 
-    def __init__(self, path, since=0):
+    def __init__(self, since=0):
+        """No switch yet: read() fills them from perf.data, a test from
+        its own lists (then sort())."""
         self.since = since  # records before it left out (record --pid)
         self.outs = {}      # tid -> [(time, preempt)], sorted
         self.ins = {}       # tid -> [time], sorted
@@ -475,11 +491,22 @@ class Threads:
         # map records), from its LOST_SAMPLES records; "any": all the
         # events', from its LOST records.
         self.lost = {}
+
+    @classmethod
+    def read(cls, path, since=0):
+        """The threads of perf.data at @path."""
+        self = cls(since)
         # Two lists' items a switch: no collection while they are made
         # (each walks the whole heap: 7.1 s for 1.4 million records with
         # it, 1.3 s without).
         with _perfdata.PerfData(path) as pd, no_gc():
             self._read(pd)
+        self.sort()
+        return self
+
+    def sort(self):
+        """Each thread's switches in time order, and its first and last
+        record counting them."""
         first, last = self.first, self.last
         for d in (self.outs, self.ins):
             for tid, v in d.items():
@@ -637,14 +664,13 @@ class Threads:
         return one
 
     def life(self, tid):
-        """(start, end) of the thread in the recording, in ns: a thread
-        with no EXIT (alive when perf stopped) lives to the recording's
-        last record."""
+        """The Life of the thread in the recording: a thread with no EXIT
+        (alive when perf stopped) lives to the recording's last record."""
         a = self.start.get(tid, self.first.get(tid, 0))
         if self._end is None:
             self._end = max(self.last.values(), default=0)
         b = self.end.get(tid, self._end if tid in self.last else a)
-        return a, max(a, b)
+        return Life(a, max(a, b))
 
     def name(self, tid):
         """The thread's latest name; a thread that never set one has its
@@ -677,7 +703,7 @@ class Threads:
         the IN after it (or the thread's end)."""
         got = self._off.get(tid)
         if got is None:
-            b = self.life(tid)[1]
+            b = self.life(tid).end
             ins = self.ins.get(tid, [])
             n = len(ins)
             sums = {False: [0], True: [0]}
@@ -1075,37 +1101,114 @@ def _refined(py):
     return found
 
 
-# ---- the tables and files ----------------------------------------------
+# ---- the model ---------------------------------------------------------
 
 WAIT_FRAME = "[wait: %s]"
 
 
+class Stack(NamedTuple):
+    """What a switch sample's stack says (Waits._classify())."""
+    key: tuple          # the flame stack, root first, "[wait: REASON]"
+                        # under the innermost Python frame
+    reason: str
+    py: list            # the program's Python frames, root first
+    first: str          # the thread's first frame of the program, or None
+    cut: bool           # its outer frames not recorded
+
+
+class Weighed(NamedTuple):
+    """A switch sample matched to its switch, and the time off CPU of the
+    switches it stands for (Waits._match())."""
+    pid: int
+    comm: str
+    tid: int
+    preempt: bool       # its OUT record's flag
+    ns: int
+    stack: Stack
+
+
+class Matched(NamedTuple):
+    """Waits._match()'s result."""
+    rows: list          # [Weighed] of the program's switch samples
+    covered: dict       # (tid, preempted) -> ns its samples weigh
+    sampled: set        # the tids with a sample for more than one switch
+
+
+class Blocked(NamedTuple):
+    """A key of Waits.self_: the innermost Python function, and why it
+    waits."""
+    function: str
+    reason: str
+
+
+def _by_time(sample):
+    return sample.time
+
+
 class Waits:
-    """The waits of a recording: computed, written (stacks-wait.folded,
-    flame-wait.html), printed by print()."""
+    """The waits of a recording (the model): each thread's time by
+    reason, the functions' waits by reason (total and self), the folded
+    wait stacks, and the facts the notes give.  WAIT_WRITERS write and
+    print it; write() and print() run them."""
 
     def __init__(self, out, meta, samples, procs, top_pid, data,
                  outer=None):
-        self.out, self.meta = out, meta
-        self.procs = procs
+        """The waits of the switch @samples (script()'s of the switch
+        events: split()) and of the switch records of perf.data at @data,
+        its processes @procs (jitring._report.processes()); @top_pid: the
+        program's process alone (record --top-only), or None.  Writes
+        stacks-wait.folded and flame-wait.html."""
         try:
-            self.threads = th = Threads(data, _report.window_on(meta))
+            th = Threads.read(data, _report.window_on(meta))
         except _perfdata.PerfDataError as e:
             raise _report.RecordError("cannot read the context switches "
                                       "of %s: %s" % (data, e))
-        self.budget = budget_of(out)
+        self._compute(out, meta, samples, procs, top_pid, th,
+                      budget_of(out), outer)
+        self.write()
+
+    @classmethod
+    def of(cls, out, meta, samples, procs, top_pid, threads, budget,
+           outer=None):
+        """The model alone, from switches already read (@threads: a
+        Threads; @budget: what Budget noted, as budget_of() gives it):
+        no file read or written."""
+        self = cls.__new__(cls)
+        self._compute(out, meta, samples, procs, top_pid, threads, budget,
+                      outer)
+        return self
+
+    def _compute(self, out, meta, samples, procs, top_pid, th, budget,
+                 outer):
+        """The model of @samples on the switches of @th (Threads)."""
+        self.out, self.meta = out, meta
+        self.procs = procs
+        self.threads = th
+        self.budget = budget
         self.unmatched = 0
         self.own = 0
         self.samples = len(samples)
         self.cut_ns = 0
+        got = self._match(samples, top_pid, outer)
+        stacks, comms = self._tally(got.rows)
+        self._program(top_pid, comms, procs)
+        # Sampled: a sample stood for more than one switch, or the
+        # watch sampled the stacks for a while (perf's frequency mode
+        # may have taken none there).
+        self.sampled = bool(got.sampled) or bool(self.budget.get("fast"))
+        self._unsampled(got.covered)
+        self.folded = self._fold(stacks, comms, procs)
+
+    def _match(self, samples, top_pid, outer):
+        """Pass 1: each sample stands for the switches of its thread and
+        kind (the OUT records' preemption flag) since the one its
+        previous sample of that kind was taken at, to its own (one, at
+        every switch; about its period, sampled at a frequency), and
+        weighs their time off CPU, timed by the records.  A thread's
+        switches of a kind after its last sample of it have no stack:
+        UNSAMPLED."""
+        th = self.threads
         sampled = set()     # the tids with a sample for more than one
-        # Pass 1: each sample stands for the switches of its thread and
-        # kind (the OUT records' preemption flag) since the one its
-        # previous sample of that kind was taken at, to its own (one, at
-        # every switch; about its period, sampled at a frequency), and
-        # weighs their time off CPU, timed by the records.  A thread's
-        # switches of a kind after its last sample of it have no stack:
-        # UNSAMPLED.
         rows = []
         covered = {}        # (tid, preempted) -> ns the samples weigh
         seen = {}
@@ -1114,7 +1217,7 @@ class Waits:
         # throughout the window (jitring._report.with_running()).
         o_pid, o_tids = outer or (None, {})
         for pid, comm, frames, tid, t, _ in sorted(samples,
-                                                   key=lambda s: s[4]):
+                                                   key=_by_time):
             if top_pid is not None and pid != top_pid:
                 continue
             if th.period.get((tid, t), 1) > 1:
@@ -1123,7 +1226,7 @@ class Waits:
             if i is None:
                 self.unmatched += 1
                 continue
-            preempt = th.outs[tid][i][1]
+            _, preempt = th.outs[tid][i]
             j = marks.get((tid, preempt), -1)
             if i <= j:
                 continue        # the same switch's other event
@@ -1138,25 +1241,32 @@ class Waits:
             if c is False:
                 self.own += 1
                 continue
-            rows.append((pid, comm, tid, preempt, ns, c))
+            rows.append(Weighed(pid, comm, tid, preempt, ns, c))
+        return Matched(rows, covered, sampled)
+
+    def _tally(self, rows):
+        """Pass 2: the weighed samples (@rows) by thread, reason,
+        function and stack; returns ({(pid, flame stack): ns}, {pid: its
+        first command})."""
         total, self_, stacks = {}, {}, {}
         pre_self = {}
         per_thread = {}     # tid -> {reason: ns}
         entry = {}          # tid -> {first user Python frame: n}
         self.comm = {}      # tid -> its name in its samples
         comms = {}
-        for pid, comm, tid, preempt, ns, c in rows:
-            key, why, py, first, cut = c
-            if cut:
+        for row in rows:
+            pid, tid, ns, c = row.pid, row.tid, row.ns, row.stack
+            why, py = c.reason, c.py
+            if c.cut:
                 self.cut_ns += ns
-            comms.setdefault(pid, comm)
-            self.comm[tid] = comm
+            comms.setdefault(pid, row.comm)
+            self.comm[tid] = row.comm
             r = per_thread.setdefault(tid, {})
             r[why] = r.get(why, 0) + ns
-            if first:
+            if c.first:
                 e = entry.setdefault(tid, {})
-                e[first] = e.get(first, 0) + ns
-            stacks[(pid, key)] = stacks.get((pid, key), 0) + ns
+                e[c.first] = e.get(c.first, 0) + ns
+            stacks[(pid, c.key)] = stacks.get((pid, c.key), 0) + ns
             if why == PREEMPTED:
                 if py:
                     pre_self[py[-1]] = pre_self.get(py[-1], 0) + ns
@@ -1167,33 +1277,43 @@ class Waits:
             for name in set(py) or (inner,):
                 d = total.setdefault(name, {})
                 d[why] = d.get(why, 0) + ns
-        self.total, self.self_, self.pre_self = total, self_, pre_self
+        # Named once summed: a named tuple costs more to make than a
+        # tuple, and this loop runs once a sample.
+        self.self_ = {Blocked(*k): ns for k, ns in self_.items()}
+        self.total, self.pre_self = total, pre_self
         self.per_thread, self.entry = per_thread, entry
-        # The program's threads: those of its processes, jitring's own
-        # left out; their lives are the shares' whole.
+        return stacks, comms
+
+    def _program(self, top_pid, comms, procs):
+        """The program's threads: those of its processes, jitring's own
+        left out; their lives are the shares' whole."""
+        th = self.threads
         self.tids = [tid for tid, pid in th.pid.items()
                      if (top_pid is None or pid == top_pid) and
                      th.name(tid) not in _report.OWN_THREADS and
-                     (tid in per_thread or
+                     (tid in self.per_thread or
                       pid in comms or pid in procs)]
-        self.thread_ns = sum(th.life(t)[1] - th.life(t)[0]
+        self.thread_ns = sum(th.life(t).end - th.life(t).start
                              for t in self.tids)
         # Every context switch of the program's threads, by the records.
         self.switches = sum(len(th.outs.get(t, ())) for t in self.tids)
-        # Sampled: a sample stood for more than one switch, or the
-        # watch sampled the stacks for a while (perf's frequency mode
-        # may have taken none there).
-        self.sampled = bool(sampled) or bool(self.budget.get("fast"))
-        # What perf lost (th.lost), and time off CPU of a kind of which a
-        # thread has no sample at all (no stack to give it).
+
+    def _unsampled(self, covered):
+        """Time off CPU of a kind of which a thread has no sample at all
+        (no stack to give it), beyond what its samples weigh (@covered):
+        UNSAMPLED."""
         self.unsampled_ns = 0
         for t in self.tids:
-            for kind, ns in th.off_cpu(t).items():
+            for kind, ns in self.threads.off_cpu(t).items():
                 ns -= covered.get((t, kind), 0)
                 if ns > 0:
                     self.unsampled_ns += ns
-                    r = per_thread.setdefault(t, {})
+                    r = self.per_thread.setdefault(t, {})
                     r[UNSAMPLED] = r.get(UNSAMPLED, 0) + ns
+
+    def _fold(self, stacks, comms, procs):
+        """The folded wait stacks: {(process, frames...): microseconds}
+        of @stacks' {(pid, flame stack): ns}."""
         names = {pid: "%s [%d]" % (_report.command_of(pid, comms[pid],
                                                       procs), pid)
                  for pid in comms}
@@ -1204,13 +1324,12 @@ class Waits:
                 continue
             k = (names[pid],) + key
             folded[k] = folded.get(k, 0) + us
-        self.write(folded)
+        return folded
 
     def _classify(self, comm, frames, preempt, outer=None):
-        """(flame stack, reason, the program's Python frames root first,
-        the thread's first frame of the program), or False for jitring's
-        own work.  @outer: the frames the thread ran throughout the
-        window (record --pid), as the CPU samples have them."""
+        """The Stack of a switch sample, or False for jitring's own work.
+        @outer: the frames the thread ran throughout the window (record
+        --pid), as the CPU samples have them."""
         if _report.own_work(comm, frames):
             return False
         if outer:
@@ -1227,26 +1346,13 @@ class Waits:
         st.insert(at + 1, WAIT_FRAME % why)
         first = next((s for s in py if not s.endswith("/threading.py")),
                      None)
-        return tuple(st), why, py, first, cut
+        return Stack(tuple(st), why, py, first, cut)
 
-    def write(self, folded):
-        stacks = sorted(((list(k), n) for k, n in folded.items()),
-                        key=lambda r: r[0])
-        _flame.write_folded(os.path.join(self.out, "stacks-wait.folded"),
-                            stacks)
-        meta = self.meta
-        cmd = " ".join(str(a) for a in meta.get("command") or [])
-        _flame.write_html(
-            os.path.join(self.out, "flame-wait.html"), stacks,
-            title="jitring waits: " + cmd,
-            subtitle="where threads were off CPU, in microseconds until "
-            "each ran again ([wait: REASON] under the innermost Python "
-            "frame), %d context switches%s" % (
-                self.switches, ", %d sampled with their stack"
-                % self.samples if self.sampled else ""),
-            unit="\u00b5s off CPU")
-
-    # -- printing ----------------------------------------------------
+    def stacks(self):
+        """The folded wait stacks as jitring._flame writes them: [([frame,
+        ...], microseconds)], in the stacks' order."""
+        return sorted(((list(k), n) for k, n in self.folded.items()),
+                      key=lambda r: r[0])
 
     def share(self, ns):
         return 100.0 * ns / self.thread_ns if self.thread_ns else 0.0
@@ -1259,121 +1365,215 @@ class Waits:
         (the rest print as 0.0%)."""
         return ns * 2000 >= self.thread_ns
 
+    # -- the writers, run on this model alone -------------------------
+
+    def _profile(self, top=12):
+        """What WAIT_WRITERS read of a profile (jitring._report.Profile:
+        its folder, waits and table length), for this model alone."""
+        return types.SimpleNamespace(out=self.out, waits=self, top=top)
+
+    def write(self):
+        """Writes stacks-wait.folded and flame-wait.html: the writers of
+        WAIT_WRITERS with files."""
+        profile = self._profile()
+        for w in WAIT_WRITERS:
+            if w.files:
+                w.write(profile)
+
     def print(self, top):
-        dirs = _report.program_dirs(self.meta)
-        wall = self.meta.get("wall")
-        vol = sum(self.self_.values())
-        pre = sum(r.get(PREEMPTED, 0) for r in self.per_thread.values())
+        """Prints the wait tables (@top rows each) and their notes: the
+        writers of WAIT_WRITERS without files."""
+        profile = self._profile(top)
+        for w in WAIT_WRITERS:
+            if not w.files:
+                w.write(profile)
+
+
+# ---- the files and the tables --------------------------------------------
+
+class WaitFolded(_report.Writer):
+    """stacks-wait.folded: the folded wait stacks."""
+    name = "stacks-wait"
+    files = ("stacks-wait.folded",)
+
+    def write(self, profile):
+        _flame.write_folded(os.path.join(profile.out, self.files[0]),
+                            profile.waits.stacks())
+
+
+class WaitFlame(_report.Writer):
+    """flame-wait.html: the folded wait stacks drawn as flame.html is."""
+    name = "flame-wait"
+    files = ("flame-wait.html",)
+
+    def write(self, profile):
+        w = profile.waits
+        cmd = " ".join(str(a) for a in w.meta.get("command") or [])
+        _flame.write_html(
+            os.path.join(profile.out, self.files[0]), w.stacks(),
+            title="jitring waits: " + cmd,
+            subtitle="where threads were off CPU, in microseconds until "
+            "each ran again ([wait: REASON] under the innermost Python "
+            "frame), %d context switches%s" % (
+                w.switches, ", %d sampled with their stack"
+                % w.samples if w.sampled else ""),
+            unit="\u00b5s off CPU")
+
+
+class TableRow(NamedTuple):
+    """A row of the tables of blocked time."""
+    ns: int
+    reason: str
+    function: str
+
+
+class WaitTables(_report.Writer):
+    """The wait tables on stdout (profile.top rows each): the header
+    line, blocked time by reason, by function (total and self), the
+    preempted, --wall's lines and the notes."""
+    name = "wait-tables"
+    files = ()
+
+    def write(self, profile):
+        w = profile.waits
+        top = getattr(profile, "top", 12)
+        dirs = _report.program_dirs(w.meta)
         print()
-        if not self.samples and any(self.threads.outs.values()):
+        if not self.header(w):
+            return
+        self.reasons(w)
+        if not w.self_:
+            print("\nno thread of the program blocked")
+        else:
+            self.blocked(w, top, dirs)
+        self.preempted(w, top, dirs)
+        if w.meta.get("wall"):
+            self.wall(w, dirs)
+        for n in self.notes(w):
+            print("(%s)" % n)
+
+    def header(self, w):
+        """The line of the switches and thread time, and how their stacks
+        were sampled; False where there is no table to print."""
+        vol = sum(w.self_.values())
+        pre = sum(r.get(PREEMPTED, 0) for r in w.per_thread.values())
+        if not w.samples and any(w.threads.outs.values()):
             print("perf recorded the threads' context switches but no "
                   "sample of them (its samples of the kernel were "
                   "withheld?): no table of waits")
-            return
-        off = sum(sum(self.threads.off_cpu(t).values()) for t in self.tids)
+            return False
+        off = sum(sum(w.threads.off_cpu(t).values()) for t in w.tids)
         print("%d context switches of %d thread%s over %.3f s of thread "
               "time: %.3f s off CPU (%.1f%%): %.3f s blocked (%.1f%%), "
               "%.3f s preempted (%.1f%%)%s"
-              % (self.switches, len(self.tids),
-                 "" if len(self.tids) == 1 else "s", self.thread_ns / 1e9,
-                 off / 1e9, self.share(off), vol / 1e9, self.share(vol),
-                 pre / 1e9, self.share(pre),
+              % (w.switches, len(w.tids),
+                 "" if len(w.tids) == 1 else "s", w.thread_ns / 1e9,
+                 off / 1e9, w.share(off), vol / 1e9, w.share(vol),
+                 pre / 1e9, w.share(pre),
                  ", %.3f s with no sampled stack (%.1f%%)"
-                 % (self.unsampled_ns / 1e9, self.share(self.unsampled_ns))
-                 if self.unsampled_ns else ""))
-        if self.sampled:
+                 % (w.unsampled_ns / 1e9, w.share(w.unsampled_ns))
+                 if w.unsampled_ns else ""))
+        if w.sampled:
             print("(%d of them sampled with their stack, about %s a "
                   "second a thread at most (--wait-freq): a sample weighs "
                   "the switches of its thread it stands for, timed at "
                   "every switch)"
-                  % (self.samples, self.meta.get("wait_freq") or "?"))
+                  % (w.samples, w.meta.get("wait_freq") or "?"))
+        return True
+
+    def reasons(self, w):
+        """The line of blocked time by reason."""
         reasons = {}
-        for (_, why), ns in self.self_.items():
-            reasons[why] = reasons.get(why, 0) + ns
+        for k, ns in w.self_.items():
+            reasons[k.reason] = reasons.get(k.reason, 0) + ns
         if reasons:
             print("Blocked, by reason: " + ", ".join(
-                "%s %.3f s (%.1f%%)" % (w, ns / 1e9, self.share(ns))
-                for w, ns in sorted(reasons.items(),
+                "%s %.3f s (%.1f%%)" % (r, ns / 1e9, w.share(ns))
+                for r, ns in sorted(reasons.items(),
                                     key=lambda r: (-r[1], r[0]))
-                if self.shown(ns)))
-        if not self.self_:
-            print("\nno thread of the program blocked")
-        else:
-            rows = sorted(((sum(d.values()), name, d) for name, d in
-                           self.total.items()
-                           if self.shown(sum(d.values()))),
-                          key=lambda r: (-r[0], r[1]))[:top]
-            tot = []
-            for ns, name, d in rows:
-                main = max(d.items(), key=lambda r: (r[1], r[0]))[0]
-                if len(d) > 1:
-                    main += " +%d more" % (len(d) - 1)
-                tot.append((ns, main, name))
-            rows = sorted(((k, ns) for k, ns in self.self_.items()
-                           if self.shown(ns)),
-                          key=lambda r: (-r[1], r[0]))[:top]
-            slf = [(ns, why, name) for (name, why), ns in rows]
-            # The reason's column as wide as its longest (two spaces
-            # always part it from the function).
-            w = max([24] + [len(r[1]) for r in tot + slf])
+                if w.shown(ns)))
 
-            def table(head, rows):
-                print("%15s  %-*s  %s" % (head, w, "reason", "function"))
-                for ns, why, name in rows:
-                    print("%s  %-*s  %s" % (self.cell(ns), w, why,
-                                            _report.fmt_name(name, dirs)))
-            print("\nWhere threads wait, by Python function (blocked "
-                  "until each ran again; total: the function and all it "
-                  "calls; share of all thread time):")
-            table("total", tot)
-            print("\nBy self (the innermost Python function, by reason):")
-            table("self", slf)
-        rows = sorted(((k, ns) for k, ns in self.pre_self.items()
-                       if self.shown(ns)),
+    def blocked(self, w, top, dirs):
+        """The tables of blocked time by function: total, then self."""
+        rows = sorted(((sum(d.values()), name, d) for name, d in
+                       w.total.items()
+                       if w.shown(sum(d.values()))),
+                      key=lambda r: (-r[0], r[1]))[:top]
+        tot = []
+        for ns, name, d in rows:
+            main = max(d.items(), key=lambda r: (r[1], r[0]))[0]
+            if len(d) > 1:
+                main += " +%d more" % (len(d) - 1)
+            tot.append(TableRow(ns, main, name))
+        rows = sorted(((k, ns) for k, ns in w.self_.items()
+                       if w.shown(ns)),
+                      key=lambda r: (-r[1], r[0]))[:top]
+        slf = [TableRow(ns, k.reason, k.function) for k, ns in rows]
+        # The reason's column as wide as its longest (two spaces
+        # always part it from the function).
+        width = max([24] + [len(r.reason) for r in tot + slf])
+        print("\nWhere threads wait, by Python function (blocked "
+              "until each ran again; total: the function and all it "
+              "calls; share of all thread time):")
+        self.table(w, "total", tot, width, dirs)
+        print("\nBy self (the innermost Python function, by reason):")
+        self.table(w, "self", slf, width, dirs)
+
+    def table(self, w, head, rows, width, dirs):
+        """One table of TableRows, under its @head."""
+        print("%15s  %-*s  %s" % (head, width, "reason", "function"))
+        for r in rows:
+            print("%s  %-*s  %s" % (w.cell(r.ns), width, r.reason,
+                                    _report.fmt_name(r.function, dirs)))
+
+    def preempted(self, w, top, dirs):
+        """The table of preempted time by the innermost function."""
+        rows = sorted(((k, ns) for k, ns in w.pre_self.items()
+                       if w.shown(ns)),
                       key=lambda r: (-r[1], r[0]))[:top]
         if rows:
             print("\nWhere threads were preempted (runnable, waiting for "
                   "a CPU), by the innermost Python function:")
             print("%15s  %s" % ("self", "function"))
             for name, ns in rows:
-                print("%s  %s" % (self.cell(ns),
+                print("%s  %s" % (w.cell(ns),
                                   _report.fmt_name(name, dirs)))
-        if wall:
-            self.print_wall(dirs)
+
+    def notes(self, w):
+        """The notes after the tables, one line each."""
         notes = []
-        if self.unmatched:
+        if w.unmatched:
             notes.append("%d switch%s without the time the thread ran "
                          "again (perf lost its record, or the recording "
                          "ended first) left out"
-                         % (self.unmatched,
-                            "" if self.unmatched == 1 else "es"))
-        if self.own:
+                         % (w.unmatched,
+                            "" if w.unmatched == 1 else "es"))
+        if w.own:
             notes.append("%d switch%s of jitring's own work left out"
-                         % (self.own, "" if self.own == 1 else "es"))
-        notes += self.lost_notes()
-        if self.unsampled_ns * 100 > self.thread_ns:
+                         % (w.own, "" if w.own == 1 else "es"))
+        notes += self.lost_notes(w)
+        if w.unsampled_ns * 100 > w.thread_ns:
             notes.append("%.3f s off CPU (%.1f%% of thread time) has no "
                          "sampled stack (a thread with no sample of its "
                          "kind of switch, or switches after the stacks "
                          "stopped): in no table but --wall's lines"
-                         % (self.unsampled_ns / 1e9,
-                            self.share(self.unsampled_ns)))
-        if self.cut_ns * 100 > self.thread_ns:
-            size = self.meta.get("wait_stack_size") or STACK_SIZE
+                         % (w.unsampled_ns / 1e9,
+                            w.share(w.unsampled_ns)))
+        if w.cut_ns * 100 > w.thread_ns:
+            size = w.meta.get("wait_stack_size") or STACK_SIZE
             notes.append("%.1f%% of thread time waits with a cut stack "
                          "(outer frames not recorded)%s"
-                         % (self.share(self.cut_ns),
+                         % (w.share(w.cut_ns),
                             "; record with --wait-stack-size %d for "
                             "deeper ones" % min(_report.STACK_MAX, 4 * size)
-                            if self.meta.get("call_graph") != "fp" and
+                            if w.meta.get("call_graph") != "fp" and
                             size < _report.STACK_MAX else ""))
-        for n in notes:
-            print("(%s)" % n)
+        return notes
 
-    def lost_notes(self):
+    def lost_notes(self, w):
         """What perf lost and what the budget stopped, one line each."""
         notes = []
-        lost = self.threads.lost
+        lost = w.threads.lost
         if lost.get("switch"):
             notes.append("perf lost %d samples of the switches (its "
                          "buffers were full): the next sample of their "
@@ -1390,7 +1590,7 @@ class Waits:
                          "this kernel does not say of which event): the "
                          "times off CPU may be off by their switches"
                          % lost["any"])
-        got = self.budget
+        got = w.budget
         if got.get("fast"):
             t = got.get("sampled_s") or 0
             if t:
@@ -1424,21 +1624,22 @@ class Waits:
                          % (got["perf_off"], got.get("budget", 0) >> 20))
         return notes
 
-    def print_wall(self, dirs):
-        th = self.threads
+    def wall(self, w, dirs):
+        """--wall's lines: each thread's life, CPU and waits by reason."""
+        th = w.threads
         print("\nEach thread's time (--wall): CPU, then off CPU by "
               "reason:")
         print("%8s %8s %8s %8s  %s" % ("tid", "life", "CPU", "off CPU",
                                        "thread: reasons"))
         rows = []
-        for tid in self.tids:
-            a, b = th.life(tid)
-            rows.append((b - a, tid))
+        for tid in w.tids:
+            span = th.life(tid)
+            rows.append((span.end - span.start, tid))
         for life, tid in sorted(rows, key=lambda r: (-r[0], r[1])):
             cpu = th.on_cpu(tid)
-            r = self.per_thread.get(tid, {})
-            e = self.entry.get(tid)
-            what = self.comm.get(tid) or th.name(tid)
+            r = w.per_thread.get(tid, {})
+            e = w.entry.get(tid)
+            what = w.comm.get(tid) or th.name(tid)
             if e:
                 fn = _report.fmt_name(
                     max(e.items(), key=lambda x: (x[1], x[0]))[0],
@@ -1452,8 +1653,13 @@ class Waits:
                     what += " (%s)" % fn
             print("%8d %7.3fs %7.3fs %7.3fs  %s: %s"
                   % (tid, life / 1e9, cpu / 1e9, (life - cpu) / 1e9, what,
-                     ", ".join("%s %.3f s" % (w, ns / 1e9) for w, ns in
+                     ", ".join("%s %.3f s" % (why, ns / 1e9) for why, ns in
                                sorted(r.items(),
                                       key=lambda x: (-x[1], x[0]))
                                if ns >= 500000)
                      or "-"))
+
+
+# The outputs of record --wait, in the order finish() runs them: the
+# files, then the tables.
+WAIT_WRITERS = (WaitFolded(), WaitFlame(), WaitTables())
