@@ -703,6 +703,11 @@ class Writer:
     name = ""           # what the user selects it by
     files = ()          # the files it writes in the folder
 
+    def wanted(self, profile):
+        """Whether @profile has what this output shows (record --wait's
+        outputs: its waits)."""
+        return True
+
     def write(self, profile):
         raise NotImplementedError
 
@@ -1776,16 +1781,6 @@ class FlamePage(Writer):
                                            time.localtime(meta.started))))
 
 
-class WaitTables(Writer):
-    """record --wait's tables, after the CPU's (jitring._wait)."""
-    name = "wait-tables"
-
-    def write(self, profile):
-        if profile.waits:
-            # h3: WAIT_WRITERS
-            profile.waits.print(profile.top)
-
-
 class Notes(Writer):
     """The lines after the tables: the samples left out (jitring's own,
     cut stacks, before record --pid's window), what perf lost, where the
@@ -1835,7 +1830,8 @@ class Notes(Writer):
 
 # The outputs of a profile, in order: finish() runs those that write files
 # under the folder's lock, then those that print.
-WRITERS = (FoldedFile(), FlamePage(), Tables(), WaitTables(), Notes())
+WRITERS = (FoldedFile(), FlamePage(), _wait.WaitFolded(), _wait.WaitFlame(),
+           Tables(), _wait.WaitTables(), Notes())
 
 
 def lock(out, prog):
@@ -2007,8 +2003,7 @@ def build_profile(out, meta, samples, src, **view):
                                            meta.max_stack or 127, outer),
                       **view)
     if meta.wait:
-        # h3: WAIT_WRITERS (today Waits() writes its files itself)
-        profile.waits = _wait.Waits(out, meta, switches, procs, top_pid,
+        profile.waits = _wait.Waits.read(out, meta, switches, procs, top_pid,
                                     os.path.join(out, "perf.data" if
                                                  src.fp or src.elf else
                                                  "perf.jit.data"),
@@ -2087,7 +2082,7 @@ def finish(out, meta, top=12, browser=False, prog="record", live=None,
                                         browser=browser, prog=prog)
                 profile.early = early
                 for w in writers:
-                    if w.files:
+                    if w.files and w.wanted(profile):
                         w.write(profile)
     except Interrupted as e:
         return stopped(out, prog, lockfd >= 0, e.signum)
@@ -2099,7 +2094,7 @@ def finish(out, meta, top=12, browser=False, prog="record", live=None,
         if lockfd >= 0:
             os.close(lockfd)
     for w in writers:
-        if not w.files:
+        if not w.files and w.wanted(profile):
             w.write(profile)
     return 0
 

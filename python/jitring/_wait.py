@@ -64,7 +64,6 @@ import struct
 import sys
 import threading
 import time
-import types
 from typing import NamedTuple
 
 from jitring import _flame, _perfdata, _report
@@ -1148,24 +1147,22 @@ def _by_time(sample):
 class Waits:
     """The waits of a recording (the model): each thread's time by
     reason, the functions' waits by reason (total and self), the folded
-    wait stacks, and the facts the notes give.  WAIT_WRITERS write and
-    print it; write() and print() run them."""
+    wait stacks, and the facts the notes give.  WaitFolded, WaitFlame
+    and WaitTables (in jitring._report.WRITERS) write and print it."""
 
-    def __init__(self, out, meta, samples, procs, top_pid, data,
-                 outer=None):
+    @classmethod
+    def read(cls, out, meta, samples, procs, top_pid, data, outer=None):
         """The waits of the switch @samples (script()'s of the switch
         events: split()) and of the switch records of perf.data at @data,
         its processes @procs (jitring._report.processes()); @top_pid: the
-        program's process alone (record --top-only), or None.  Writes
-        stacks-wait.folded and flame-wait.html."""
+        program's process alone (record --top-only), or None."""
         try:
             th = Threads.read(data, _report.window_on(meta))
         except _perfdata.PerfDataError as e:
             raise _report.RecordError("cannot read the context switches "
                                       "of %s: %s" % (data, e))
-        self._compute(out, meta, samples, procs, top_pid, th,
-                      budget_of(out), outer)
-        self.write()
+        return cls.of(out, meta, samples, procs, top_pid, th, budget_of(out),
+                      outer)
 
     @classmethod
     def of(cls, out, meta, samples, procs, top_pid, threads, budget,
@@ -1365,29 +1362,6 @@ class Waits:
         (the rest print as 0.0%)."""
         return ns * 2000 >= self.thread_ns
 
-    # -- the writers, run on this model alone -------------------------
-
-    def _profile(self, top=12):
-        """What WAIT_WRITERS read of a profile (jitring._report.Profile:
-        its folder, waits and table length), for this model alone."""
-        return types.SimpleNamespace(out=self.out, waits=self, top=top)
-
-    def write(self):
-        """Writes stacks-wait.folded and flame-wait.html: the writers of
-        WAIT_WRITERS with files."""
-        profile = self._profile()
-        for w in WAIT_WRITERS:
-            if w.files:
-                w.write(profile)
-
-    def print(self, top):
-        """Prints the wait tables (@top rows each) and their notes: the
-        writers of WAIT_WRITERS without files."""
-        profile = self._profile(top)
-        for w in WAIT_WRITERS:
-            if not w.files:
-                w.write(profile)
-
 
 # ---- the files and the tables --------------------------------------------
 
@@ -1395,6 +1369,9 @@ class WaitFolded(_report.Writer):
     """stacks-wait.folded: the folded wait stacks."""
     name = "stacks-wait"
     files = ("stacks-wait.folded",)
+
+    def wanted(self, profile):
+        return profile.waits is not None
 
     def write(self, profile):
         _flame.write_folded(os.path.join(profile.out, self.files[0]),
@@ -1405,6 +1382,9 @@ class WaitFlame(_report.Writer):
     """flame-wait.html: the folded wait stacks drawn as flame.html is."""
     name = "flame-wait"
     files = ("flame-wait.html",)
+
+    def wanted(self, profile):
+        return profile.waits is not None
 
     def write(self, profile):
         w = profile.waits
@@ -1434,9 +1414,12 @@ class WaitTables(_report.Writer):
     name = "wait-tables"
     files = ()
 
+    def wanted(self, profile):
+        return profile.waits is not None
+
     def write(self, profile):
         w = profile.waits
-        top = getattr(profile, "top", 12)
+        top = profile.top
         dirs = _report.program_dirs(w.meta)
         print()
         if not self.header(w):
@@ -1662,4 +1645,3 @@ class WaitTables(_report.Writer):
 
 # The outputs of record --wait, in the order finish() runs them: the
 # files, then the tables.
-WAIT_WRITERS = (WaitFolded(), WaitFlame(), WaitTables())
