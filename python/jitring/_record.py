@@ -122,6 +122,8 @@ def size_bytes(s):
 
 
 def parser():
+    """record's command line, its options in the order --help lists
+    them."""
     p = argparse.ArgumentParser(
         prog="python -m jitring record", usage=USAGE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -131,6 +133,19 @@ def parser():
         epilog="Ctrl-C stops the program as it would without record; the "
         "profile is still finished.\nA second Ctrl-C while it is finished "
         "keeps the recording: `python -m jitring report DIR` finishes it.")
+    add_run_args(p)
+    add_stack_args(p)
+    add_wait_args(p)
+    p.add_argument("--engine", choices=("rings", "mutex"), default="rings",
+                   help="jitring's engine (default rings; mutex is the "
+                   "one-lock design kept as a yardstick)")
+    return p
+
+
+def add_run_args(p):
+    """The options of what is run and sampled, and where it goes: the
+    folder, the event and its frequency, the tables, --pid's window, the
+    children, the browser, the build-id cache."""
     p.add_argument("-o", "--output", metavar="DIR",
                    help="the recording's folder (default: "
                    "jitring-record-DATE-TIME, never one that exists)")
@@ -159,6 +174,12 @@ def parser():
     p.add_argument("--keep-debug", action="store_true",
                    help="let perf record build-ids and use ~/.debug as its "
                    "build-id cache (default: neither)")
+
+
+def add_stack_args(p):
+    """The options of how perf records stacks and what it keeps: fp or
+    dwarf, the stack copy, the frame limit, perf script's text, perf
+    inject, inlined frames, perf.data."""
     p.add_argument("--call-graph", choices=("auto", "dwarf", "fp"),
                    default="auto",
                    help="how perf records stacks: dwarf (a stack "
@@ -201,6 +222,11 @@ def parser():
     p.add_argument("--keep-perf-data", action="store_true",
                    help="keep perf.data next to perf.jit.data (by default "
                    "perf.jit.data, its copy with the JIT code, replaces it)")
+
+
+def add_wait_args(p):
+    """The options of --wait and --wall: the switches' stack copy, their
+    sampling rate, perf.data's budget."""
     p.add_argument("--wait", action="store_true",
                    help="record where threads wait too: each context "
                    "switch with its stack, weighed by the time until the "
@@ -231,10 +257,6 @@ def parser():
     p.add_argument("--wall", action="store_true",
                    help="--wait, and a line per thread: its CPU time and "
                    "its time off CPU by reason")
-    p.add_argument("--engine", choices=("rings", "mutex"), default="rings",
-                   help="jitring's engine (default rings; mutex is the "
-                   "one-lock design kept as a yardstick)")
-    return p
 
 
 def seconds(s):
