@@ -91,7 +91,8 @@ LIMIT_UNBOUNDED = 24 * 3600.0
 DURATION_MAX = 7 * 24 * 3600.0     # record --duration's most
 # The target's list of the frames that ran throughout the window, in the
 # window's folder; and its bounds (threads, frames a thread, characters a
-# name or file).
+# name or file), which the record side checks it against
+# (jitring._report.checked_running()).
 RUNNING_FILE = "running.json"
 RUNNING_THREADS = 4096
 RUNNING_DEPTH = 512

@@ -41,10 +41,17 @@ import struct
 
 MAGIC = b"PERFILE2"
 
+# The record types read here: the kernel's (perf_event.h's enum
+# perf_event_type), then perf's own (from 64).
+PERF_RECORD_MMAP = 1
 PERF_RECORD_LOST = 2
-PERF_RECORD_MMAP2 = 10
+PERF_RECORD_COMM = 3
+PERF_RECORD_EXIT = 4
+PERF_RECORD_FORK = 7
 PERF_RECORD_SAMPLE = 9
+PERF_RECORD_MMAP2 = 10
 PERF_RECORD_LOST_SAMPLES = 13
+PERF_RECORD_SWITCH = 14
 PERF_RECORD_FINISHED_ROUND = 68
 PERF_RECORD_COMPRESSED = 81
 PERF_CONTEXT_MAX = 2**64 - 4095     # (u64)-4095: markers lie above it

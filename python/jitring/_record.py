@@ -45,7 +45,8 @@ import sys
 import time
 
 from jitring import _report
-from jitring._report import META, PROCS, RecordError
+from jitring._report import (MAX_STACK, MAX_STACK_DEFAULT, META, PROCS,
+                              STACK_MAX, STACK_SIZE, RecordError)
 
 USAGE = ("python -m jitring record [options] [--] "
          "(script.py | -m module) [args...]\n"
@@ -53,18 +54,6 @@ USAGE = ("python -m jitring record [options] [--] "
          "[--duration S]")
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-# dwarf mode's stack copy per sample: record's default (perf's is 8 KiB,
-# about 15 Python frames of 3.13t; 32 KiB held docutils' deepest), and the
-# most perf takes (a multiple of 8 below 64 KiB).
-STACK_SIZE = 32768
-STACK_MAX = _report.STACK_MAX
-
-# --max-stack's bound: the frames perf script reads of a sample.  The
-# kernel keeps a buffer of (N + 8) * 8 bytes per CPU for each of its
-# four contexts while any perf session records call chains.
-MAX_STACK_MOST = _report.MAX_STACK
 
 
 def stack_size(s):
@@ -77,9 +66,9 @@ def stack_size(s):
 
 def max_stack_arg(s):
     n = positive(s)
-    if n > MAX_STACK_MOST:
+    if n > MAX_STACK:
         raise argparse.ArgumentTypeError("needs a number of frames up to "
-                                         "%d, not %r" % (MAX_STACK_MOST, s))
+                                         "%d, not %r" % (MAX_STACK, s))
     return n
 
 
@@ -202,7 +191,7 @@ def add_stack_args(p):
                    "for the "
                    "recording only; the old value is put back after, "
                    "also if record is killed (e.g. 1024; up to %d)"
-                   % MAX_STACK_MOST)
+                   % MAX_STACK)
     p.add_argument("--perf-script", action="store_true",
                    help="keep perf.script.txt, the samples' stacks as "
                    "perf script prints them (Firefox Profiler, speedscope)")
@@ -701,7 +690,7 @@ def max_stack():
         with open("/proc/sys/kernel/perf_event_max_stack") as f:
             return int(f.read())
     except (OSError, ValueError):
-        return 127
+        return MAX_STACK_DEFAULT
 
 
 # ---- --max-stack: kernel.perf_event_max_stack for the recording -------
