@@ -91,7 +91,8 @@ LIMIT_UNBOUNDED = 24 * 3600.0
 DURATION_MAX = 7 * 24 * 3600.0     # record --duration's most
 # The target's list of the frames that ran throughout the window, in the
 # window's folder; and its bounds (threads, frames a thread, characters a
-# name or file).
+# name or file), which the record side checks it against
+# (jitring._report.checked_running()).
 RUNNING_FILE = "running.json"
 RUNNING_THREADS = 4096
 RUNNING_DEPTH = 512
@@ -1023,6 +1024,30 @@ def _detach_all(held, ptrace):
     held.clear()
 
 
+def _py_runtime(pid):
+    """The address of .PyRuntime (_Py_DebugOffsets at its start) in
+    process @pid: in the first file of its maps mapped from offset 0 with
+    "python" in its name (the interpreter, or libpython) that has the
+    section.  Raises ValueError where none has."""
+    bases = {}
+    with open("/proc/%d/maps" % pid) as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) == 6 and int(parts[2], 16) == 0 and \
+                    "python" in os.path.basename(parts[5].strip()):
+                bases.setdefault(parts[5].strip(),
+                                 int(parts[0].split("-")[0], 16))
+    runtime = None
+    for name, start in bases.items():
+        rel = _elf_runtime(name)
+        if rel is not None:
+            runtime = start + rel
+            break
+    if runtime is None:
+        raise ValueError("no .PyRuntime in process %d's maps" % pid)
+    return runtime
+
+
 def send_all_threads(pid, script, ver):
     """Ask every thread of @pid but the main one (sys.remote_exec's) to
     run @script at its next eval-breaker check, as sys.remote_exec asks
@@ -1044,22 +1069,7 @@ def send_all_threads(pid, script, ver):
     if size is None:
         raise ValueError("no _Py_DebugOffsets layout for %d.%d" % ver)
     path = os.fsencode(script) + b"\0"
-    bases = {}
-    with open("/proc/%d/maps" % pid) as f:
-        for line in f:
-            parts = line.split(None, 5)
-            if len(parts) == 6 and int(parts[2], 16) == 0 and \
-                    "python" in os.path.basename(parts[5].strip()):
-                bases.setdefault(parts[5].strip(),
-                                 int(parts[0].split("-")[0], 16))
-    runtime = None
-    for name, start in bases.items():
-        rel = _elf_runtime(name)
-        if rel is not None:
-            runtime = start + rel
-            break
-    if runtime is None:
-        raise ValueError("no .PyRuntime in process %d's maps" % pid)
+    runtime = _py_runtime(pid)
     ptrace = _ptrace_fn()
     fd = os.open("/proc/%d/mem" % pid, os.O_RDWR | os.O_CLOEXEC)
     held = {}

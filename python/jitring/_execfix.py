@@ -29,14 +29,12 @@ added, and offsets that point past the data section move with them.
 import os
 import struct
 
-from jitring._perfdata import HEADER, PerfData, PerfDataError
+from jitring._perfdata import (HEADER, PERF_RECORD_COMM, PERF_RECORD_FORK,
+                               PERF_RECORD_MMAP, PERF_RECORD_MMAP2, PerfData,
+                               PerfDataError)
 
 SECTION = struct.Struct("<QQ")
 EVENT = struct.Struct("<IHH")               # perf_event_header
-RECORD_MMAP = 1
-RECORD_COMM = 3
-RECORD_FORK = 7
-RECORD_MMAP2 = 10
 MISC_COMM_EXEC = 1 << 13
 MISC_USER = 2
 USER_END = 1 << 47
@@ -53,7 +51,8 @@ def _wipe(comm):
     trailer = comm[16 + name_len:]
     body = struct.pack("<IIQQQIIQQII", pid, tid, 0, USER_END, 0, 0, 0, 0,
                        0, PROT_READ, MAP_PRIVATE) + ANON + trailer
-    return EVENT.pack(RECORD_MMAP2, MISC_USER, EVENT.size + len(body)) + body
+    return EVENT.pack(PERF_RECORD_MMAP2, MISC_USER,
+                      EVENT.size + len(body)) + body
 
 
 def _time_at(pd):
@@ -86,21 +85,23 @@ def _stale_execs(pd):
     at = _time_at(pd)
     forked, first_map, execs = set(), {}, []
     m = pd.m
-    for typ, misc, off, sz in pd.records_of(RECORD_FORK, RECORD_MMAP,
-                                            RECORD_MMAP2, RECORD_COMM):
+    for typ, misc, off, sz in pd.records_of(PERF_RECORD_FORK,
+                                            PERF_RECORD_MMAP,
+                                            PERF_RECORD_MMAP2,
+                                            PERF_RECORD_COMM):
         if at is None or sz < 16 + at:
             t = None
         else:
             t = struct.unpack_from("<Q", m, off + sz - at)[0]
-        if typ == RECORD_FORK:
+        if typ == PERF_RECORD_FORK:
             pid, ppid = struct.unpack_from("<II", m, off + 8)
             if pid != ppid:         # a process, not a thread
                 forked.add(pid)
-        elif typ in (RECORD_MMAP, RECORD_MMAP2):
+        elif typ in (PERF_RECORD_MMAP, PERF_RECORD_MMAP2):
             pid = struct.unpack_from("<I", m, off + 8)[0]
             if t is not None and t < first_map.get(pid, t + 1):
                 first_map[pid] = t
-        elif typ == RECORD_COMM and misc & MISC_COMM_EXEC:
+        elif typ == PERF_RECORD_COMM and misc & MISC_COMM_EXEC:
             pid = struct.unpack_from("<I", m, off + 8)[0]
             execs.append((off, sz, pid, t))
     return [(off, sz) for off, sz, pid, t in execs

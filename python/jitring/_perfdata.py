@@ -41,10 +41,17 @@ import struct
 
 MAGIC = b"PERFILE2"
 
+# The record types read here: the kernel's (perf_event.h's enum
+# perf_event_type), then perf's own (from 64).
+PERF_RECORD_MMAP = 1
 PERF_RECORD_LOST = 2
-PERF_RECORD_MMAP2 = 10
+PERF_RECORD_COMM = 3
+PERF_RECORD_EXIT = 4
+PERF_RECORD_FORK = 7
 PERF_RECORD_SAMPLE = 9
+PERF_RECORD_MMAP2 = 10
 PERF_RECORD_LOST_SAMPLES = 13
+PERF_RECORD_SWITCH = 14
 PERF_RECORD_FINISHED_ROUND = 68
 PERF_RECORD_COMPRESSED = 81
 PERF_CONTEXT_MAX = 2**64 - 4095     # (u64)-4095: markers lie above it
@@ -136,6 +143,34 @@ class Attr:
         self.regs_user = _U64.unpack_from(raw, 80)[0] if len(raw) >= 88 \
             else 0
         self.nregs = bin(self.regs_user).count("1")
+
+
+def _sample_head(st):
+    """(size, read) for samples of sample_type @st: the bytes of their
+    header and of their fields before the call chain (8 bytes each), and
+    read(buffer, offset) -> (ip, pid, tid, time) of the sample at offset,
+    0 for a field @st lacks.  One struct for all the fields: a sample costs
+    one unpack, not a test of each bit."""
+    fmt, got = "<8x", []
+    for bit, code, names in ((S_IDENTIFIER, "8x", ()), (S_IP, "Q", ("ip",)),
+                             (S_TID, "II", ("pid", "tid")),
+                             (S_TIME, "Q", ("time",)), (S_ADDR, "8x", ()),
+                             (S_ID, "8x", ()), (S_STREAM_ID, "8x", ()),
+                             (S_CPU, "8x", ()), (S_PERIOD, "8x", ())):
+        if st & bit:
+            fmt += code
+            got += names
+    head = struct.Struct(fmt)
+    size, unpack = head.size, head.unpack_from
+    if len(got) == 4:
+        return size, unpack
+    at = [got.index(n) if n in got else None
+          for n in ("ip", "pid", "tid", "time")]
+
+    def read(m, off):
+        v = unpack(m, off)
+        return tuple(0 if i is None else v[i] for i in at)
+    return size, read
 
 
 class PerfData:
@@ -296,9 +331,7 @@ class PerfData:
         # The fields before the call chain, 8 bytes each: a record shorter
         # than those is refused, and each field of a size of its own is
         # checked against the record's end before it is read.
-        fixed = 8 + 8 * bin(st & (S_IDENTIFIER | S_IP | S_TID | S_TIME |
-                                  S_ADDR | S_ID | S_STREAM_ID | S_CPU |
-                                  S_PERIOD)).count("1")
+        fixed, head = _sample_head(st)
 
         def cut(off, size):
             return PerfDataError("%s: a sample of %d bytes at %#x does not "
@@ -307,31 +340,8 @@ class PerfData:
             end = off + size
             if size < fixed:
                 raise cut(off, size)
-            p = off + 8
-            if st & S_IDENTIFIER:
-                p += 8
-            ip = 0
-            if st & S_IP:
-                ip, = unpack64(m, p)
-                p += 8
-            pid = tid = 0
-            if st & S_TID:
-                pid, tid = struct.unpack_from("<II", m, p)
-                p += 8
-            t = 0
-            if st & S_TIME:
-                t, = unpack64(m, p)
-                p += 8
-            if st & S_ADDR:
-                p += 8
-            if st & S_ID:
-                p += 8
-            if st & S_STREAM_ID:
-                p += 8
-            if st & S_CPU:
-                p += 8
-            if st & S_PERIOD:
-                p += 8
+            ip, pid, tid, t = head(m, off)
+            p = off + fixed
             co, nr = 0, 0
             if st & S_CALLCHAIN:
                 if p + 8 > end:

@@ -45,7 +45,8 @@ import sys
 import time
 
 from jitring import _report
-from jitring._report import META, PROCS, RecordError
+from jitring._report import (MAX_STACK, MAX_STACK_DEFAULT, META, PROCS,
+                              STACK_MAX, STACK_SIZE, RecordError)
 
 USAGE = ("python -m jitring record [options] [--] "
          "(script.py | -m module) [args...]\n"
@@ -53,18 +54,6 @@ USAGE = ("python -m jitring record [options] [--] "
          "[--duration S]")
 
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-
-
-# dwarf mode's stack copy per sample: record's default (perf's is 8 KiB,
-# about 15 Python frames of 3.13t; 32 KiB held docutils' deepest), and the
-# most perf takes (a multiple of 8 below 64 KiB).
-STACK_SIZE = 32768
-STACK_MAX = _report.STACK_MAX
-
-# --max-stack's bound: the frames perf script reads of a sample.  The
-# kernel keeps a buffer of (N + 8) * 8 bytes per CPU for each of its
-# four contexts while any perf session records call chains.
-MAX_STACK_MOST = _report.MAX_STACK
 
 
 def stack_size(s):
@@ -77,9 +66,9 @@ def stack_size(s):
 
 def max_stack_arg(s):
     n = positive(s)
-    if n > MAX_STACK_MOST:
+    if n > MAX_STACK:
         raise argparse.ArgumentTypeError("needs a number of frames up to "
-                                         "%d, not %r" % (MAX_STACK_MOST, s))
+                                         "%d, not %r" % (MAX_STACK, s))
     return n
 
 
@@ -122,6 +111,8 @@ def size_bytes(s):
 
 
 def parser():
+    """record's command line, its options in the order --help lists
+    them."""
     p = argparse.ArgumentParser(
         prog="python -m jitring record", usage=USAGE,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -131,6 +122,19 @@ def parser():
         epilog="Ctrl-C stops the program as it would without record; the "
         "profile is still finished.\nA second Ctrl-C while it is finished "
         "keeps the recording: `python -m jitring report DIR` finishes it.")
+    add_run_args(p)
+    add_stack_args(p)
+    add_wait_args(p)
+    p.add_argument("--engine", choices=("rings", "mutex"), default="rings",
+                   help="jitring's engine (default rings; mutex is the "
+                   "one-lock design kept as a yardstick)")
+    return p
+
+
+def add_run_args(p):
+    """The options of what is run and sampled, and where it goes: the
+    folder, the event and its frequency, the tables, --pid's window, the
+    children, the browser, the build-id cache."""
     p.add_argument("-o", "--output", metavar="DIR",
                    help="the recording's folder (default: "
                    "jitring-record-DATE-TIME, never one that exists)")
@@ -159,6 +163,12 @@ def parser():
     p.add_argument("--keep-debug", action="store_true",
                    help="let perf record build-ids and use ~/.debug as its "
                    "build-id cache (default: neither)")
+
+
+def add_stack_args(p):
+    """The options of how perf records stacks and what it keeps: fp or
+    dwarf, the stack copy, the frame limit, perf script's text, perf
+    inject, inlined frames, perf.data."""
     p.add_argument("--call-graph", choices=("auto", "dwarf", "fp"),
                    default="auto",
                    help="how perf records stacks: dwarf (a stack "
@@ -181,7 +191,7 @@ def parser():
                    "for the "
                    "recording only; the old value is put back after, "
                    "also if record is killed (e.g. 1024; up to %d)"
-                   % MAX_STACK_MOST)
+                   % MAX_STACK)
     p.add_argument("--perf-script", action="store_true",
                    help="keep perf.script.txt, the samples' stacks as "
                    "perf script prints them (Firefox Profiler, speedscope)")
@@ -201,6 +211,11 @@ def parser():
     p.add_argument("--keep-perf-data", action="store_true",
                    help="keep perf.data next to perf.jit.data (by default "
                    "perf.jit.data, its copy with the JIT code, replaces it)")
+
+
+def add_wait_args(p):
+    """The options of --wait and --wall: the switches' stack copy, their
+    sampling rate, perf.data's budget."""
     p.add_argument("--wait", action="store_true",
                    help="record where threads wait too: each context "
                    "switch with its stack, weighed by the time until the "
@@ -231,10 +246,6 @@ def parser():
     p.add_argument("--wall", action="store_true",
                    help="--wait, and a line per thread: its CPU time and "
                    "its time off CPU by reason")
-    p.add_argument("--engine", choices=("rings", "mutex"), default="rings",
-                   help="jitring's engine (default rings; mutex is the "
-                   "one-lock design kept as a yardstick)")
-    return p
 
 
 def seconds(s):
@@ -679,7 +690,7 @@ def max_stack():
         with open("/proc/sys/kernel/perf_event_max_stack") as f:
             return int(f.read())
     except (OSError, ValueError):
-        return 127
+        return MAX_STACK_DEFAULT
 
 
 # ---- --max-stack: kernel.perf_event_max_stack for the recording -------

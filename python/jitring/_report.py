@@ -61,8 +61,6 @@ PROCS = "processes.jsonl"
 # record --pid: the Python frames that ran throughout the window, per
 # thread (jitring._attach._running_threads(), checked: running()).
 RUNNING = "running-frames.json"
-RUNNING_THREADS = 4096
-RUNNING_DEPTH = 512
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # Outputs that finish() makes again (a partial one is removed first).
 OUTPUTS = ("perf.jit.data", "perf.script.txt", "stacks.folded",
@@ -202,7 +200,8 @@ def checked_running(data):
     """The service's list of the frames that ran throughout the window
     ({"pid", "threads": [{"tid", "frames": [[qualname, file, line],
     ...]}]}, outermost frame first) with what is not of that form left
-    out, bounded; None where nothing is left."""
+    out, bounded as the target bounds it; None where nothing is left."""
+    from jitring._attach import RUNNING_DEPTH, RUNNING_THREADS
     if not isinstance(data, dict) or not isinstance(data.get("threads"),
                                                     list):
         return None
@@ -510,11 +509,26 @@ def inject(steps, perf, out, meta):
 
 # perf script's limit on the frames it reads of each sample (its default is
 # kernel.perf_event_max_stack, 127 unless raised: about 25 Python frames).
-# The kernel's limit when recording is that sysctl's value at the time.
+# The kernel's limit when recording is that sysctl's value at the time,
+# copied into each event's sample_max_stack, 16 bits: record --max-stack
+# raises it up to this bound, and perf script reads every frame recorded.
+# The kernel keeps a buffer of (N + 8) * 8 bytes per CPU for each of its
+# four contexts while any perf session records call chains.
 MAX_STACK = 65535
+# kernel.perf_event_max_stack's default (perf's PERF_MAX_STACK_DEPTH): the
+# limit of a recording whose metadata does not say it.
+MAX_STACK_DEFAULT = 127
 
-# The most stack perf copies for a sample in dwarf mode (--stack-size).
+# The most stack perf copies for a sample in dwarf mode (--stack-size,
+# --wait-stack-size): the kernel takes a multiple of 8 below 65535 (a
+# sample's size is 16 bits), perf says "max 65528".
 STACK_MAX = 65528
+# dwarf mode's stack copy per sample: record's default (perf's is 8 KiB,
+# about 15 Python frames of 3.13t; 32 KiB held docutils' deepest).
+STACK_SIZE = 32768
+# perf's own (--call-graph dwarf without a size): what record copied
+# before its metadata said the size.
+PERF_STACK_SIZE = 8192
 
 # A frame in a trampolines' ELF file (jitring._jitsyms.TRAMP_NAME).
 TRAMP_DSO = "jitring-tramp-"
@@ -1386,7 +1400,7 @@ def cut_note(meta, n, cut, deep, own=0):
                      "out." % (own, "" if own == 1 else "s"))
     if not n or cut * 1000 < n:         # under 0.1 %
         return lines
-    limit = meta.get("max_stack") or 127
+    limit = meta.get("max_stack") or MAX_STACK_DEFAULT
     lines.append("%.1f%% of samples have a cut stack (%s at the root of "
                  "the flame graph): the totals of the outer functions are "
                  "too low by up to that share." % (100.0 * cut / n, CUT))
@@ -1411,13 +1425,13 @@ def cut_note(meta, n, cut, deep, own=0):
                 "frame pointers (--call-graph dwarf reads those)"
                 % (100.0 * (cut - deep) / n))
     else:
-        size = meta.get("stack_size") or 8192
+        size = meta.get("stack_size") or PERF_STACK_SIZE
         if size < STACK_MAX:
             lines.append(
                 "  dwarf mode copied %d bytes of each sample's stack; "
                 "record with --stack-size %d for deeper stacks (perf.data "
                 "grows with it)"
-                % (size, min(STACK_MAX, max(32768, 2 * size))))
+                % (size, min(STACK_MAX, max(STACK_SIZE, 2 * size))))
     return lines
 
 

@@ -67,6 +67,10 @@ import time
 from typing import NamedTuple
 
 from jitring import _flame, _perfdata, _report
+from jitring._perfdata import (PERF_RECORD_COMM, PERF_RECORD_EXIT,
+                               PERF_RECORD_FORK, PERF_RECORD_LOST,
+                               PERF_RECORD_LOST_SAMPLES, PERF_RECORD_SAMPLE,
+                               PERF_RECORD_SWITCH)
 from jitring._jitsyms import no_gc
 
 # The event perf samples as a thread leaves its CPU, and the name perf
@@ -146,13 +150,6 @@ def data_cap(budget, cpus=None):
 
 PERF_TYPE_SOFTWARE = 1
 PERF_COUNT_SW_CONTEXT_SWITCHES = 3
-PERF_RECORD_LOST = 2
-PERF_RECORD_COMM = 3
-PERF_RECORD_EXIT = 4
-PERF_RECORD_FORK = 7
-PERF_RECORD_SAMPLE = 9
-PERF_RECORD_LOST_SAMPLES = 13
-PERF_RECORD_SWITCH = 14
 MISC_SWITCH_OUT = 1 << 13
 MISC_SWITCH_OUT_PREEMPT = 1 << 14
 
