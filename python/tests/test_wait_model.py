@@ -2,7 +2,7 @@
 """record --wait's model and writers without perf: jitring._wait.Waits
 built on synthetic switches (a Threads filled as perf.data's records
 would fill it) and switch samples (Sample, as script() gives them), then
-each of WAIT_WRITERS run on it.
+each of its writers run on it.
 
 The recording: process 100 ("python3 prog.py") lives 1 s; its main
 thread (tid 100) blocks 800 ms in Thread.join; its worker (tid 101, 50
@@ -24,7 +24,8 @@ no switch record near it, one is of jitring's own thread.
     the notes, as a user reads them;
  5. notes: what perf lost and what the budget did, one note each;
  6. empty: switches with no sample say so; no blocked thread says so;
- 7. wrappers: Waits.write() and Waits.print() run the writers.
+ 7. table: the wait outputs are in the one table of writers (WRITERS),
+    and apply only where the recording has waits.
 reason() itself is test_wait_reasons.py's.
 """
 
@@ -36,9 +37,9 @@ import re
 import types
 
 import jrtest
-from jitring._report import Sample
-from jitring._wait import (Threads, Waits, WAIT_WRITERS, WaitFolded,
-                           WaitFlame, WaitTables, UNSAMPLED, NAME)
+from jitring._report import Sample, Tables, WRITERS
+from jitring._wait import (Threads, Waits, WaitFolded, WaitFlame,
+                           WaitTables, UNSAMPLED, NAME)
 
 MS = 1000000
 PY = "/usr/bin/python3.13t"
@@ -349,28 +350,22 @@ def test_empty(t):
             "lines without --wall", out)
 
 
-def test_wrappers(t):
+def test_table(t):
     w = model(t)
-    for n in ("stacks-wait.folded", "flame-wait.html"):
-        p = os.path.join(t.scratch, n)
-        if os.path.exists(p):
-            os.unlink(p)
-    w.write()
-    with open(os.path.join(t.scratch, "stacks-wait.folded")) as f:
-        got = f.read().splitlines()
-    t.check(got == folded_lines(t) and
-            os.path.exists(os.path.join(t.scratch, "flame-wait.html")),
-            "wrappers: write() writes both files")
-    buf = io.StringIO()
-    with contextlib.redirect_stdout(buf):
-        w.print(2)
-    t.check(buf.getvalue() == printed(WaitTables(), profile(t, w, top=2)),
-            "wrappers: print(top) prints what WaitTables writes")
-    t.check([type(x) for x in WAIT_WRITERS] ==
-            [WaitFolded, WaitFlame, WaitTables] and
-            [x.files for x in WAIT_WRITERS] ==
+    kinds = [type(x) for x in WRITERS]
+    t.check([k for k in kinds if k in (WaitFolded, WaitFlame, WaitTables)]
+            == [WaitFolded, WaitFlame, WaitTables] and
+            kinds.index(WaitTables) == kinds.index(Tables) + 1,
+            "table: the wait outputs are in WRITERS, their tables right "
+            "after the CPU's", kinds)
+    t.check([x.files for x in (WaitFolded(), WaitFlame(), WaitTables())] ==
             [("stacks-wait.folded",), ("flame-wait.html",), ()],
-            "wrappers: WAIT_WRITERS: the folded file, the page, the tables")
+            "table: the folded file, the page, the tables")
+    t.check(all(x.wanted(profile(t, w)) for x in
+                (WaitFolded(), WaitFlame(), WaitTables())) and
+            not any(x.wanted(profile(t, None)) for x in
+                    (WaitFolded(), WaitFlame(), WaitTables())),
+            "table: the wait outputs apply only to a recording with waits")
 
 
 if __name__ == "__main__":
