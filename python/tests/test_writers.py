@@ -39,8 +39,9 @@ import time
 import jrtest
 from jitring._report import (CUT, META, NO_PYTHON, OUTPUTS, WRITERS,
                              FlamePage, FoldedFile, Meta, Notes, Profile,
-                             RecordError, Sample, Tables, WaitTables,
-                             read_meta, summarize, write_meta)
+                             RecordError, Sample, Tables, read_meta,
+                             summarize, write_meta)
+from jitring._wait import WaitFlame, WaitFolded, WaitTables
 
 PY = "/opt/py/bin/python3.13t"
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"
@@ -364,20 +365,16 @@ def test_browser(t):
     t.check(not opened, "browser: not opened unless asked")
 
 
-class FakeWaits:
-    """What the writers read of jitring._wait.Waits."""
-
-    def print(self, top):
-        print("wait tables, top %d" % top)
-
-
 def test_waits(t):
     p = profile(t, "waits", top=7)
-    t.check(printed(WaitTables(), p) == ("", ""), "waits: nothing "
-            "printed without record --wait")
-    p.waits = FakeWaits()
-    t.check(printed(WaitTables(), p)[0] == "wait tables, top 7\n",
-            "waits: their tables printed, as long as --top says")
+    waits = [w for w in WRITERS
+             if isinstance(w, (WaitFolded, WaitFlame, WaitTables))]
+    t.check(len(waits) == 3 and not any(w.wanted(p) for w in waits) and
+            printed(Notes(), p)[0].find("flame-wait.html") < 0,
+            "waits: no wait output without record --wait")
+    p.waits = object()      # what jitring._wait.Waits.read() gives
+    t.check(all(w.wanted(p) for w in waits),
+            "waits: the wait outputs apply to a recording with waits")
     text, _ = printed(Notes(), p)
     t.check("waits:       %s/flame-wait.html" % p.out in text.split("\n"),
             "waits: the notes give the waits' page", text)
@@ -385,7 +382,8 @@ def test_waits(t):
 
 def test_table(t):
     names = [w.name for w in WRITERS]
-    t.check(names == ["folded", "flame", "tables", "wait-tables", "notes"],
+    t.check(names == ["folded", "flame", "stacks-wait", "flame-wait",
+                      "tables", "wait-tables", "notes"],
             "table: WRITERS in order", names)
     files = [f for w in WRITERS for f in w.files]
     t.check(files and set(files) <= set(OUTPUTS) and
@@ -395,10 +393,10 @@ def test_table(t):
     got = io.StringIO()
     with contextlib.redirect_stdout(got):
         for w in WRITERS:
-            if w.files:
+            if w.files and w.wanted(p):
                 w.write(p)
         for w in WRITERS:
-            if not w.files:
+            if not w.files and w.wanted(p):
                 w.write(p)
     written = sorted(os.listdir(p.out))
     t.check(written == sorted(files), "table: the files written are the "
