@@ -726,23 +726,16 @@ class Writer:
         raise NotImplementedError
 
 
-# script() reads perf script's text this many characters at a time.
+# ScriptReader reads perf script's text this many characters at a time.
 READ_CHUNK = 1 << 22
 
 
-def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
-           data=None, raw=False, pre=(), tag="", most=SCRIPT_SLICES):
-    """perf script into perf.script.txt (kept if @keep); returns [(pid,
-    comm, frames, tid, time in ns, event)], frames a list of (symbol,
-    dso) from the leaf to the root (record --wait tells its two events
-    apart by the event: jitring._wait).  Without
-    @inline, native functions inlined into others are not listed (perf
-    runs addr2line per address for them: 13.5 s instead of
-    1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
-    recording, not injected), perf.data is read and the trampolines'
-    frames are named by jitring._jitsyms.FPNames; with @elf (a dwarf
-    recording whose trampolines were an ELF file perf unwinds through,
-    not injected either), by jitring._jitsyms.ELFNames.
+class ScriptReader:
+    """Reads perf script's text, as script() has perf print it, into
+    samples (feed(), end(), then samples): keys ({(pid, tid, time):
+    count} of the samples perf.data holds, sample_keys()'s) or None,
+    with names (jitring._jitsyms.FPNames, or with elf ELFNames) the
+    trampolines' frames named, with raw the samples as read (emit()).
 
     perf prints a symbol as the dump or map gave it, line breaks
     included, so the text alone cannot tell a sample's first line from
@@ -754,7 +747,262 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
     whose every other line is a frame's is read whole (perf prints a
     sample so); any other block line by line, with the same result.
     Names and commands come back as jitring._flame.escape() writes
-    them.  Samples of one stack share one tuple of frames.
+    them.  Samples of one stack share one tuple of frames."""
+
+    def __init__(self, keys, names=None, elf=False, raw=False):
+        from jitring._flame import escape
+        self.keys = keys        # {(pid, tid, time): count}, or None
+        self.names = names      # the trampolines' namer (fp, elf) or None
+        self.elf = elf          # frames in a trampolines' ELF file
+        self.raw = raw          # samples as (head, frames read)
+        self.escape = escape
+        self.samples = []       # the samples read, in order
+        # A deep program's recording is millions of frame lines, most of
+        # them repeats (the same return addresses): each distinct line is
+        # matched, split and escaped once (lrests: line -> its "rest";
+        # frames: rest -> (symbol, dso[, address])), and each distinct
+        # stack is named, escaped and given its hosts' files once
+        # (finals), a tuple shared by its samples.
+        self.lrests, self.frames, self.escaped, self.finals = {}, {}, {}, {}
+        self.lframes = {}       # a frame line -> its frame
+        self.named = {}         # (pid, stack) -> (since, until, its final)
+        self.uniq = {}          # raw: a stack as read -> its one tuple
+        # The reader's state between lines: the sample being read (head),
+        # its rests as read (rests) and, where it was read whole as one
+        # block of frame lines, its frames (fast) with the blank line
+        # after it not yet in rests (tail; rests holds its frame lines
+        # then); whether the line before was blank.
+        self.head = None
+        self.rests = []
+        self.fast = None
+        self.tail = False
+        self.blank = True
+
+    def _frame(self, rest):
+        # "<sym> (<dso>)": the symbol may hold spaces.  A frame in a
+        # trampolines' ELF file comes as (address, "<sym> (<dso>)") and
+        # keeps its address for ELFNames.
+        text = rest[1] if type(rest) is tuple else rest
+        sym, sep, dso = text.rpartition(" (")
+        if not sep:
+            sym, dso = text, ""
+        fr = (sym.strip() or "[unknown]", dso.rstrip(")").strip())
+        if text is not rest:
+            fr += (rest[0],)
+        self.frames[rest] = fr
+        return fr
+
+    def _line_rest(self, line):
+        """The rest of frame line @line, or None for any other line."""
+        m = FRAME.match(line)
+        if not m:
+            return None
+        rest = m.group(1) or ""
+        if self.elf and TRAMP_DSO in rest:
+            rest = (int(line.split(None, 1)[0], 16), rest)
+        self.lrests[line] = rest
+        return rest
+
+    def _escaped_frame(self, fr):
+        escape = self.escape
+        e = self.escaped[fr] = (escape(fr[0]), escape(fr[1]))
+        return e
+
+    def _final(self, stack):
+        # @stack: frames (symbol, dso) as resolved, a tuple.
+        escaped, escaped_frame = self.escaped, self._escaped_frame
+        f = self.finals[stack] = tuple(_inlined(
+            [escaped.get(fr) or escaped_frame(fr) for fr in stack]))
+        return f
+
+    def emit(self, h, stack):
+        """Adds the sample of head @h (pid, comm, tid, time in ns, event)
+        and frames @stack as read (a tuple): a Sample, its frames named
+        and escaped, or with raw (h, stack) as they are."""
+        if self.raw:
+            self.samples.append((h, self.uniq.setdefault(stack, stack)))
+            return
+        finals, final = self.finals, self._final
+        if self.elf:
+            # Named once per stack and process while no frame of it
+            # changes its name (a trampoline's copy given to another
+            # function).
+            k = (h[0], stack)
+            c = self.named.get(k)
+            t = h[3]
+            if c is None or not c[0] <= t < c[1]:
+                pos = [i for i, fr in enumerate(stack) if len(fr) == 3]
+                nm, lo, hi = self.names.named(h[0], t, [stack[i][1:]
+                                                         for i in pos])
+                st = list(stack)
+                for i, n in zip(pos, nm):
+                    st[i] = (n, "") if n else st[i][:2]
+                st = tuple(st)
+                c = self.named[k] = (lo, hi, finals.get(st) or final(st))
+            f = c[2]
+        elif self.names:
+            st = tuple(self.names.resolve(h[2], h[3], list(stack)))
+            f = finals.get(st) or final(st)
+        else:
+            f = finals.get(stack) or final(stack)
+        self.samples.append(Sample(h[0], self.escape(h[1]), f, h[2], h[3],
+                                   h[4]))
+
+    def _starts(self, line, after_blank):
+        """The head (pid, comm, tid, time, event) of @line where it starts
+        a sample (its pid, tid and time a sample's of keys, each taken
+        once; without keys, @after_blank), else None."""
+        m = HEAD.match(line)
+        if not m:
+            return None
+        t = int(m.group(4)) * 10**9 + int(m.group(5)) \
+            if m.group(4) else 0
+        h = (int(m.group(2)), m.group(1).strip(), int(m.group(3)), t,
+             line[m.end():].strip().rstrip(":"))
+        keys = self.keys
+        if keys is None:
+            return h if after_blank else None
+        k = (h[0], h[2], t)
+        if not keys.get(k):
+            return None
+        keys[k] -= 1
+        return h
+
+    def _done(self):
+        """Emits the sample read last."""
+        if self.fast is not None:
+            self.emit(self.head, self.fast)
+            return
+        rests = self.rests
+        if rests:
+            last = rests[-1]      # the blank line after it
+            rests[-1] = (last[0], last[1].rstrip("\n")) \
+                if type(last) is tuple else last.rstrip("\n")
+        frames, frame = self.frames, self._frame
+        self.emit(self.head, tuple([frames.get(rest) or frame(rest)
+                                    for rest in rests]))
+
+    def _line_by_line(self, lines, h0=None):
+        """Reads @lines one at a time (a block the fast way cannot
+        take: a name's line breaks); @h0: the first line's head, where
+        it was already taken."""
+        lrests = self.lrests
+        for j, line in enumerate(lines):
+            h = None
+            if j == 0 and h0 is not None:
+                h = h0
+            elif line and line[0] not in " \t":
+                h = self._starts(line, self.blank or self.head is None)
+            self.blank = not line.strip()
+            if h is not None:
+                if self.head is not None:
+                    self._done()
+                self.head, self.rests, self.fast, self.tail = \
+                    h, [], None, False
+                continue
+            if self.head is None:
+                continue        # nothing perf.data knows of
+            if self.tail:
+                # A block read whole goes on: its rests as read line by
+                # line, with the blank line after it.
+                rests = self.rests = [lrests[x] for x in self.rests]
+                self.fast, self.tail = None, False
+                rests[-1] = (rests[-1][0], rests[-1][1] + "\n") \
+                    if type(rests[-1]) is tuple else rests[-1] + "\n"
+            else:
+                rests = self.rests
+                self.fast = None
+            rest = lrests.get(line)
+            if rest is None:
+                rest = self._line_rest(line)
+            if rest is not None:
+                rests.append(rest)
+            elif rests:
+                if type(rests[-1]) is tuple:
+                    rests[-1] = (rests[-1][0], rests[-1][1] + "\n" + line)
+                else:
+                    rests[-1] += "\n" + line     # a name's next line
+
+    def _block(self, text):
+        """A block of lines perf script printed between blank lines,
+        with the blank line after it: a sample read whole where its
+        first line starts one and every other is a frame's, else line
+        by line."""
+        lines = text.split("\n")
+        first = lines[0]
+        h = None
+        if first and first[0] not in " \t":
+            h = self._starts(first, self.blank or self.head is None)
+            if h is not None and len(lines) > 1:
+                rest = lines[1:]
+                lframes = self.lframes
+                fr = list(map(lframes.get, rest))
+                if None in fr:
+                    lrests, frames = self.lrests, self.frames
+                    for j, x in enumerate(rest):
+                        if fr[j] is None:
+                            r = lrests.get(x)
+                            if r is None:
+                                r = self._line_rest(x)
+                            if r is None:
+                                break
+                            fr[j] = lframes[x] = frames.get(r) or \
+                                self._frame(r)
+                if None not in fr:
+                    if self.head is not None:
+                        self._done()
+                    self.head, self.rests, self.tail, self.blank = \
+                        h, rest, True, True
+                    self.fast = tuple(fr)
+                    return
+        self._line_by_line(lines + [""], h)
+
+    def feed(self, source):
+        """Reads @source, perf script's output (a slice of it) whole: a
+        text file (read READ_CHUNK characters at a time) or an iterable
+        of chunks of text, cut anywhere.  end() ends it."""
+        if hasattr(source, "read"):
+            source = iter(functools.partial(source.read, READ_CHUNK), "")
+        block = self._block
+        left = ""
+        for chunk in source:
+            text = left + chunk
+            cut = text.rfind("\n\n")
+            if cut < 0:
+                left = text
+                continue
+            left = text[cut + 2:]
+            for b in text[:cut].split("\n\n"):
+                block(b)
+        if left:
+            lines = left.split("\n")
+            self._line_by_line(lines[:-1] if left.endswith("\n")
+                               else lines)
+
+    def end(self):
+        """Ends the text fed (a slice of perf script's output): emits the
+        sample read last; what is fed next starts anew."""
+        if self.head is not None:
+            self._done()
+        self.head, self.rests, self.fast, self.tail, self.blank = \
+            None, [], None, False, True
+
+
+def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
+           data=None, raw=False, pre=(), tag="", most=SCRIPT_SLICES):
+    """perf script into perf.script.txt (kept if @keep); returns
+    [Sample], frames (symbol, dso) from the leaf to the root (record
+    --wait tells its two events apart by the event: jitring._wait).
+    Without
+    @inline, native functions inlined into others are not listed (perf
+    runs addr2line per address for them: 13.5 s instead of
+    1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
+    recording, not injected), perf.data is read and the trampolines'
+    frames are named by jitring._jitsyms.FPNames; with @elf (a dwarf
+    recording whose trampolines were an ELF file perf unwinds through,
+    not injected either), by jitring._jitsyms.ELFNames.
+
+    The text is read by ScriptReader (its rules there).
 
     @data names the file read (in @out) where it is not perf.data (fp,
     elf) or perf.jit.data, @tag goes before the names of perf script's
@@ -763,7 +1011,6 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
     come back as (head, frames read) to be pickled: no frame named, no
     name escaped.  @pre: files of such samples, named and escaped here
     with the rest, as if read from @data's text."""
-    from jitring._flame import escape
     direct = fp or elf
     data = os.path.join(out, data or ("perf.data" if direct
                                       else "perf.jit.data"))
@@ -791,232 +1038,22 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
                 os.path.join(out, "perf.data"))
         except (_perfdata.PerfDataError, _jitsyms.DumpError, OSError) as e:
             raise RecordError("cannot read %s/perf.data: %s" % (out, e))
-    samples = []
-    # A deep program's recording is millions of frame lines, most of them
-    # repeats (the same return addresses): each distinct line is matched,
-    # split and escaped once (lrests: line -> its "rest"; frames: rest ->
-    # (symbol, dso[, address])), and each distinct stack is named,
-    # escaped and given its hosts' files once (finals), a tuple shared by
-    # its samples.
-    lrests, frames, escaped, finals = {}, {}, {}, {}
-    lframes = {}        # a frame line -> its frame
-    named = {}          # (pid, stack) -> (since, until, its final)
+    reader = ScriptReader(keys, names, elf, raw)
+    _read_slices(reader, procs, parts, keep)
+    if procs:
+        check_script(steps, procs, out, tag)
+    import pickle
+    for p in pre:
+        with open(p, "rb") as f:
+            for h, stack in pickle.load(f):
+                reader.emit(h, stack)
+    return reader.samples
 
-    def frame(rest):
-        # "<sym> (<dso>)": the symbol may hold spaces.  A frame in a
-        # trampolines' ELF file comes as (address, "<sym> (<dso>)") and
-        # keeps its address for ELFNames.
-        text = rest[1] if type(rest) is tuple else rest
-        sym, sep, dso = text.rpartition(" (")
-        if not sep:
-            sym, dso = text, ""
-        fr = (sym.strip() or "[unknown]", dso.rstrip(")").strip())
-        if text is not rest:
-            fr += (rest[0],)
-        frames[rest] = fr
-        return fr
 
-    def line_rest(line):
-        """The rest of frame line @line, or None for any other line."""
-        m = FRAME.match(line)
-        if not m:
-            return None
-        rest = m.group(1) or ""
-        if elf and TRAMP_DSO in rest:
-            rest = (int(line.split(None, 1)[0], 16), rest)
-        lrests[line] = rest
-        return rest
-
-    def escaped_frame(fr):
-        e = escaped[fr] = (escape(fr[0]), escape(fr[1]))
-        return e
-
-    def final(stack):
-        # @stack: frames (symbol, dso) as resolved, a tuple.
-        f = finals[stack] = tuple(_inlined(
-            [escaped.get(fr) or escaped_frame(fr) for fr in stack]))
-        return f
-
-    uniq = {}
-
-    def emit(h, stack):
-        # @stack: the sample's frames as read (a tuple).
-        if raw:
-            samples.append((h, uniq.setdefault(stack, stack)))
-            return
-        if elf:
-            # Named once per stack and process while no frame of it
-            # changes its name (a trampoline's copy given to another
-            # function).
-            k = (h[0], stack)
-            c = named.get(k)
-            t = h[3]
-            if c is None or not c[0] <= t < c[1]:
-                pos = [i for i, fr in enumerate(stack) if len(fr) == 3]
-                nm, lo, hi = names.named(h[0], t, [stack[i][1:]
-                                                    for i in pos])
-                st = list(stack)
-                for i, n in zip(pos, nm):
-                    st[i] = (n, "") if n else st[i][:2]
-                st = tuple(st)
-                c = named[k] = (lo, hi, finals.get(st) or final(st))
-            f = c[2]
-        elif names:
-            st = tuple(names.resolve(h[2], h[3], list(stack)))
-            f = finals.get(st) or final(st)
-        else:
-            f = finals.get(stack) or final(stack)
-        samples.append((h[0], escape(h[1]), f, h[2], h[3], h[4]))
-
-    def starts(line, after_blank):
-        m = HEAD.match(line)
-        if not m:
-            return None
-        t = int(m.group(4)) * 10**9 + int(m.group(5)) \
-            if m.group(4) else 0
-        h = (int(m.group(2)), m.group(1).strip(), int(m.group(3)), t,
-             line[m.end():].strip().rstrip(":"))
-        if keys is None:
-            return h if after_blank else None
-        k = (h[0], h[2], t)
-        if not keys.get(k):
-            return None
-        keys[k] -= 1
-        return h
-
-    # The reader's state between lines: the sample being read (head), its
-    # rests as read (raw) and, where it was read whole as one block of
-    # frame lines, its frames (fast) with the blank line after it not yet
-    # in raw (tail); whether the line before was blank.
-    st = {"head": None, "raw": [], "fast": None, "tail": False,
-          "blank": True}
-
-    def done():
-        if st["fast"] is not None:
-            emit(st["head"], st["fast"])
-            return
-        raw = st["raw"]
-        if raw:
-            last = raw[-1]      # the blank line after it
-            raw[-1] = (last[0], last[1].rstrip("\n")) \
-                if type(last) is tuple else last.rstrip("\n")
-        emit(st["head"], tuple([frames.get(rest) or frame(rest)
-                                for rest in raw]))
-
-    def line_by_line(lines, h0=None):
-        """Reads @lines one at a time (a block the fast way cannot
-        take: a name's line breaks); @h0: the first line's head, where
-        it was already taken."""
-        for j, line in enumerate(lines):
-            h = None
-            if j == 0 and h0 is not None:
-                h = h0
-            elif line and line[0] not in " \t":
-                h = starts(line, st["blank"] or st["head"] is None)
-            st["blank"] = not line.strip()
-            if h is not None:
-                if st["head"] is not None:
-                    done()
-                st.update(head=h, raw=[], fast=None, tail=False)
-                continue
-            if st["head"] is None:
-                continue        # nothing perf.data knows of
-            if st["tail"]:
-                # A block read whole goes on: its rests as read line by
-                # line, with the blank line after it.
-                raw = st["raw"] = [lrests[x] for x in st["raw"]]
-                st["fast"], st["tail"] = None, False
-                raw[-1] = (raw[-1][0], raw[-1][1] + "\n") \
-                    if type(raw[-1]) is tuple else raw[-1] + "\n"
-            else:
-                raw = st["raw"]
-                st["fast"] = None
-            rest = lrests.get(line)
-            if rest is None:
-                rest = line_rest(line)
-            if rest is not None:
-                raw.append(rest)
-            elif raw:
-                if type(raw[-1]) is tuple:
-                    raw[-1] = (raw[-1][0], raw[-1][1] + "\n" + line)
-                else:
-                    raw[-1] += "\n" + line     # a name's next line
-
-    def block(text):
-        """A block of lines perf script printed between blank lines,
-        with the blank line after it: a sample read whole where its
-        first line starts one and every other is a frame's, else line
-        by line."""
-        lines = text.split("\n")
-        first = lines[0]
-        h = None
-        if first and first[0] not in " \t":
-            h = starts(first, st["blank"] or st["head"] is None)
-            if h is not None and len(lines) > 1:
-                rest = lines[1:]
-                fr = list(map(lframes.get, rest))
-                if None in fr:
-                    for j, x in enumerate(rest):
-                        if fr[j] is None:
-                            r = lrests.get(x)
-                            if r is None:
-                                r = line_rest(x)
-                            if r is None:
-                                break
-                            fr[j] = lframes[x] = frames.get(r) or frame(r)
-                if None not in fr:
-                    if st["head"] is not None:
-                        done()
-                    st.update(head=h, raw=rest, tail=True, blank=True,
-                              fast=tuple(fr))
-                    return
-        line_by_line(lines + [""], h)
-
-    def read(f):
-        left = ""
-        while True:
-            chunk = f.read(READ_CHUNK)
-            if not chunk:
-                break
-            text = left + chunk
-            cut = text.rfind("\n\n")
-            if cut < 0:
-                left = text
-                continue
-            left = text[cut + 2:]
-            for b in text[:cut].split("\n\n"):
-                block(b)
-        if left:
-            lines = left.split("\n")
-            line_by_line(lines[:-1] if left.endswith("\n") else lines)
-
-    def read_slice(i):
-        p = parts[i]
-        if p is None:
-            with io.TextIOWrapper(procs[i].stdout, errors="replace",
-                                  newline="\n") as f:
-                read(f)
-        else:
-            if procs:
-                procs[i].wait()     # its file is whole
-            with open(p, errors="replace", newline="\n") as f:
-                os.unlink(p)    # read from the open file; nothing kept
-                read(f)
-        # A slice ends with its last sample (slices are cut between two
-        # samples' times).
-        if st["head"] is not None:
-            done()
-        st.update(head=None, raw=[], fast=None, tail=False, blank=True)
-
-    def child_read(i):
-        # The other slices' pipes closed here: a reader that fails leaves
-        # its perf script none to block on.
-        for j, p in enumerate(procs):
-            if j != i and not p.stdout.closed:
-                p.stdout.close()
-        read_slice(i)
-        return samples
-
+def _read_slices(reader, procs, parts, keep):
+    """@reader reads run_script()'s slices @parts, in order: files, or
+    where None the pipes of @procs (perf script's processes), the
+    slices after the first each in a process of its own."""
     kids = []
     try:
         if len(parts) > 1 and not keep:
@@ -1025,27 +1062,61 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
             # is as much CPU as perf script's unwinding, and it is
             # Python's, one CPU a process.
             for i in range(1, len(parts)):
-                kids.append(_fork_reader(functools.partial(child_read, i)))
+                kids.append(_fork_reader(functools.partial(
+                    _child_read, reader, procs, parts, i)))
                 procs[i].stdout.close()     # the child's now
-            read_slice(0)
+            _read_slice(reader, procs, parts, 0)
             while kids:
                 pid, fd = kids.pop(0)
-                samples.extend(_reader_result(pid, fd))
+                got = _reader_result(pid, fd)
+                reader.samples.extend(got if reader.raw
+                                      else map(_as_sample, got))
         else:
             for i in range(len(parts)):
-                read_slice(i)
+                _read_slice(reader, procs, parts, i)
     except BaseException:
         _end_readers(kids)
         end_procs(procs)
         raise
-    if procs:
-        check_script(steps, procs, out, tag)
-    import pickle
-    for p in pre:
-        with open(p, "rb") as f:
-            for h, stack in pickle.load(f):
-                emit(h, stack)
-    return samples
+
+
+def _read_slice(reader, procs, parts, i):
+    """@reader reads slice @i: @parts[i], a file (deleted once open), or
+    where None the pipe of @procs[i]."""
+    p = parts[i]
+    if p is None:
+        with io.TextIOWrapper(procs[i].stdout, errors="replace",
+                              newline="\n") as f:
+            reader.feed(f)
+    else:
+        if procs:
+            procs[i].wait()     # its file is whole
+        with open(p, errors="replace", newline="\n") as f:
+            os.unlink(p)    # read from the open file; nothing kept
+            reader.feed(f)
+    # A slice ends with its last sample (slices are cut between two
+    # samples' times).
+    reader.end()
+
+
+def _child_read(reader, procs, parts, i):
+    """_read_slice() in a forked reader: its samples, to return."""
+    # The other slices' pipes closed here: a reader that fails leaves
+    # its perf script none to block on.
+    for j, p in enumerate(procs):
+        if j != i and not p.stdout.closed:
+            p.stdout.close()
+    _read_slice(reader, procs, parts, i)
+    if reader.raw:
+        return reader.samples
+    # As plain tuples: a Sample pickles through Python code, 6 times a
+    # tuple's time (1.2 s for 300,000), and the parent loads them all.
+    return list(map(tuple, reader.samples))
+
+
+# A tuple of a Sample's fields, a forked reader's, made a Sample again
+# (without Sample()'s Python code).
+_as_sample = functools.partial(tuple.__new__, Sample)
 
 
 def _fork_reader(read):
