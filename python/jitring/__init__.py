@@ -23,6 +23,9 @@ Importing the module leaves the GIL of a free-threaded build disabled.
 
 import os as _os
 import sys as _sys
+from . import _jitring
+from ._jitring import flush, is_active, stats
+
 
 # Under ``python -m jitring record`` ($JITRING_RECORD_PROCS set), the
 # thread that runs jitring's own work (the .pth hook, the runner up to the
@@ -30,7 +33,11 @@ import sys as _sys
 # meanwhile, so that the profile can leave those samples out
 # (jitring._report).
 OWN_NAME = b"jitring-own"
+
+
 _COMM = "/proc/thread-self/comm"
+
+
 _own_name = None        # the thread's own name while it carries OWN_NAME
 
 
@@ -79,15 +86,15 @@ if "_jitring_comm" not in _sys.__dict__ and \
     # --no-children): its thread is jitring's from here.
     _own_begin()
 
-from . import _jitring
-from ._jitring import flush, is_active, stats
 
 __all__ = ["start", "stop", "is_active", "flush", "stats"]
+
 
 # The .pth hook named the thread before it imported the package, and left
 # the name it found here (taken once the extension has loaded: where it
 # does not, in a subinterpreter, the hook puts the name back itself).
 _own_name = _sys.__dict__.pop("_jitring_comm", _own_name)
+
 
 # os._exit as it was when jitring was imported.  Kept for good: a
 # reference to _exit_flushing taken during a session (``from os import
@@ -185,9 +192,12 @@ def stop():
 # differs, so it still notes itself.
 _noted = set()
 
+
 # JSON string escapes: the quote, the backslash, control characters
 # (DEL too, as json.dumps writes it).
 _JSON_ESC = {i: "\\u%04x" % i for i in list(range(32)) + [0x7f]}
+
+
 _JSON_ESC.update({0x22: '\\"', 0x5c: "\\\\", 0x08: "\\b", 0x09: "\\t",
                   0x0a: "\\n", 0x0c: "\\f", 0x0d: "\\r"})
 

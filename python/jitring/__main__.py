@@ -21,6 +21,7 @@ validates jitdump files (jitring-dump --check --sorted).
 import os
 import sys
 
+
 USAGE = ("usage: python -m jitring [--dir D] [--engine rings|mutex] "
          "[--perf-map] [--ready-rings N] [--ready-copies N] "
          "(script.py | -m module) [args...]\n"
@@ -28,6 +29,8 @@ USAGE = ("usage: python -m jitring [--dir D] [--engine rings|mutex] "
          "(script.py | -m module) [args...]\n"
          "       python -m jitring report DIR\n"
          "       python -m jitring check FILE...")
+
+
 COUNTS = ("--ready-rings", "--ready-copies")
 
 
@@ -230,11 +233,11 @@ def main():
         # or the package's import did.
         jitring._own_begin()
     if argv and argv[0] == "record":
-        from jitring import _record
-        sys.exit(_record.main(argv[1:]))
+        from jitring.record.cli import main
+        sys.exit(main(argv[1:]))
     if argv and argv[0] == "report":
-        from jitring import _report
-        sys.exit(_report.main(argv[1:]))
+        from jitring.record.report import main
+        sys.exit(main(argv[1:]))
     if argv and argv[0] == "check":
         check(argv[1:])
     opts, (kind, target), args = parse(argv)

@@ -31,7 +31,10 @@ import os
 import sys
 import time
 
+
 PRUNE_AGE = 24 * 3600
+
+
 PRUNE_EVERY = 3600
 
 
@@ -148,8 +151,8 @@ def _begin(flag):
     if flag == "standby":
         # No hook, no dump: a signal handler that record --pid wakes.
         try:
-            from jitring import _attach
-            _attach.standby()
+            from jitring._target import standby
+            standby()
         except Exception as e:
             sys.stderr.write("jitring: JITRING_PROFILE=standby but the "
                              "standby handler was not set: %s\n" % e)

@@ -13,7 +13,7 @@ and its caller's eval loop (with the hook, no Python call is inlined).
 
 from typing import NamedTuple
 
-from jitring._report import Sample
+from jitring.profile.model import Sample
 
 # The interpreter and the files around it, as perf names them.
 PYTHON = "/usr/bin/python3.13t"

@@ -173,15 +173,16 @@ def service_env(standby):
 
 def test_windows(t, py, newer, svc):
     n = int(os.environ.get("JITRING_TEST_WINDOWS", "20"))
-    from jitring import _attach
+    from jitring.attach.probe import probe
+    from jitring.attach.window import Window
     client = Client(svc.port)
     client.start()
     rss, maps, fds, bad, silent = {}, {}, {}, [], []
-    info = _attach.probe(svc.pid)
+    info = probe(svc.pid)
     for i in range(1, n + 1):
         out = os.path.join(t.scratch, "w%d" % i)
         os.mkdir(out)
-        w = _attach.Window(info, out, 120.0)
+        w = Window(info, out, 120.0)
         try:
             w.start()
             seen = client.ok + client.bad
@@ -230,7 +231,7 @@ def test_windows(t, py, newer, svc):
 
 def test_record(t, py, newer, svc):
     from test_record import perf_usable, leftovers, sections, has
-    from jitring import _attach
+    from jitring._running import frames_readable
     why = perf_usable()
     if why:
         t.skip_part("record --pid through perf", why)
@@ -256,7 +257,7 @@ def test_record(t, py, newer, svc):
         s = sections(p.stdout)
         t.check(p.returncode == 0 and has(s["self"][:1], "handle_fn") and
                 (has(s["total"], "serve") or
-                 not _attach.frames_readable()),
+                 not frames_readable()),
                 "record --pid (%d): the tables name handle_fn, and the "
                 "loop that ran throughout" % i,
                 p.stdout[-1200:] + p.stderr[-800:])
@@ -331,18 +332,19 @@ def ptrace_open(nocap, pid):
 def test_ptrace_words(t, py, newer, svc):
     """The refusal's words where ptrace is refused (staged: the reads of
     /proc fail as a refused ptrace makes them)."""
-    from jitring import _attach
+    from jitring.attach import probe as probing
+    from jitring.common.errors import AttachError
 
     def refuse(path, binary=False):
         raise PermissionError(1, "Operation not permitted", path)
-    real, _attach._read = _attach._read, refuse
+    real, probing._read = probing._read, refuse
     try:
-        _attach.probe(1)
+        probing.probe(1)
         msg = ""
-    except _attach.AttachError as e:
+    except AttachError as e:
         msg = str(e)
     finally:
-        _attach._read = real
+        probing._read = real
     t.check(msg.startswith("ptrace is not permitted on process 1: ") and
             "CAP_SYS_PTRACE" in msg and "dumpable" in msg and
             "\n" not in msg, "ptrace refused: it says what ptrace needs",
@@ -398,18 +400,19 @@ def test_refusals(t, py, newer, svc):
 
 
 def test_as_is(t, py, newer, svc):
-    from jitring import _attach
+    from jitring.attach.probe import probe, route
+    from jitring.attach.window import Window
     d = os.path.join(t.scratch, "as-is")
     os.mkdir(d)
     env = dict(service_env(False), JITRING_PROFILE="1", JITRING_DIR=d)
     own = Service(t, py, env)
     try:
-        info = _attach.probe(own.pid)
-        t.check(_attach.route(info) == "as-is",
+        info = probe(own.pid)
+        t.check(route(info) == "as-is",
                 "JITRING_PROFILE=1: recorded as it is")
         out = os.path.join(t.scratch, "as-is-out")
         os.mkdir(out)
-        w = _attach.Window(info, out, 60.0)
+        w = Window(info, out, 60.0)
         try:
             w.start()
             w.stop()

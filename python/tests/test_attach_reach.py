@@ -308,7 +308,9 @@ def test_shapes(t, py, newer):
     waits, and, in a window through perf, the worker's loop (worker(),
     called before any window: it never returns) named over its thread's
     samples."""
-    from jitring import _attach
+    from jitring.attach.probe import probe
+    from jitring.attach.window import Window
+    from jitring.common.errors import AttachError
     from test_record import dump_names
     why = jrtest.perf_usable()
     if why:
@@ -321,7 +323,7 @@ def test_shapes(t, py, newer):
             waits = main_waits(svc.pid)
             out = os.path.join(t.scratch, "shape-" + shape)
             os.mkdir(out)
-            w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+            w = Window(probe(svc.pid), out, 60.0)
             t0 = time.monotonic()
             try:
                 a = w.start()
@@ -334,7 +336,7 @@ def test_shapes(t, py, newer):
                 # The worker's handle_fn named in the window's dump.
                 dump_names(out, b"py::handle_fn:")
                 w.stop()
-            except _attach.AttachError as e:
+            except AttachError as e:
                 a, took = {"error": str(e)}, time.monotonic() - t0
             finally:
                 w.close()
@@ -363,7 +365,8 @@ def test_shapes(t, py, newer):
 def test_no_python(t, py, newer):
     """No thread runs Python: the window opens at once, and jitring starts
     when the service runs Python in it."""
-    from jitring import _attach
+    from jitring.attach.probe import probe
+    from jitring.attach.window import Window
     if not newer:
         t.skip_part("no thread runs Python",
                     "standby's signal makes the main thread run Python")
@@ -373,7 +376,7 @@ def test_no_python(t, py, newer):
         waits = main_waits(svc.pid)
         out = os.path.join(t.scratch, "nopython")
         os.mkdir(out)
-        w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+        w = Window(probe(svc.pid), out, 60.0)
         try:
             t0 = time.monotonic()
             a = w.start()
@@ -403,8 +406,9 @@ def test_no_python(t, py, newer):
 # A record that sends its request, says so, and waits to be killed.
 FAKE_RECORD = textwrap.dedent("""
     import os, sys, time
-    from jitring import _attach
-    w = _attach.Window(_attach.probe(int(sys.argv[1])), sys.argv[2], 60.0)
+    from jitring.attach.probe import probe
+    from jitring.attach.window import Window
+    w = Window(probe(int(sys.argv[1])), sys.argv[2], 60.0)
     w._send()
     print("sent", flush=True)
     time.sleep(600)
@@ -413,7 +417,8 @@ FAKE_RECORD = textwrap.dedent("""
 
 def test_void(t, py, newer):
     """Requests that outlive their window do nothing later."""
-    from jitring import _attach
+    from jitring.attach.probe import probe
+    from jitring.attach.window import Window
     shape = "stdin" if newer else "gate"
     # What wakes the service, and its line once it has run Python since
     # (the request's turn has come then: what it would start is there).
@@ -425,7 +430,7 @@ def test_void(t, py, newer):
             waits = main_waits(svc.pid)
             out = os.path.join(t.scratch, "void-closed")
             os.mkdir(out)
-            w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+            w = Window(probe(svc.pid), out, 60.0)
             try:
                 a = w.start()
                 w.stop()
@@ -466,7 +471,8 @@ def test_void(t, py, newer):
 
 
 def test_children(t, py, newer):
-    from jitring import _attach
+    from jitring.attach.probe import probe
+    from jitring.attach.window import Window
     svc = Service(py, "fork", env_for(newer, **running_env()))
     try:
         # A child forked before any window: a worker process of a
@@ -477,7 +483,7 @@ def test_children(t, py, newer):
         waits = main_waits(svc.pid)
         out = os.path.join(t.scratch, "children")
         os.mkdir(out)
-        w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+        w = Window(probe(svc.pid), out, 60.0)
         try:
             a = w.start()
             svc.send("fork")
@@ -663,11 +669,11 @@ def check_running(t, py, pid, what, outer, inner, name):
 def test_running(t, py, newer):
     """Frames that ran throughout the window (called before it: no
     trampoline) are named at the root of their thread's samples."""
-    from jitring import _attach
+    from jitring._running import frames_readable
     # A free-threaded 3.13 without the GIL reads other threads' frames
     # only where the service asks for it.
     saved = os.environ.pop("JITRING_RUNNING_FRAMES", None)
-    readable = _attach.frames_readable()
+    readable = frames_readable()
     if saved is not None:
         os.environ["JITRING_RUNNING_FRAMES"] = saved
     t.check(readable != ft313(), "other threads' frames read by default: "
@@ -821,7 +827,9 @@ def test_marks(t, py, newer):
     """The window's marks in this process: what ran throughout is told
     from a new call of the same function."""
     import threading
-    from jitring import _attach, _report
+    from jitring._running import _running_threads, _tag_running
+    from jitring.common.folder import checked_running
+    from jitring.profile.classify import own_work, program_stack
     go = [threading.Event(), threading.Event()]
     at = [threading.Event(), threading.Event()]
     done = threading.Event()
@@ -852,7 +860,7 @@ def test_marks(t, py, newer):
         end = time.monotonic() + 10
         while None not in at and time.monotonic() < end:
             time.sleep(0.01)
-        marks = _attach._tag_running()
+        marks = _tag_running()
         go[0].set()
         at[1].wait(10)
         fr = sys._current_frames()[th.ident]
@@ -862,11 +870,11 @@ def test_marks(t, py, newer):
             fr = fr.f_back
         del fr
         listed = {x["tid"]: [f[0] for f in x["frames"]]
-                  for x in _attach._running_threads(marks)}
+                  for x in _running_threads(marks)}
         # A second window: the frames that ran through the first are
         # marked again.
         again = {x["tid"]: [f[0] for f in x["frames"]]
-                 for x in _attach._running_threads(_attach._tag_running())}
+                 for x in _running_threads(_tag_running())}
         f = sys._current_frames()[th2.ident]
         while f is not None and f.f_code.co_name != "traced":
             f = f.f_back
@@ -901,13 +909,13 @@ def test_marks(t, py, newer):
                               ["c", 3, 4], ["d", "h.py", 5]]},
         {"tid": True, "frames": [["x", "y", 1]]}, {"tid": -3},
         {"tid": 8, "frames": "no"}, "thread", {"tid": 9, "frames": []}]}
-    t.check(_report.checked_running(junk) ==
+    t.check(checked_running(junk) ==
             {"pid": 5, "threads": [{"tid": 7, "frames": [
                 ["a", "f.py", 1], ["b", "g.py", 2]]}]} and
-            _report.checked_running([1]) is None and
-            _report.checked_running({"pid": "1", "threads": []}) is None,
+            checked_running([1]) is None and
+            checked_running({"pid": "1", "threads": []}) is None,
             "a list with junk: read as what is valid up to it",
-            _report.checked_running(junk))
+            checked_running(junk))
     # A thread that runs sys.remote_exec's request late (a main thread
     # that woke after another thread had started jitring) is sampled in
     # the request script: jitring's work, left out of the tables.
@@ -917,10 +925,10 @@ def test_marks(t, py, newer):
     for fn in ("<string>", "/tmp/jitring-%d/attach-%d.py"
                % (os.getuid(), os.getpid())):
         req = ("py::_jitring_request:" + fn, "python")
-        t.check(_report.own_work("python", [req, prog]) and
-                _report.program_stack([req, prog]) == [prog[0]] and
-                not _report.own_work("python", [prog]) and
-                not _report.own_work("python", [("py::f:" + fn, "python"),
+        t.check(own_work("python", [req, prog]) and
+                program_stack([req, prog]) == [prog[0]] and
+                not own_work("python", [prog]) and
+                not own_work("python", [("py::f:" + fn, "python"),
                                                 prog]),
                 "the attach request's function in %s: jitring's work, "
                 "left out of a sample's stack; another function there "
@@ -996,7 +1004,10 @@ def test_thread_per_request(t, py, newer):
     import http.client
     import random
     import threading
-    from jitring import _attach
+    from jitring.attach import window as windows
+    from jitring.attach.probe import probe
+    from jitring.attach.window import Window
+    from jitring.common.errors import AttachError
     if not newer:
         t.skip_part("a thread-per-request service",
                     "standby asks the main thread only")
@@ -1023,7 +1034,8 @@ def test_thread_per_request(t, py, newer):
                     stats["wrong"].append((n, got))
                 answered.notify_all()
 
-    real = _attach.send_all_threads
+    # Window calls it by its module's name.
+    real = windows.send_all_threads
 
     def counted(pid, script, ver):
         try:
@@ -1033,7 +1045,7 @@ def test_thread_per_request(t, py, newer):
             raise
         sends.append(n)
         return n
-    _attach.send_all_threads = counted
+    windows.send_all_threads = counted
     c = threading.Thread(target=client)
     c.start()
     bad, outs, few = [], [], []
@@ -1042,7 +1054,7 @@ def test_thread_per_request(t, py, newer):
             out = os.path.join(t.scratch, "http%d" % i)
             os.mkdir(out)
             outs.append(out)
-            w = _attach.Window(_attach.probe(svc.pid), out, 60.0)
+            w = Window(probe(svc.pid), out, 60.0)
             try:
                 a = w.start()
                 # Open until 10 more answers (their threads come and go),
@@ -1053,14 +1065,14 @@ def test_thread_per_request(t, py, newer):
                             lambda: stats["asked"] >= n + 10, 60):
                         few.append(i)
                 w.stop()
-            except _attach.AttachError as e:
+            except AttachError as e:
                 a = {"error": str(e)}
             finally:
                 w.close()
             if not a.get("ok") or a.get("pending"):
                 bad.append((i, a))
     finally:
-        _attach.send_all_threads = real
+        windows.send_all_threads = real
         stats["done"] = True
         c.join()
     alive = svc.p.poll() is None
@@ -1110,18 +1122,20 @@ def test_seize(t, py, newer):
     """send_all_threads()'s stop: every thread stopped while held, every
     one let go after, and none written to where one refuses."""
     import errno
-    from jitring import _attach
+    from jitring.attach import ptrace as ptracing
+    from jitring.attach.ptrace import (_PTRACE_SEIZE, _detach_all, _ptrace_fn,
+                                       _seize_all, send_all_threads)
     if not newer:
         t.skip_part("the threads' stop", "standby asks the main thread only")
         return
     svc = Service(py, "event", env_for(newer))
     try:
         waits = main_waits(svc.pid)
-        ptrace = _attach._ptrace_fn()
-        held = _attach._seize_all(svc.pid, ptrace)
+        ptrace = _ptrace_fn()
+        held = _seize_all(svc.pid, ptrace)
         during = tracing(svc.pid)
         seized = set(held)
-        _attach._detach_all(held, ptrace)
+        _detach_all(held, ptrace)
         after = let_go(svc.pid)
         t.check(waits and during and seized == set(during) and
                 all(s == "t" and tr == os.getpid()
@@ -1132,21 +1146,21 @@ def test_seize(t, py, newer):
         calls = []
 
         def refusing(req, tid, data=0):
-            if req == _attach._PTRACE_SEIZE:
+            if req == _PTRACE_SEIZE:
                 calls.append(tid)
                 if len(calls) == 2:
                     return errno.EPERM
             return ptrace(req, tid, data)
-        real = _attach._ptrace_fn
-        _attach._ptrace_fn = lambda: refusing
+        real = ptracing._ptrace_fn
+        ptracing._ptrace_fn = lambda: refusing
         try:
-            _attach.send_all_threads(svc.pid, "/nonexistent/jitring.py",
+            send_all_threads(svc.pid, "/nonexistent/jitring.py",
                                      sys.version_info[:2])
             refused = False
         except OSError:
             refused = True
         finally:
-            _attach._ptrace_fn = real
+            ptracing._ptrace_fn = real
         after = let_go(svc.pid)
         t.check(refused and all(s != "t" and tr == 0
                                 for s, tr in after.values()),
@@ -1167,22 +1181,22 @@ def test_seize(t, py, newer):
         seen = []
 
         def exiting(req, t_, data=0):
-            if req == _attach._PTRACE_SEIZE and not seen:
+            if req == _PTRACE_SEIZE and not seen:
                 # The first seize (the listing is made): end the thread.
                 svc.send("end")
                 seen.append(svc.p.stdout.readline().strip())
-            if req == _attach._PTRACE_SEIZE and t_ == tid:
+            if req == _PTRACE_SEIZE and t_ == tid:
                 seen.append(t_)
                 return errno.EPERM
             return ptrace(req, t_, data)
-        _attach._ptrace_fn = lambda: exiting
+        ptracing._ptrace_fn = lambda: exiting
         try:
-            n = _attach.send_all_threads(svc.pid, "/nonexistent/jitring.py",
+            n = send_all_threads(svc.pid, "/nonexistent/jitring.py",
                                          sys.version_info[:2])
         except OSError as e:
             n = e
         finally:
-            _attach._ptrace_fn = real
+            ptracing._ptrace_fn = real
         after = tracing(svc.pid)
     finally:
         svc.stop()

@@ -35,8 +35,8 @@ import jrtest
 SERVICE = textwrap.dedent("""
     import os, signal, sys, time
     if os.environ.get("SVC_STANDBY"):
-        from jitring import _attach
-        _attach.standby()
+        from jitring._target import standby
+        standby()
     if os.environ.get("SVC_OWN_HANDLER"):
         signal.signal(signal.SIGRTMIN + 7, lambda s, f: None)
     if os.environ.get("SVC_UID"):
@@ -239,13 +239,13 @@ def test_durations(t, py, svc):
                 "%s %s" % (p.returncode, p.stderr[-600:]))
     # The watcher's wait failing ends the window (in this process).
     import jitring
-    from jitring import _attach
+    from jitring._target import _watcher
     d = os.path.join(t.scratch, "watch")
     os.mkdir(d)
     jitring.start(dir=d)
     r, w = os.pipe()
     try:
-        _attach._watcher(-1, r, 1e10)
+        _watcher(-1, r, 1e10)
     except Exception:
         pass
     on = jitring.is_active()
@@ -292,13 +292,15 @@ def test_second(t, py, svc):
 
 
 def test_messages(t, py, svc):
-    from jitring import _attach
+    from jitring.attach.probe import probe, route
+    from jitring.attach.window import Window
+    from jitring.common.errors import AttachError
     info = {"pid": 1, "version": (3, 11), "argv": ["python3.11"],
             "env": {"JITRING_PROFILE": "standby"}, "uid": os.geteuid()}
     try:
-        _attach.route(info)
+        route(info)
         msg = ""
-    except _attach.AttachError as e:
+    except AttachError as e:
         msg = str(e)
     t.check("3.12" in msg and "3.14" in msg and "\n" not in msg,
             "a 3.11 target: jitring needs 3.12 (standby) or 3.14 (remote)",
@@ -307,13 +309,13 @@ def test_messages(t, py, svc):
         return
     own = Service(py, SVC_OWN_HANDLER="1")
     try:
-        info = _attach.probe(own.pid)
+        info = probe(own.pid)
         out = os.path.join(t.scratch, "own")
         os.mkdir(out)
         t0 = time.monotonic()
         at = "start"
         try:
-            w = _attach.Window(info, out, 60.0)
+            w = Window(info, out, 60.0)
             try:
                 w.start()
                 at = "stop"
@@ -321,7 +323,7 @@ def test_messages(t, py, svc):
                 msg = ""
             finally:
                 w.close()
-        except _attach.AttachError as e:
+        except AttachError as e:
             msg = str(e)
         took = time.monotonic() - t0
         # Told by start() (which waits 2 s for an answer), not at the end

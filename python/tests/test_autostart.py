@@ -127,7 +127,7 @@ def test_subinterpreter(t, py):
 def test_prune(t, py):
     """Dumps in /tmp: an exited process's older than a day go, the rest
     stay; a $JITRING_DIR is never pruned."""
-    from jitring import _autostart
+    from jitring._autostart import prune
     d = os.path.join(t.scratch, "prune")
     os.mkdir(d)
     with open("/proc/sys/kernel/pid_max") as f:
@@ -144,7 +144,7 @@ def test_prune(t, py):
         path = os.path.join(d, name)
         open(path, "w").close()
         os.utime(path, (now - age, now - age))
-    n = _autostart.prune(d, now)
+    n = prune(d, now)
     kept = set(os.listdir(d))
     t.check(n == 2 and kept == {k for k, v in files.items() if v[1]},
             "prune: only an exited process's dump and image older than a "

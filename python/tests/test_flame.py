@@ -41,7 +41,9 @@ import zlib
 
 import jrtest
 
-from jitring import _flame
+from jitring.output.flame import (D3_JS, FLAME_CSS, FLAME_JS, PAGE, SCRIPT,
+                                  WEB_DIR, write_html)
+from jitring.output.folded import write_folded
 
 P1 = "python3 [pid 4242] app.py"
 P2 = "python3 [pid 4243] worker.py"
@@ -209,7 +211,7 @@ def check_static(t, html):
             not re.search(r"""(src|href)\s*=|@import|url\(""", markup),
             "offline: no src=, href=, @import or url() in the markup and "
             "styles")
-    web = _flame.WEB_DIR
+    web = WEB_DIR
     sums = {}
     with open(os.path.join(web, "SHA256SUMS")) as f:
         for line in f:
@@ -221,7 +223,7 @@ def check_static(t, html):
            .hexdigest() != d]
     t.check(len(sums) >= 5 and not bad, "the package's web assets match "
             "web/SHA256SUMS (%d files)" % len(sums), bad)
-    inlined = [n for n in (_flame.D3_JS, _flame.FLAME_JS, _flame.FLAME_CSS)
+    inlined = [n for n in (D3_JS, FLAME_JS, FLAME_CSS)
                if open(os.path.join(web, n), encoding="utf-8").read()
                not in text]
     t.check(not inlined, "d3, d3-flame-graph and its CSS are inlined "
@@ -368,7 +370,7 @@ def check_png(t, path):
 
 def check_folded(t):
     path = os.path.join(t.scratch, "stacks.folded")
-    n = _flame.write_folded(path, HOT + [([P2, "a;b", "c"], 2),
+    n = write_folded(path, HOT + [([P2, "a;b", "c"], 2),
                                         ([P2, "a;b", "c"], 3)])
     with open(path) as f:
         lines = f.read().splitlines()
@@ -378,7 +380,7 @@ def check_folded(t):
             "folded: root first, one sorted line per stack, ';' in a name "
             "written as ':'", lines[:2])
     try:
-        _flame.write_folded(path, [([P1], 0)])
+        write_folded(path, [([P1], 0)])
         ok = False
     except ValueError:
         ok = True
@@ -389,23 +391,23 @@ def check_sources(t):
     """The page's own script, a file of the package: Node.js parses it
     (node --check), before any browser; and the template holds each
     marker write_html() fills in, once."""
-    web = _flame.WEB_DIR
+    web = WEB_DIR
     node = shutil.which("node") or shutil.which("nodejs")
     if node:
         p = subprocess.run([node, "--check",
-                            os.path.join(web, _flame.SCRIPT)],
+                            os.path.join(web, SCRIPT)],
                            capture_output=True, text=True, timeout=60)
         t.check(p.returncode == 0, "web/%s: Node.js finds no syntax error"
-                % _flame.SCRIPT, p.stderr[-800:])
+                % SCRIPT, p.stderr[-800:])
     else:
         t.skip_part("the page script's syntax", "no node on PATH "
                     "(scripts/deps.sh browser installs nodejs)")
-    with open(os.path.join(web, _flame.PAGE), encoding="utf-8") as f:
+    with open(os.path.join(web, PAGE), encoding="utf-8") as f:
         page = f.read()
     counts = {m: page.count(m) for m in
               ("@CSS@", "@CONFIG@", "@SCRIPT@", "@D3@", "@FLAME@", "@DATA@")}
     t.check(all(n == 1 for n in counts.values()),
-            "web/%s holds each marker once" % _flame.PAGE, counts)
+            "web/%s holds each marker once" % PAGE, counts)
 
 
 class Page:
@@ -415,7 +417,7 @@ class Page:
     def __init__(self, t):
         self.t = t
         self.html = os.path.join(t.scratch, "flame.html")
-        info = _flame.write_html(self.html, iter(STACKS), title="test_flame",
+        info = write_html(self.html, iter(STACKS), title="test_flame",
                                  subtitle="synthetic stacks")
         print("page: %d bytes, %d nodes, %d pruned" % (
             info["bytes"], info["nodes"], info["pruned_nodes"]))

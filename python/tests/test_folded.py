@@ -22,7 +22,10 @@ import os
 import re
 
 import jrtest
-from jitring import _report
+from jitring.output.flame import FlamePage
+from jitring.output.folded import FoldedFile
+from jitring.profile.aggregate import summarize
+from jitring.profile.model import Profile
 
 PY = "/opt/py/bin/python3.13t"
 LIBPY = "/opt/py/lib/libpython3.13t.so.1.0"
@@ -68,12 +71,12 @@ def finished(t):
             samples.append((42, "python3.13t", tuple(frames), 42,
                             1000 * i + j, "cpu-clock"))
     procs = {42: {"pid": 42, "argv": ["python3.13t", "a.py"]}}
-    summary = _report.summarize(samples, procs, None)
+    summary = summarize(samples, procs, None)
     meta = {"command": ["a.py"], "started": 0}
     out = t.scratch
-    profile = _report.Profile(out, meta, summary)
-    _report.FoldedFile().write(profile)
-    _report.FlamePage().write(profile)
+    profile = Profile(out, meta, summary)
+    FoldedFile().write(profile)
+    FlamePage().write(profile)
     rows, total = summary.functions, summary.total
     lines = {}
     with open(os.path.join(out, "stacks.folded")) as f:

@@ -309,7 +309,7 @@ def test_deep(t):
     """The fp route records the 60-frame program whole."""
     x86_64(t)
     py, env = jrtest.record_python(t)
-    p = subprocess.run([py, "-c", "import jitring._record as m; "
+    p = subprocess.run([py, "-c", "import jitring.record.perf as m; "
                         "print(m.keeps_frame_pointers())"],
                        capture_output=True, text=True, env=env)
     if p.stdout.strip() != "True":

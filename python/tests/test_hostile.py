@@ -198,8 +198,8 @@ def own_left_out(out):
 
 
 def real_samples(path):
-    from jitring import _perfdata
-    with _perfdata.PerfData(path) as pd:
+    from jitring.perf.data import PerfData
+    with PerfData(path) as pd:
         return [s[0] for s in pd.samples()]
 
 
@@ -487,23 +487,25 @@ def mutate_dump(rng, data):
 def parse_all(path):
     """Everything the readers do with a perf.data (its dumps as its
     marker mmaps name them)."""
-    from jitring import _execfix, _jitsyms, _perfdata
-    with _perfdata.PerfData(path) as pd:
+    from jitring.perf.data import PerfData
+    from jitring.perf.execfix import fix
+    from jitring.perf.jitsyms import FPNames, marked_dumps, referenced
+    with PerfData(path) as pd:
         n = sum(1 for _ in pd.records())
         pd.mmap2_names()
         for s in pd.samples():
             if s[5]:
                 pd.chain(s[4], s[5])
-        dumps, _ = _jitsyms.marked_dumps(pd)
-        _jitsyms.referenced(pd, dumps)
-    _jitsyms.FPNames(path)
-    _execfix.fix(path)
+        dumps, _ = marked_dumps(pd)
+        referenced(pd, dumps)
+    FPNames(path)
+    fix(path)
     return n
 
 
 def parse_dump(path, tmp):
-    from jitring import _jitsyms
-    d = _jitsyms.Dump(path)
+    from jitring.perf.jitsyms import Dump
+    d = Dump(path)
     for i in range(len(d.loads)):
         d.name(i)
         d.find(d.addr[i], d.time[i])
@@ -512,8 +514,9 @@ def parse_dump(path, tmp):
 
 
 def in_process(t, out, seed, cases):
-    from jitring import _jitsyms, _perfdata
-    ok = (_perfdata.PerfDataError, _jitsyms.DumpError, OSError)
+    from jitring.perf.data import PerfDataError
+    from jitring.perf.jitsyms import DumpError
+    ok = (PerfDataError, DumpError, OSError)
     with open(os.path.join(out, "perf.data"), "rb") as f:
         data = f.read()
     dump = jrtest.dumps(out)[0]
@@ -685,10 +688,10 @@ def test_index(t, rec):
     small = rec.small()
     if not small:
         return
-    from jitring import _perfdata
+    from jitring.perf.data import PerfData, keep_index, kept_indexes
     path = os.path.join(t.scratch, "index.data")
     shutil.copyfile(os.path.join(small, "perf.data"), path)
-    with _perfdata.PerfData(path) as pd:
+    with PerfData(path) as pd:
         every = list(pd.records())
         types = sorted({r[0] for r in every})
         same = all(list(pd.records_of(k)) == [r for r in every
@@ -700,21 +703,21 @@ def test_index(t, rec):
     t.check(len(types) > 2 and same and both,
             "index: each type's records, and two types' in the file's "
             "order, as the whole walk gives them (%d types)" % len(types))
-    with _perfdata.kept_indexes():
-        with _perfdata.PerfData(path) as a, _perfdata.PerfData(path) as b:
+    with kept_indexes():
+        with PerfData(path) as a, PerfData(path) as b:
             shared = a.index() is b.index()
-        first = _perfdata.PerfData(path)
+        first = PerfData(path)
         idx = first.index()
         first.close()
         rewrite(path, every[-1][2] + 8)
-        with _perfdata.PerfData(path) as c:
+        with PerfData(path) as c:
             walked = c.index() is not idx
             again = c.index()
         rewrite(path, every[-1][2] + 8)
-        _perfdata.keep_index(path)
-        with _perfdata.PerfData(path) as d:
+        keep_index(path)
+        with PerfData(path) as d:
             kept = d.index() is again
-    with _perfdata.PerfData(path) as e, _perfdata.PerfData(path) as f:
+    with PerfData(path) as e, PerfData(path) as f:
         outside = e.index() is not f.index()
     t.check(shared and walked and kept and outside,
             "index: one walk for two readers in a kept_indexes() block "

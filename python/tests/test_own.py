@@ -108,7 +108,7 @@ MODULE = """
 def table_rows(out):
     """The function column of both tables (not their line of samples
     with no Python frame)."""
-    from jitring._report import NO_PYTHON
+    from jitring.output.tables import NO_PYTHON
     rows, on = [], False
     for line in out.splitlines():
         if line.startswith(("Hottest Python functions", "By self")):

@@ -43,11 +43,13 @@ from mocks import (APP, BOOTSTRAP, CALL_EXT, CALL_NEW, EVAL, EXEC, EXT, FINI,
                    STARTUP, THREAD, UNKNOWN, Call, cut_at, kernel, native,
                    own_native, own_py, py, request, runner, runner_stack,
                    runpy, samples, stack)
-from jitring._report import (CUT, STACK_MAX, command_of, cut_note, fmt_name,
-                             folded_stack, in_window, is_cut, no_python,
-                             own_work, processes, program_dirs,
-                             program_stack, running, summarize, window_on,
-                             with_running)
+from jitring.common.folder import processes, running
+from jitring.output.tables import fmt_name, program_dirs
+from jitring.profile.aggregate import folded_stack, summarize
+from jitring.profile.classify import command_of, own_work, program_stack
+from jitring.profile.cuts import CUT, STACK_MAX, cut_note, is_cut
+from jitring.profile.model import no_python
+from jitring.profile.window import in_window, window_on, with_running
 
 # The program's functions.
 MOD = py("<module>")
@@ -164,8 +166,8 @@ def test_own_package(t):
     t.check(own_work("python3.13t", stack(
         [MOD, WORK, Call(own_py("_after_fork_child"), fork)])),
         "own_work: the fork hook in the program's os.fork()")
-    for mod in ("__init__.py", "_autostart.py", "_record.py", "_report.py",
-                "_flame.py", "_attach.py"):
+    for mod in ("__init__.py", "_autostart.py", "_target.py", "_running.py",
+                "record/cli.py", "output/flame.py", "perf/script.py"):
         t.check(own_work("python3.13t", stack([MOD, own_py("f", mod)])),
                 "own_work: a frame of jitring/%s innermost" % mod)
     t.check(own_work("python3.13t", stack([MOD, runner("parse")])),

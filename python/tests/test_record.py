@@ -317,7 +317,7 @@ class Rec:
     def keeps_fp(self):
         """Whether the interpreter under test keeps frame pointers
         (record's fp mode works there)."""
-        p = subprocess.run([self.py, "-c", "import jitring._record as m; "
+        p = subprocess.run([self.py, "-c", "import jitring.record.perf as m; "
                             "print(m.keeps_frame_pointers())"],
                            capture_output=True, text=True, env=self.env)
         return p.stdout.strip() == "True"
@@ -735,9 +735,10 @@ def test_cli(t, r):
             "an unusable folder: one line, exit 2", p.stderr[-300:])
     names = os.path.join(t.scratch, "names")
     os.mkdir(names)
-    p = subprocess.run([r.py, "-c", "from jitring import _record\n"
-                        "print(_record.default_out())\n"
-                        "print(_record.default_out())"],
+    p = subprocess.run([r.py, "-c",
+                        "from jitring.record.out import default_out\n"
+                        "print(default_out())\n"
+                        "print(default_out())"],
                        capture_output=True, text=True, env=r.env,
                        cwd=names)
     got = p.stdout.split()
@@ -1004,12 +1005,13 @@ def test_deep(t, r):
             # keeps its perf.data as perf wrote it, but where the
             # interpreter is a wrapper that execs again (sid's, through
             # its own loader).
-            from jitring import _execfix, _perfdata
+            from jitring.perf.data import PerfData
+            from jitring.perf.execfix import fix
             path = os.path.join(out, "perf.data")
-            with _perfdata.PerfData(path) as pd:
+            with PerfData(path) as pd:
                 execs = sum(1 for typ, misc, _, _ in pd.records()
                             if typ == 3 and misc & (1 << 13))
-            n = _execfix.fix(path)
+            n = fix(path)
             t.check(execs >= 1 and n == execs - 1, "deep: of the %d "
                     "execs of a program that starts no process, all but "
                     "the first to fix (%d)" % (execs, n))
@@ -1340,7 +1342,11 @@ def test_live_segments(t, r):
     give the samples the whole file gives, each once."""
     import collections
     import struct
-    from jitring import _execfix, _live, _perfdata, _report
+    from jitring.perf.data import PerfData
+    from jitring.perf.driver import Steps, find_perf, perf_cmd
+    from jitring.perf.execfix import fix
+    from jitring.perf.live import Live
+    from jitring.perf.script import script
     prog = r.script("tree.py", TREE)
     out = r.out("live-segments")
     p = r.run(["record", "-o", out, "--call-graph", "dwarf", "--", prog],
@@ -1352,10 +1358,10 @@ def test_live_segments(t, r):
         whole = f.read()
     size_at = 48                # the data section's size in the header
     d_off, d_size = struct.unpack_from("<QQ", whole, size_at - 8)
-    perf = _report.perf_cmd(_report.find_perf(), out, False)
-    live = _live.Live(out, perf, False)
+    perf = perf_cmd(find_perf(), out, False)
+    live = Live(out, perf, False)
     # About four segments, whatever the machine's speed gave.
-    with _perfdata.PerfData(path) as pd:
+    with PerfData(path) as pd:
         live.segment = max(50, sum(1 for _ in pd.samples()) // 4)
     saved = os.environ.get("JITRING_PY_TEST_LIVE_NICE")
     os.environ["JITRING_PY_TEST_LIVE_NICE"] = "0"   # as test_live's
@@ -1383,15 +1389,15 @@ def test_live_segments(t, r):
     if not got:
         return
     pre, tail = got
-    _execfix.fix(os.path.join(out, tail))
+    fix(os.path.join(out, tail))
 
     def stacks(samples):
         return collections.Counter((pid, tid, tm, frames)
                                    for pid, _, frames, tid, tm, _ in samples)
-    with _report.Steps() as steps:
-        parts = stacks(_report.script(steps, perf, out, elf=True,
+    with Steps() as steps:
+        parts = stacks(script(steps, perf, out, elf=True,
                                       data=tail, pre=pre))
-        alone = stacks(_report.script(steps, perf, out, elf=True))
+        alone = stacks(script(steps, perf, out, elf=True))
     live.discard()
     t.check(parts == alone and len(alone) > 500,
             "segments: the same %d samples as the whole file" %
@@ -1455,7 +1461,8 @@ def test_tables(t, r):
     to the program's folder when it is given by an absolute path from
     another folder; a process started through a launcher named by its
     Python command line."""
-    from jitring import _report
+    from jitring.output.tables import NO_PYTHON
+    from jitring.profile.model import no_python
     d = r.out("tables-prog")
     os.mkdir(d)
     prog = os.path.join(d, "tables_prog.py")
@@ -1474,13 +1481,13 @@ def test_tables(t, r):
             "tables: a script given by its absolute path from another "
             "folder is named relative to its folder", tabs["total"])
     slf = table_lines(p.stdout, "By self")
-    nopy = [row for row in slf if row[2] == _report.NO_PYTHON]
+    nopy = [row for row in slf if row[2] == NO_PYTHON]
     folded = {}
     with open(os.path.join(out, "stacks.folded")) as f:
         for line in f:
             stack, _, n = line.rstrip("\n").rpartition(" ")
             folded[tuple(stack.split(";"))] = int(n)
-    want = 100.0 * _report.no_python(folded) / sum(folded.values())
+    want = 100.0 * no_python(folded) / sum(folded.values())
     if t.check(len(nopy) == 1 and abs(nopy[0][1] - want) < 0.06,
                "tables: the samples with no Python frame on a line of "
                "their own (%.1f%% in stacks.folded)" % want, slf):
@@ -1504,7 +1511,7 @@ def test_tables(t, r):
 def test_names(t, r):
     """program_dirs() on synthetic recordings: the script's folder as
     python names it and as it resolves, then the working folder."""
-    from jitring import _report
+    from jitring.output.tables import fmt_name, program_dirs
     d = r.out("names")
     os.makedirs(os.path.join(d, "real", "sub"))
     os.symlink(os.path.join(d, "real"), os.path.join(d, "link"))
@@ -1528,7 +1535,7 @@ def test_names(t, r):
          "py::l:/opt/lib/python3.13t/site-packages/m.py", "l:m.py"),
     ]
     for meta, name, want in cases:
-        got = _report.fmt_name(name, _report.program_dirs(meta))
+        got = fmt_name(name, program_dirs(meta))
         t.check(got == want, "names: %s in %s is %s" % (name, meta, want),
                 got)
 

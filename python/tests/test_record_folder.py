@@ -313,7 +313,7 @@ def test_report_errors(t, r):
 
 
 def test_live_leftovers(t, r):
-    from jitring import _live
+    from jitring.perf.live import drop
     d = os.path.join(t.scratch, "leftovers")
     os.mkdir(d)
     live = ["live-1.data", "live-1.data.execfix", "live-tail.data",
@@ -324,7 +324,7 @@ def test_live_leftovers(t, r):
             "live-1.data.bak", "server.log"]
     for name in live + kept:
         open(os.path.join(d, name), "w").close()
-    _live.drop(d)
+    drop(d)
     t.check(sorted(os.listdir(d)) == sorted(kept), "the live reading's "
             "files dropped, a cut-off rewrite among them; the others kept",
             sorted(os.listdir(d)))

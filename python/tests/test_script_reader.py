@@ -28,9 +28,10 @@ import pickle
 import tempfile
 
 import jrtest
+from jitring.perf import script as scripting
+from jitring.perf.script import ScriptReader, _inlined
+from jitring.profile.model import Sample
 
-from jitring import _report
-from jitring._report import Sample, ScriptReader
 
 EVENT = "cpu-clock:ppp"
 PY_DSO = "/tmp/perf-4242.map"
@@ -317,7 +318,7 @@ def test_inlined(t):
         ("host_fn", "/usr/lib/libx.so"), FEVAL, ("inner_helper", "")),
         "inlined frames given their host's file (none at the root)", got)
     st = [("a", "inlined"), ("b", "x.so"), ("c", "inlined"), ("d", "y")]
-    t.check(_report._inlined(st) == [("a", "x.so"), ("b", "x.so"),
+    t.check(_inlined(st) == [("a", "x.so"), ("b", "x.so"),
                                      ("c", "y"), ("d", "y")],
             "_inlined() on a list", st)
 
@@ -437,7 +438,8 @@ def test_script(t):
     text, keys = hostile_text()
     whole = read(text, keys)
     folder = tempfile.mkdtemp(dir=t.scratch)
-    saved = _report.run_script, _report.check_script, _report.sample_keys
+    saved = (scripting.run_script, scripting.check_script,
+             scripting.sample_keys)
     # The slices cut between two samples (perf script --time).
     cuts = [0] + [text.index("\n\n", len(text) * i // 3) + 2
                   for i in (1, 2)] + [len(text)]
@@ -452,11 +454,11 @@ def test_script(t):
             paths.append(p)
         return [Pipe(p) for p in paths], [None] * len(paths)
     try:
-        _report.run_script = run_script
-        _report.check_script = lambda *a, **k: None
-        _report.sample_keys = lambda path: dict(keys)
+        scripting.run_script = run_script
+        scripting.check_script = lambda *a, **k: None
+        scripting.sample_keys = lambda path: dict(keys)
         for most in (1, 3):
-            got = _report.script(None, None, folder, most=most)
+            got = scripting.script(None, None, folder, most=most)
             t.check(got == whole and
                     all(type(s) is Sample for s in got),
                     "script() of %d slice(s): the same Samples" % most)
@@ -464,8 +466,8 @@ def test_script(t):
                     len({s.frames for s in got}) or most > 1,
                     "one slice: one tuple a stack")
     finally:
-        _report.run_script, _report.check_script, _report.sample_keys = \
-            saved
+        (scripting.run_script, scripting.check_script,
+         scripting.sample_keys) = saved
 
 
 if __name__ == "__main__":

@@ -398,7 +398,7 @@ def sleep_case(t, r, tag, opts):
             p.stdout[-3000:])
     if got:
         life, cpu, reasons = got
-        from jitring._wait import UNSAMPLED
+        from jitring.wait.setup import UNSAMPLED
         share = 100.0 * reasons.get("sleep", 0) / life if life else 0
         # Switches whose stack perf never took (its buffers full on a
         # loaded machine) name no reason: the sleep named is at most the
@@ -430,7 +430,7 @@ def sleep_case(t, r, tag, opts):
             % tag,
             named(tabs["total"], "compute_only"))
     c = wall.get("compute_only")
-    from jitring._wait import UNSAMPLED
+    from jitring.wait.setup import UNSAMPLED
     # Its preemptions after its last sampled one (perf's buffers full,
     # or the stacks sampled while the loaded machine switches fast) are
     # "no sampled stack": time, not a wait it names.
@@ -669,12 +669,12 @@ def test_attached(t, r):
         on = None
     t.check(type(on) is int and on > 0, "attached: the recording holds "
             "the service's clock at its start of jitring (%r)" % on)
-    from jitring import _report
+    from jitring.profile.window import in_window
     samples = [(1, "c", (), 1, ns, "cpu-clock") for ns in (5, 9, 10, 11)]
-    kept, early = _report.in_window(samples, {"attached": True,
+    kept, early = in_window(samples, {"attached": True,
                                               "window_on_ns": 10})
     t.check([s[4] for s in kept] == [10, 11] and early == 2 and
-            _report.in_window(samples, {"window_on_ns": 10}) ==
+            in_window(samples, {"window_on_ns": 10}) ==
             (samples, 0),
             "attached: the samples before it are left out, and counted; "
             "none where record ran the program", (kept, early))
@@ -738,7 +738,7 @@ def test_executor(t, r):
 
 
 def test_reasons(t, r):
-    from jitring import _wait
+    from jitring.wait.reasons import reason
 
     def k(*names):
         return [(n, "[kernel.kallsyms]") for n in names]
@@ -804,9 +804,9 @@ def test_reasons(t, r):
          u("signal_sigtimedwait"), False, "other (rt_sigtimedwait syscall)"),
     ]
     for what, frames, preempt, want in cases:
-        got = _wait.reason(frames + py, preempt)
+        got = reason(frames + py, preempt)
         t.check(got == want, "reasons: %s: %s" % (what, want), got)
-    got = _wait.reason(futex + u("lock_PyThread_acquire_lock") +
+    got = reason(futex + u("lock_PyThread_acquire_lock") +
                        [("py::Condition.wait:/lib/threading.py", ""),
                         ("py::Event.wait:/lib/threading.py", ""),
                         ("py::main:/x.py", "")], False)
@@ -840,10 +840,10 @@ def test_refused(t, r):
             "fix", (p.returncode, p.stderr[-800:]))
     t.check(not os.path.exists(mark) and not os.path.exists(out),
             "refused: the program never ran, no folder made")
-    from jitring import _wait
-    t.check(_wait.refusal(1, False) is None and
-            _wait.refusal(2, True) is None and
-            _wait.refusal(2, False) is not None,
+    from jitring.wait.setup import refusal
+    t.check(refusal(1, False) is None and
+            refusal(2, True) is None and
+            refusal(2, False) is not None,
             "refused: only above 1 and without privilege")
 
 

@@ -37,9 +37,14 @@ import re
 import types
 
 import jrtest
-from jitring._report import Sample, Tables, WRITERS
-from jitring._wait import (Threads, Waits, WaitFolded, WaitFlame,
-                           WaitTables, UNSAMPLED, NAME)
+from jitring.output import WRITERS
+from jitring.output.tables import Tables
+from jitring.output.waits import WaitFlame, WaitFolded, WaitTables
+from jitring.profile.model import Sample
+from jitring.wait.setup import NAME, UNSAMPLED
+from jitring.wait.threads import Threads
+from jitring.wait.waits import Waits
+
 
 MS = 1000000
 PY = "/usr/bin/python3.13t"

@@ -60,8 +60,8 @@ def frames(folded):
 
 
 def check(t, what, folded, want, preempt=False):
-    from jitring import _wait
-    got = _wait.reason(frames(folded), preempt)
+    from jitring.wait.reasons import reason
+    got = reason(frames(folded), preempt)
     t.check(got == want, "%s: %s" % (what, want), got)
 
 

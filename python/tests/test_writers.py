@@ -37,11 +37,19 @@ import re
 import time
 
 import jrtest
-from jitring._report import (CUT, META, NO_PYTHON, OUTPUTS, WRITERS,
-                             FlamePage, FoldedFile, Meta, Notes, Profile,
-                             RecordError, Sample, Tables, read_meta,
-                             summarize, write_meta)
-from jitring._wait import WaitFlame, WaitFolded, WaitTables
+from jitring.common.errors import RecordError
+from jitring.common.folder import META, OUTPUTS, read_meta, write_meta
+from jitring.common.meta import Meta
+from jitring.output import WRITERS
+from jitring.output.flame import FlamePage
+from jitring.output.folded import FoldedFile
+from jitring.output.notes import Notes
+from jitring.output.tables import NO_PYTHON, Tables
+from jitring.output.waits import WaitFlame, WaitFolded, WaitTables
+from jitring.profile.aggregate import summarize
+from jitring.profile.cuts import CUT
+from jitring.profile.model import Profile, Sample
+
 
 PY = "/opt/py/bin/python3.13t"
 LIBC = "/lib/x86_64-linux-gnu/libc.so.6"

@@ -107,12 +107,18 @@ case "$(basename "$whl")" in
 "jitring-$ver-$pytag-$abitag-"*linux*.whl) ;;
 *) fail "$(basename "$whl"): expected jitring-$ver-$pytag-$abitag-linux_*" ;;
 esac
-"$py" - "$whl" >"$work/contents.txt" <<'EOF' || fail "wheel contents: $(cat "$work/contents.txt")"
-import sys, zipfile
+"$py" - "$whl" "$src" >"$work/contents.txt" <<'EOF' || fail "wheel contents: $(cat "$work/contents.txt")"
+import os, sys, zipfile
 names = zipfile.ZipFile(sys.argv[1]).namelist()
 print("\n".join(names))
-want = ["jitring/__init__.py", "jitring/__main__.py", "jitring-autostart.pth",
-        "jitring/_flame.py", "jitring/web/flame.html", "jitring/web/flame.js",
+# Every module of the package, in its folder (each folder's meson.build
+# lists them).
+pkg = os.path.join(sys.argv[2], "python")
+mods = sorted(os.path.relpath(os.path.join(d, f), pkg)
+              for d, _, fs in os.walk(os.path.join(pkg, "jitring"))
+              for f in fs if f.endswith(".py"))
+want = mods + ["jitring-autostart.pth",
+        "jitring/web/flame.html", "jitring/web/flame.js",
         "jitring/web/d3.min.js",
         "jitring/web/d3-flamegraph.umd.min.js", "jitring/web/d3-flamegraph.css",
         "jitring/web/LICENSE.d3", "jitring/web/LICENSE.d3-flame-graph",

@@ -39,47 +39,109 @@ import mmap
 import os
 import struct
 
+
 MAGIC = b"PERFILE2"
+
 
 # The record types read here: the kernel's (perf_event.h's enum
 # perf_event_type), then perf's own (from 64).
 PERF_RECORD_MMAP = 1
+
+
 PERF_RECORD_LOST = 2
+
+
 PERF_RECORD_COMM = 3
+
+
 PERF_RECORD_EXIT = 4
+
+
 PERF_RECORD_FORK = 7
+
+
 PERF_RECORD_SAMPLE = 9
+
+
 PERF_RECORD_MMAP2 = 10
+
+
 PERF_RECORD_LOST_SAMPLES = 13
+
+
 PERF_RECORD_SWITCH = 14
+
+
 PERF_RECORD_FINISHED_ROUND = 68
+
+
 PERF_RECORD_COMPRESSED = 81
+
+
 PERF_CONTEXT_MAX = 2**64 - 4095     # (u64)-4095: markers lie above it
+
 
 # perf_event_attr.sample_type bits, in the order their fields are laid out
 # in a sample (perf_event.h, "struct perf_event_sample" comment).
 S_IDENTIFIER = 1 << 16
+
+
 S_IP = 1 << 0
+
+
 S_TID = 1 << 1
+
+
 S_TIME = 1 << 2
+
+
 S_ADDR = 1 << 3
+
+
 S_READ = 1 << 4
+
+
 S_CALLCHAIN = 1 << 5
+
+
 S_ID = 1 << 6
+
+
 S_CPU = 1 << 7
+
+
 S_PERIOD = 1 << 8
+
+
 S_STREAM_ID = 1 << 9
+
+
 S_RAW = 1 << 10
+
+
 S_BRANCH_STACK = 1 << 11
+
+
 S_REGS_USER = 1 << 12
+
+
 S_STACK_USER = 1 << 13
+
+
 # Fields a sample may have before the user stack that this reader cannot
 # step over (their size depends on more of the attribute than it reads).
 S_UNSUPPORTED = S_READ | S_BRANCH_STACK
 
+
 HEADER = struct.Struct("<8sQQQQQQQQ32s")   # perf_file_header
+
+
 _HDR = struct.Struct("<IHH")
+
+
 _U64 = struct.Struct("<Q")
+
+
 _U32 = struct.Struct("<I")
 
 
@@ -90,6 +152,8 @@ class PerfDataError(Exception):
 # The walked files: {path: (key, {type: array of offsets})}, key as
 # _index_key() gives it; kept while _KEEP (kept_indexes() blocks open).
 _INDEXES = {}
+
+
 _KEEP = [0]
 
 

@@ -29,17 +29,32 @@ added, and offsets that point past the data section move with them.
 import os
 import struct
 
-from jitring._perfdata import (HEADER, PERF_RECORD_COMM, PERF_RECORD_FORK,
+from jitring.perf.data import (HEADER, PERF_RECORD_COMM, PERF_RECORD_FORK,
                                PERF_RECORD_MMAP, PERF_RECORD_MMAP2, PerfData,
                                PerfDataError)
 
+
 SECTION = struct.Struct("<QQ")
+
+
 EVENT = struct.Struct("<IHH")               # perf_event_header
+
+
 MISC_COMM_EXEC = 1 << 13
+
+
 MISC_USER = 2
+
+
 USER_END = 1 << 47
+
+
 PROT_READ = 1
+
+
 MAP_PRIVATE = 2
+
+
 ANON = b"//anon\0\0"
 
 
@@ -61,14 +76,15 @@ def _time_at(pd):
     those the events' sample_type has), or None where the records carry
     no time (no sample_id_all, no PERF_SAMPLE_TIME, layouts that
     differ)."""
-    from jitring import _perfdata as p
+    from jitring.perf.data import (S_CPU, S_ID, S_IDENTIFIER, S_STREAM_ID,
+                                   S_TIME)
     if len({(a.sample_type, a.sample_id_all) for a in pd.attrs}) != 1:
         return None
     a = pd.attr
-    if not a.sample_id_all or not a.sample_type & p.S_TIME:
+    if not a.sample_id_all or not a.sample_type & S_TIME:
         return None
-    after = bin(a.sample_type & (p.S_ID | p.S_STREAM_ID | p.S_CPU |
-                                 p.S_IDENTIFIER)).count("1")
+    after = bin(a.sample_type & (S_ID | S_STREAM_ID | S_CPU |
+                                 S_IDENTIFIER)).count("1")
     return 8 * (after + 1)
 
 

@@ -26,15 +26,27 @@ import os
 import re
 import struct
 
+
 MAGIC = 0x4A695444
+
+
 CODE_LOAD, CODE_MOVE, DEBUG_INFO, CODE_CLOSE, UNWINDING_INFO = 0, 1, 2, 3, 4
+
+
 HEADER = 40
+
+
 # A CODE_LOAD's fixed part (the prefix, pid, tid, vma, code_addr,
 # code_size, code_index) and its name's NUL.
 CODE_LOAD_MIN = 57
 
+
 _PREFIX = struct.Struct("<IIQ")
+
+
 _ADDR_SIZE = struct.Struct("<QQ")    # a CODE_LOAD's code_addr, code_size
+
+
 _U64 = struct.Struct("<Q")
 
 
@@ -247,9 +259,12 @@ def referenced(pd, dumps):
 
 
 # ---- the dumps perf inject is given -----------------------------------
-
 FULL = ".full"
+
+
 DUMP_NAME = re.compile(r"^jit-(\d+)\.dump$")
+
+
 # The trampolines' ELF file (JITRING_F_TRAMPOLINE_ELF: record in dwarf mode).
 TRAMP_NAME = re.compile(r"^jitring-tramp-(\d+)-[0-9a-f]+\.so$")
 
@@ -277,11 +292,11 @@ def relative_markers(perf_data):
     script reads their unwind tables).  The new name is never longer
     (the rest of the name's room is zeroed).  Returns how many; -1 when
     @perf_data is not read here (left as it is)."""
-    from jitring import _perfdata
+    from jitring.perf.data import PerfData, PerfDataError, keep_index
     d = os.path.dirname(os.path.abspath(perf_data))
     edits = []
     try:
-        with _perfdata.PerfData(perf_data) as pd:
+        with PerfData(perf_data) as pd:
             for off, _, _, _, name in pd.mmap2_raw():
                 base = os.path.basename(name).decode(errors="replace")
                 new = b"./" + os.path.basename(name)
@@ -290,14 +305,14 @@ def relative_markers(perf_data):
                         len(new) <= len(name) and
                         os.path.isfile(os.path.join(d, base))):
                     edits.append((off, new.ljust(len(name), b"\0")))
-    except _perfdata.PerfDataError:
+    except PerfDataError:
         return -1
     if edits:
         with open(perf_data, "r+b") as f:
             for off, b in edits:
                 f.seek(off)
                 f.write(b)
-        _perfdata.keep_index(perf_data)     # names only: records stay
+        keep_index(perf_data)     # names only: records stay
     return len(edits)
 
 
@@ -353,11 +368,11 @@ def reduce(out, perf_data):
     {path: (loads, kept)}; raises PerfDataError or DumpError where
     perf.data or a dump cannot be read (the caller then injects the full
     dumps)."""
-    from jitring import _perfdata
+    from jitring.perf.data import PerfData
     restore(out)
     stats = {}
     here = os.path.realpath(out)
-    with _perfdata.PerfData(perf_data) as pd, no_gc():
+    with PerfData(perf_data) as pd, no_gc():
         dumps, paths = marked_dumps(pd)
         paths = {pid: p for pid, p in paths.items()
                  if os.path.dirname(os.path.realpath(p)) == here and
@@ -377,7 +392,6 @@ def reduce(out, perf_data):
 
 
 # ---- frame-pointer stacks ---------------------------------------------
-
 ARENA = "/memfd:jitring-trampolines"
 
 
@@ -399,9 +413,9 @@ class FPNames:
     such frame perf script prints."""
 
     def __init__(self, perf_data):
-        from jitring import _perfdata
+        from jitring.perf.data import PerfData
         self.chains = {}
-        with _perfdata.PerfData(perf_data) as pd, no_gc():
+        with PerfData(perf_data) as pd, no_gc():
             dumps, _ = marked_dumps(pd)
             arenas = {}
             for pid, addr, n, name in pd.mmap2():
@@ -470,16 +484,15 @@ class FPNames:
 
 
 # ---- DWARF stacks through the trampolines' ELF file -------------------
-
 def memfd_arenas(perf_data):
     """Whether @perf_data maps trampolines from the memfd image (a
     process without the ELF file); True where it cannot be read."""
-    from jitring import _perfdata
+    from jitring.perf.data import PerfData, PerfDataError
     try:
-        with _perfdata.PerfData(perf_data) as pd:
+        with PerfData(perf_data) as pd:
             return any(name.startswith(ARENA)
                        for _, _, _, name in pd.mmap2())
-    except (_perfdata.PerfDataError, OSError):
+    except (PerfDataError, OSError):
         return True
 
 
@@ -496,9 +509,9 @@ class ELFNames:
     parent's copies)."""
 
     def __init__(self, perf_data):
-        from jitring import _perfdata
+        from jitring.perf.data import PerfData
         self.bases = {}
-        with _perfdata.PerfData(perf_data) as pd:
+        with PerfData(perf_data) as pd:
             self.dumps, _ = marked_dumps(pd)
             for pid, base, name in pd.mmap2_bases():
                 b = os.path.basename(name)

@@ -22,25 +22,40 @@ separators escaped (escape()), in the folded text and in the page, where
 they go in as text.
 """
 
-import functools
 import gc
 import json
 import os
-import re
+import time
 
-__all__ = ["write_html", "write_folded", "label", "escape"]
+from jitring.common.text import _ESCAPES, escape
+from jitring.output.writer import Writer
+
 
 # The vendored files (scripts/web-assets.sh pins them) and their versions,
-# named on the page.
-WEB_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "web")
+# named on the page, in the package's web/ folder.
+WEB_DIR = os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "web")
+
+
 FLAME_JS = "d3-flamegraph.umd.min.js"
+
+
 FLAME_CSS = "d3-flamegraph.css"
+
+
 D3_JS = "d3.min.js"
+
+
 LIBRARIES = "d3-flame-graph 5.0.0 (Apache-2.0) on d3 7.9.2 (ISC)"
+
+
 # jitring's own page around them, in the same folder: its HTML and CSS
 # (the markers @NAME@ filled in by write_html()), and its script.
 PAGE = "flame.html"
+
+
 SCRIPT = "flame.js"
+
 
 # Nodes with fewer samples than this share of the total are left out of
 # the page; their samples stay in their caller's (its self time).  At
@@ -48,31 +63,13 @@ SCRIPT = "flame.js"
 # Python frames deep) gives a page under 1 MB; at 1/10,000 it was 4.6 MB.
 MIN_SHARE = 1e-3
 
+
 # Frame kinds, as the page's colour mapper reads them ("l").
 PROCESS, PYTHON, NATIVE, KERNEL = "r", "p", "n", "k"
 
 
-# Characters a name may not carry into any output as they are: the C0
-# controls (NUL, BEL, ESC, newline, ...), DEL, the C1 controls (U+0085 is
-# one) and U+2028/U+2029, i.e. every line break str.splitlines() honours
-# and every byte a terminal acts on.  jitring's extension escapes names
-# the same way before they reach the dump (_jitring.c, name_escaped()).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-_ESCAPES = {c: "\\x%02x" % c for c in
-            list(range(0x20)) + list(range(0x7f, 0xa0))}
 _ESCAPES.update({0x09: "\\t", 0x0a: "\\n", 0x0d: "\\r",
                  0x2028: "\\u2028", 0x2029: "\\u2029"})
-
-
-def escape(name):
-    """@name with each control character or line separator written as
-    a visible escape: \\t \\n \\r, \\xNN (other C0, DEL, C1),
-    \\u2028 \\u2029.  A backslash of the name is kept as it is, so
-    escaping an escaped name changes nothing (the extension escapes at
-    the source and every output escapes again)."""
-    if _CONTROL.search(name) is None:
-        return name
-    return name.translate(_ESCAPES)
 
 
 def label(frame):
@@ -96,31 +93,6 @@ def _checked(stacks):
         if not frames:
             raise ValueError("a stack with no frames (count %d)" % count)
         yield frames, count
-
-
-def _folded_frame(name):
-    # ';' separates frames and a line break ends the line: neither may
-    # remain.
-    return escape(name).replace(";", ":")
-
-
-def write_folded(path, stacks):
-    """Writes the classic folded stacks to path: one ``a;b;c COUNT`` line
-    per distinct stack, root first, sorted (flamegraph.pl, inferno,
-    speedscope read them).  ';' in a frame name is written as ':', a
-    control character or line separator as escape() writes it.  Returns
-    the number of lines."""
-    counts = {}
-    # A profile repeats a few thousand names in hundreds of thousands of
-    # frames: each is escaped once.
-    fold = functools.lru_cache(maxsize=None)(_folded_frame)
-    for frames, count in _checked(stacks):
-        key = ";".join(map(fold, frames))
-        counts[key] = counts.get(key, 0) + count
-    with open(path, "w", encoding="utf-8", errors="backslashreplace") as f:
-        for key in sorted(counts):
-            f.write("%s %d\n" % (key, counts[key]))
-    return len(counts)
 
 
 def _tree(stacks):
@@ -274,3 +246,21 @@ def write_html(path, stacks, title="", subtitle="", unit="samples",
         size = f.tell()
     return {"samples": root[0], "nodes": kept, "pruned_nodes": pruned,
             "pruned_samples": pruned_samples, "bytes": size}
+
+
+class FlamePage(Writer):
+    """flame.html: the interactive flame graph of the stacks."""
+    name = "flame"
+    files = ("flame.html",)
+
+    def write(self, profile):
+        from jitring.output.flame import write_html
+        meta = profile.meta
+        cmd = " ".join(str(a) for a in meta.command or [])
+        write_html(os.path.join(profile.out, "flame.html"),
+                          profile.stacks(),
+                          title="jitring: " + cmd,
+                          subtitle="%d samples of %s at %s Hz, %s"
+                          % (profile.total, meta.event, meta.freq,
+                             time.strftime("%Y-%m-%d %H:%M",
+                                           time.localtime(meta.started))))

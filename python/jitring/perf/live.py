@@ -9,7 +9,7 @@ Done after the program, it took 9-14 s after a 27 s rst2html, while the
 program had left a CPU idle throughout.  So, while the program runs, a
 thread of record's (Live) reads perf.data as perf record appends to it,
 and every SEGMENT samples has a stretch of it read by a reader process
-at low priority (python -m jitring._live): the stretch is made a
+at low priority (python -m jitring.perf.live): the stretch is made a
 perf.data of its own, live-N.data, on which the reader runs perf script
 and leaves the samples, unnamed, pickled in live-N.pickle.  At the
 finish (Live.finish()), only the samples after the last segment read
@@ -56,23 +56,34 @@ import subprocess
 import sys
 import threading
 
-from jitring import _report
-from jitring._perfdata import (HEADER, MAGIC, PERF_RECORD_FINISHED_ROUND,
+from jitring.common.errors import RecordError
+from jitring.common.folder import claim
+from jitring.perf.data import (HEADER, MAGIC, PERF_RECORD_FINISHED_ROUND,
                                PERF_RECORD_SAMPLE, _HDR)
+from jitring.perf.driver import Steps, die_with_parent
+from jitring.perf.script import script, script_logs
+
 
 # perf's record types end below this (the kernel's below 64, perf's own
 # from 64): the feature sections perf record writes at its end read as
 # records of a larger type or of size 0.
 RECORD_MAX = 127
 
+
 # A segment when this many samples are ready (about 2 s of a busy
 # thread at record's 999 Hz: each reader's start-up is 0.2 s of CPU).
 SEGMENT = 2000
+
+
 # How often the thread looks at perf.data, in seconds.
 POLL = 0.5
+
+
 # A reader's niceness: below the program (the tests, on a loaded
 # machine, set 0 with $JITRING_PY_TEST_LIVE_NICE).
 NICE = 10
+
+
 # The room a segment leaves on the disk besides twice its own size.
 ROOM = 256 << 20
 
@@ -236,7 +247,7 @@ class Live:
         [data, a) and [b, end) and all of [a, b), in the file's order."""
         prefix = prefix or self.prefix
         path = os.path.join(self.out, name)
-        _report.claim(self.out, [name])
+        claim(self.out, [name])
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC |
                      os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         with os.fdopen(fd, "wb") as f, open(self.path, "rb") as src:
@@ -264,7 +275,7 @@ class Live:
         k = len(self.parts)
         data = self._write("live-%d.data" % k, begin[0], b, end)
         dest = os.path.join(self.out, "live-%d.pickle" % k)
-        _report.claim(self.out, [os.path.basename(dest),
+        claim(self.out, [os.path.basename(dest),
                                  "live-%d.log" % k])
         # Not profiled itself where the user's environment asks for it.
         env = {n: v for n, v in os.environ.items()
@@ -272,7 +283,7 @@ class Live:
         with open(os.path.join(self.out, "live-%d.log" % k), "wb") as log:
             p = subprocess.Popen(
                 # -P: nothing of the folder (its cwd) on sys.path.
-                [sys.executable, "-P", "-m", "jitring._live", self.out,
+                [sys.executable, "-P", "-m", "jitring.perf.live", self.out,
                  os.path.basename(data), os.path.basename(dest),
                  json.dumps(self.perf), "1" if self.inline else "0",
                  "fp" if self.fp else "elf"],
@@ -378,31 +389,31 @@ def _below():
         os.nice(_env_int("JITRING_PY_TEST_LIVE_NICE", NICE))
     except OSError:
         pass
-    _report.die_with_parent(signal.SIGKILL)
+    die_with_parent(signal.SIGKILL)
 
 
 def main(argv):
-    """python -m jitring._live OUT DATA PICKLE PERF-JSON INLINE MODE: read
+    """python -m jitring.perf.live OUT DATA PICKLE PERF-JSON INLINE MODE: read
     the segment DATA of the folder OUT, a recording in MODE (elf: dwarf
     through the trampolines' ELF files; fp), into PICKLE."""
     out, data, dest, perf, inline, mode = argv
-    from jitring import _execfix
-    _execfix.fix(os.path.join(out, data))
+    from jitring.perf.execfix import fix
+    fix(os.path.join(out, data))
     tag = data[:-len(".data")] + "-"
     try:
-        with _report.Steps() as steps:
-            got = _report.script(steps, json.loads(perf), out,
+        with Steps() as steps:
+            got = script(steps, json.loads(perf), out,
                                  inline=inline == "1", fp=mode == "fp",
                                  elf=mode == "elf", data=data, raw=True,
                                  tag=tag, most=1)
-    except (_report.RecordError, OSError) as e:
+    except (RecordError, OSError) as e:
         sys.stderr.write("jitring live reader: %s\n" % e)
         return 1
     tmp = os.path.join(out, dest + ".tmp")
     with open(tmp, "wb") as f:
         pickle.dump(got, f, pickle.HIGHEST_PROTOCOL)
     os.rename(tmp, os.path.join(out, dest))
-    for name in _report.script_logs(1, tag):
+    for name in script_logs(1, tag):
         _unlink(os.path.join(out, name))
     return 0
 
