@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The flame graph page's web assets, vendored in python/jitring/web/ and
-# inlined by python/jitring/_flame.py into each HTML file it writes:
+# inlined by python/jitring/output/flame.py into each HTML file it writes:
 #   d3-flamegraph.umd.min.js, d3-flamegraph.css   d3-flame-graph (Apache-2.0)
 #   d3.min.js                                      d3 (ISC), which the
 #       d3-flame-graph UMD bundle takes from the global `d3`
@@ -18,7 +18,7 @@
 # commit the new files and SHA256SUMS.
 set -euo pipefail
 
-# python/jitring/_flame.py names them on each page (LIBRARIES).
+# python/jitring/output/flame.py names them on each page (LIBRARIES).
 FLAME=d3-flame-graph@5.0.0
 D3=d3@7.9.2
 

@@ -31,7 +31,7 @@ from ._jitring import flush, is_active, stats
 # thread that runs jitring's own work (the .pth hook, the runner up to the
 # program's first line, start(), stop()) carries OWN_NAME as its name
 # meanwhile, so that the profile can leave those samples out
-# (jitring._report).
+# (jitring.record.finish).
 OWN_NAME = b"jitring-own"
 
 

@@ -13,7 +13,7 @@ name (jitring.OWN_NAME) from the .pth line on while jitring starts (in
 the runner, until the program begins).  A process that cannot start it
 (another eval-frame tool, a directory that does not exist) says why on
 stderr once and runs unprofiled.  JITRING_PROFILE=standby starts nothing: it sets the handler
-that ``python -m jitring record --pid`` wakes (jitring._attach), for
+that ``python -m jitring record --pid`` wakes (jitring._target), for
 interpreters without sys.remote_exec.  A subinterpreter (which runs site, and so this hook, too)
 stays silent: jitring profiles the main interpreter only.  Unset, the
 .pth line costs one dictionary lookup.

@@ -14,7 +14,7 @@ import sys
 # The target's list of the frames that ran throughout the window, in the
 # window's folder; and its bounds (threads, frames a thread, characters a
 # name or file), which the record side checks it against
-# (jitring._report.checked_running()).
+# (jitring.common.folder.checked_running()).
 RUNNING_FILE = "running.json"
 
 

@@ -73,8 +73,9 @@ throughout the window, into RUNNING_FILE in the window's folder
 (_write_running(): O_EXCL|O_NOFOLLOW in the private folder, checked).
 record copies the file into the recording, and the report puts those
 frames at the root of every sample of the thread
-(jitring._report.summarize()).  jitring's own frames (the request, the
-handler, the watcher) are never marked nor written.
+(jitring.profile.aggregate.summarize()).  jitring's own frames (the
+request, the handler, the watcher) are never marked nor written.  The
+marking and the writing are jitring._running's.
 """
 
 import _thread

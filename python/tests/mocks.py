@@ -2,7 +2,7 @@
 """Synthetic samples for the profile step's tests (no perf).
 
 A sample's frames are (symbol, dso) pairs, leaf first, as
-jitring._report.script() gives them: a Python function as jitring names
+jitring.perf.script.script() gives them: a Python function as jitring names
 it ("py::qualname:/abs/path/file.py"), a native function with its file,
 perf's "[unknown]".  The builders below make them; stack() makes a whole
 thread's stack the way CPython 3.13 under jitring's eval hook looks in

@@ -7,7 +7,7 @@ CPython 3.14 and later are reached through sys.remote_exec, older ones
 are started with JITRING_PROFILE=standby.
 
  1. $JITRING_TEST_WINDOWS (default 20; 300 in the soak of `make stress`)
-    attach/detach windows of 0.2-0.6 s through jitring._attach (record
+    attach/detach windows of 0.2-0.6 s through jitring._target (record
     --pid without perf): an answer in each (a window waits for one),
     every response right; every window's dump valid and naming
     handle_fn; the service's VmRSS, mappings and descriptors flat from

@@ -574,7 +574,7 @@ ATTACH_OWN = ("target_start", "target_stop", "target_request",
 def ft313():
     """Whether this is a free-threaded 3.13 running without the GIL: a
     service there lists the frames that ran throughout a window only
-    with JITRING_RUNNING_FRAMES=1 (jitring._attach.frames_readable())."""
+    with JITRING_RUNNING_FRAMES=1 (jitring._running.frames_readable())."""
     return sys.version_info[:2] == (3, 13) and \
         not getattr(sys, "_is_gil_enabled", lambda: True)()
 

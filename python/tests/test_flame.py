@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The flame graph page (jitring._flame) in a real headless browser.
+"""The flame graph page (jitring.output.flame) in a real headless browser.
 
 A page is written from synthetic stacks with known hot functions (two
 processes; hot_a 29%, hot_b 10% and hot_c 18% (and 5% in the second

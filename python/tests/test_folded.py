@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""What record's stacks.folded holds (jitring._report, no perf).
+"""What record's stacks.folded holds (jitring.record.finish, no perf).
 
 Samples as perf script gives them (leaf first, the interpreter's eval
 loop and call machinery between the Python frames) through summarize()

@@ -23,7 +23,7 @@ whose perf.jit.data the cases read.
     perf.data and the dump of a small recording mutated a few hundred
     times (bytes flipped, header fields and record sizes set to 0, 1,
     odd or huge values, cut short, zeroed ranges, foreign files), each
-    read by jitring._perfdata, jitring._jitsyms and jitring._execfix
+    read by jitring.perf.data, jitring.perf.jitsyms and jitring.perf.execfix
     with a time limit: a result or PerfDataError / DumpError / OSError,
     never another exception, never a hang;
  4. fuzz, whole: `report` on a handful of damaged copies of that
@@ -32,7 +32,7 @@ whose perf.jit.data the cases read.
     JSON or processes.jsonl garbage): exit 0 with valid outputs, or a
     non-zero exit with one line on stderr, never a traceback, within a
     time limit;
- 5. index: jitring._perfdata's per-type index of that recording's
+ 5. index: jitring.perf.data's per-type index of that recording's
     perf.data gives each type's records as the whole walk does, in the
     file's order; inside kept_indexes() one walk serves every reader
     until the file is written again (unless keep_index()), and outside
@@ -679,7 +679,7 @@ def rewrite(path, off):
 
 
 def test_index(t, rec):
-    """The per-type index of perf.data's records (jitring._perfdata) on
+    """The per-type index of perf.data's records (jitring.perf.data) on
     the small recording: each type's records and a pair's as the full
     walk gives them, in the file's order; inside kept_indexes() one walk
     serves every reader of the file, until the file is written again

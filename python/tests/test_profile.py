@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """The profile step of record's finishing on synthetic samples (no perf):
-what jitring._report makes of the samples perf script gave, built by
+what jitring.record.finish makes of the samples perf script gave, built by
 mocks.py as CPython 3.13's stacks look under jitring.
 
   own_*           own_work() on each rule of python/README.md's "What the
@@ -782,7 +782,7 @@ def test_fmt_name(t):
         t.check(got == want, "fmt_name: %s in %r is %s" % (name, where,
                                                            want), got)
     # A qualname holds no ':', a file name may: jitring names a function
-    # "py::QUALNAME:FILE" (jitring._flame.label() splits at the first).
+    # "py::QUALNAME:FILE" (jitring.output.flame.label() splits at the first).
     got = fmt_name("py::f:/app/v1:2/a.py", "/app")
     known_bug(t, got == "f:v1:2/a.py", "fmt_name: a file whose path holds "
               "':' is split after the qualname", got)

@@ -67,7 +67,7 @@ wheel.
     a frame of their own, <module> and those together hold every sample,
     and the note after the tables gives their share and the remedy; of
     the program's execs (one, or two through sid's wrapper) all but the
-    first need jitring._execfix's wipe: a program that starts no process
+    first need jitring.perf.execfix's wipe: a program that starts no process
     keeps its perf.data as perf wrote it;
 14. live: perf.data read in segments while the program runs (100
     samples a segment; the program goes on once the second segment's
@@ -435,7 +435,7 @@ def test_tree(t, r):
                 "stacks.folded: pool_fn under a pool worker's process")
     t.check(not any(o in row for row in tabs["total"] + tabs["self"]
                     for o in own), "no jitring frame in the tables")
-    # perf unwinds the processes that exec'd (jitring._execfix): most of
+    # perf unwinds the processes that exec'd (jitring.perf.execfix): most of
     # each child's samples reach a Python frame.
     per, py = {}, {}
     for l in lines:
@@ -1189,7 +1189,7 @@ LIVE = textwrap.dedent("""
 
 def test_live(t, r):
     """record reads perf.data in segments while the program runs
-    (jitring._live): the profile is the one `report` makes of the whole
+    (jitring.perf.live): the profile is the one `report` makes of the whole
     file, byte for byte; no segment file is left; a reader that fails
     leaves the whole file to the finishing, with the same result.  In
     dwarf mode, and in fp mode where the interpreter keeps frame
@@ -1334,7 +1334,7 @@ def test_live_abandoned(t, r):
 
 
 def test_live_segments(t, r):
-    """jitring._live driven by hand on a recording of the tree, its
+    """jitring.perf.live driven by hand on a recording of the tree, its
     perf.data written again a piece at a time as perf record writes it
     (the data section's size 0 until the end, the feature sections after
     the data before the header says where it ends): the scan never takes

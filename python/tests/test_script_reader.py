@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""jitring._report.ScriptReader, the reading of perf script's text, on
+"""jitring.perf.script.ScriptReader, the reading of perf script's text, on
 synthetic text in the format script() has perf print (no perf):
 - samples with their heads (pid, comm, tid, time, event) and frames,
   leaf first, as Sample (a tuple: s[4] is the time);
@@ -16,7 +16,7 @@ synthetic text in the format script() has perf print (no perf):
 - the trampolines' naming hooks: FPNames's resolve() per sample,
   ELFNames's named() once per stack and process while its range holds,
   a frame in a trampolines' ELF file keeping its address;
-- raw samples (jitring._live's) named and escaped later by emit() as if
+- raw samples (jitring.perf.live's) named and escaped later by emit() as if
   read with the rest; end() between slices;
 - script() on such text in place of perf script's pipes, one slice and
   three (two read in forked readers): the same Samples.
@@ -324,7 +324,7 @@ def test_inlined(t):
 
 
 class FPNames:
-    """jitring._jitsyms.FPNames's hook: resolve(tid, time, frames)."""
+    """jitring.perf.jitsyms.FPNames's hook: resolve(tid, time, frames)."""
 
     def __init__(self):
         self.calls = []
@@ -336,7 +336,7 @@ class FPNames:
 
 
 class ELFNames:
-    """jitring._jitsyms.ELFNames's hook: named(pid, time, [(dso,
+    """jitring.perf.jitsyms.ELFNames's hook: named(pid, time, [(dso,
     address)]) -> (a name or None each, since, until)."""
 
     def __init__(self):
@@ -403,7 +403,7 @@ def test_names(t):
 
 
 def test_raw_then_emit(t):
-    # jitring._live reads a segment raw and pickles it; script(pre=)
+    # jitring.perf.live reads a segment raw and pickles it; script(pre=)
     # names and escapes it with the rest: as if read with them.
     text, keys = hostile_text()
     whole = read(text, keys)

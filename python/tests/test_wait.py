@@ -632,7 +632,7 @@ def test_attached(t, r):
     if sys.version_info < (3, 14):
         env["JITRING_PROFILE"] = "standby"
         # A free-threaded 3.13 reads other threads' frames only where
-        # the service asks for it (jitring._attach.frames_readable()).
+        # the service asks for it (jitring._running.frames_readable()).
         env["JITRING_RUNNING_FRAMES"] = "1"
     svc = subprocess.Popen([r.py, prog], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, env=env, text=True)

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""record --wait's model and writers without perf: jitring._wait.Waits
+"""record --wait's model and writers without perf: jitring.wait.waits.Waits
 built on synthetic switches (a Threads filled as perf.data's records
 would fill it) and switch samples (Sample, as script() gives them), then
 each of its writers run on it.

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: MIT
 """record --wait's reasons as a Python user reads them, without perf:
-jitring._wait.reason() on stacks that record --wait recorded (each
+jitring.wait.reasons.reason() on stacks that record --wait recorded (each
 written as stacks-wait.folded gives it, root first, and cut to the
 frames that matter) on this project's 3.13t and on Debian sid's stripped
 3.15 (GIL):

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: MIT
-"""The outputs of a profile (jitring._report's writers, no perf).
+"""The outputs of a profile (jitring.record.finish's writers, no perf).
 
 Samples as perf script gives them (leaf first, the interpreter's eval
 loop between the Python frames) through summarize() into a Profile,
@@ -380,7 +380,7 @@ def test_waits(t):
     t.check(len(waits) == 3 and not any(w.wanted(p) for w in waits) and
             printed(Notes(), p)[0].find("flame-wait.html") < 0,
             "waits: no wait output without record --wait")
-    p.waits = object()      # what jitring._wait.Waits.read() gives
+    p.waits = object()      # what jitring.wait.waits.Waits.read() gives
     t.check(all(w.wanted(p) for w in waits),
             "waits: the wait outputs apply to a recording with waits")
     text, _ = printed(Notes(), p)

@@ -249,7 +249,7 @@ class Window:
     def running(self):
         """The service's list of the frames that ran throughout the
         window (RUNNING_FILE, written in the window's folder before the
-        stop's answer), checked (jitring._report.checked_running()); None
+        stop's answer), checked (jitring.common.folder.checked_running()); None
         where there is none."""
         from jitring.common.folder import checked_running
         try:

@@ -24,7 +24,7 @@ PROCS = "processes.jsonl"
 
 
 # record --pid: the Python frames that ran throughout the window, per
-# thread (jitring._attach._running_threads(), checked: running()).
+# thread (jitring._running._running_threads(), checked: running()).
 RUNNING = "running-frames.json"
 
 

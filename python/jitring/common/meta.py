@@ -73,7 +73,7 @@ class Meta(dict):
     perf_script = _key("perf_script", "perf.script.txt is kept")
     # What a finishing did (one may run again).
     exec_fixed = _key("exec_fixed", "perf.data's exec'd processes were "
-                      "fixed (jitring._execfix)")
+                      "fixed (jitring.perf.execfix)")
     live_segments = _key("live_segments", "how many segments of "
                          "perf.data were read while the program ran", 0)
     live_failed = _key("live_failed", "why the live reading failed, or "

@@ -8,11 +8,11 @@ once, with the file mapped, for three things:
 
   - the samples: their time and the user-mode stack each one copied
     (``--call-graph dwarf``), to find which JIT code a profile can name
-    (jitring._jitsyms), so that ``perf inject`` is given only that code;
+    (jitring.perf.jitsyms), so that ``perf inject`` is given only that code;
   - the names of the files the process mapped (MMAP2), so that the dump
     perf inject would read is found as perf finds it;
-  - its records and layout, for jitring._execfix's rewrite, and where
-    the dumps' names lie (jitring._jitsyms.relative_markers).
+  - its records and layout, for jitring.perf.execfix's rewrite, and where
+    the dumps' names lie (jitring.perf.jitsyms.relative_markers).
 
 Only single-file perf.data (no --threads directories, no compressed
 records) is read; anything else is refused with PerfDataError and the
@@ -30,7 +30,7 @@ section stay the same: a file written again is walked again.  A file
 written in place faster than its mtime moves (a test's mutations) could
 pass for the same file: outside such a block every reader walks afresh.
 keep_index() tells it that a rewrite in place kept every record where it
-was (jitring._jitsyms.relative_markers renames).
+was (jitring.perf.jitsyms.relative_markers renames).
 """
 
 import array
@@ -347,7 +347,7 @@ class PerfData:
     def mmap2_raw(self):
         """(filename offset, pid, addr, len, filename bytes) of each MMAP2
         record (the offset for a rewrite in place:
-        jitring._jitsyms.relative_markers)."""
+        jitring.perf.jitsyms.relative_markers)."""
         m = self.m
         for typ, _, off, size in self.records_of(PERF_RECORD_MMAP2):
             # pid tid addr len pgoff (maj min ino ino_gen | build id)

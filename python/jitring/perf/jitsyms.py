@@ -201,8 +201,8 @@ MAX_BLOCKS = 4096
 
 def referenced(pd, dumps):
     """{pid: set of load indexes} of the JIT code the samples of @pd (a
-    _perfdata.PerfData) can reach: each sample's IP, and every 8-byte
-    word of its user-stack copy that lies in a load's code at the
+    jitring.perf.data.PerfData) can reach: each sample's IP, and every
+    8-byte word of its user-stack copy that lies in a load's code at the
     sample's time (a return address into a trampoline; a stale word may
     add a function the profile does not show, never miss one the
     unwinder can reach, as it unwinds from that copy alone).  @dumps:

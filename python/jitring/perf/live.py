@@ -4,7 +4,7 @@
 A recording that perf script reads itself (dwarf mode through the
 trampolines' ELF files; fp mode) is finished mostly by perf script (in
 dwarf mode its unwinding of each sample's stack copy) and the reading of
-its text (jitring._report.script): work that grows with the samples.
+its text (jitring.perf.script.script): work that grows with the samples.
 Done after the program, it took 9-14 s after a 27 s rst2html, while the
 program had left a CPU idle throughout.  So, while the program runs, a
 thread of record's (Live) reads perf.data as perf record appends to it,
@@ -18,7 +18,7 @@ nice 10 on a busy machine it could hold the finish up); they are one
 more segment, read as the whole file was before, and
 every sample is named there, the trampolines' names from the whole
 dumps and, in fp mode, perf.data's own callchains
-(jitring._report.script(pre=...)).
+(jitring.perf.script.script(pre=...)).
 
 Why a segment's samples read as they would in the whole file:
   - a segment holds the file's header, every record of perf.data that
@@ -313,7 +313,7 @@ class Live:
 
     def finish(self):
         """Once perf record has ended: ([the pickles], the tail segment's
-        name in the folder) for jitring._report.script(pre=, data=), or
+        name in the folder) for jitring.perf.script.script(pre=, data=), or
         None where the live reading failed or read nothing (read the
         whole file)."""
         self.stopping.set()
@@ -357,7 +357,7 @@ class Live:
             self.thread.join()
 
 
-# A segment's rewrite (jitring._execfix's DATA.execfix) is left too where
+# A segment's rewrite (jitring.perf.execfix's DATA.execfix) is left too where
 # its reader was ended in the middle of it.
 LIVE_FILE = re.compile(
     r"^live-(\d+|tail)(\.data(\.execfix)?|\.pickle(\.tmp)?|\.log|"

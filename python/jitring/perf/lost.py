@@ -14,7 +14,7 @@ def lost_line(out):
     """One line for perf's warnings about lost data, or None.  perf
     script's own ("Processed N events and lost M chunks!") counts the
     records of the file it read, which record may have read in segments
-    (jitring._live): what perf lost is counted from the recording's
+    (jitring.perf.live): what perf lost is counted from the recording's
     records instead, the same however it was read."""
     lost = []
     for log in ("perf-record.log", "perf-inject.log"):

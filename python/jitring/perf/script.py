@@ -23,7 +23,7 @@ from jitring.profile.cuts import MAX_STACK
 from jitring.profile.model import Sample
 
 
-# A frame in a trampolines' ELF file (jitring._jitsyms.TRAMP_NAME).
+# A frame in a trampolines' ELF file (jitring.perf.jitsyms.TRAMP_NAME).
 TRAMP_DSO = "jitring-tramp-"
 
 
@@ -139,7 +139,7 @@ class ScriptReader:
     """Reads perf script's text, as script() has perf print it, into
     samples (feed(), end(), then samples): keys ({(pid, tid, time):
     count} of the samples perf.data holds, sample_keys()'s) or None,
-    with names (jitring._jitsyms.FPNames, or with elf ELFNames) the
+    with names (jitring.perf.jitsyms.FPNames, or with elf ELFNames) the
     trampolines' frames named, with raw the samples as read (emit()).
 
     perf prints a symbol as the dump or map gave it, line breaks
@@ -151,7 +151,7 @@ class ScriptReader:
     lines between two blank lines whose first line starts a sample and
     whose every other line is a frame's is read whole (perf prints a
     sample so); any other block line by line, with the same result.
-    Names and commands come back as jitring._flame.escape() writes
+    Names and commands come back as jitring.common.text.escape() writes
     them.  Samples of one stack share one tuple of frames."""
 
     def __init__(self, keys, names=None, elf=False, raw=False):
@@ -397,22 +397,22 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
            data=None, raw=False, pre=(), tag="", most=SCRIPT_SLICES):
     """perf script into perf.script.txt (kept if @keep); returns
     [Sample], frames (symbol, dso) from the leaf to the root (record
-    --wait tells its two events apart by the event: jitring._wait).
+    --wait tells its two events apart by the event: jitring.wait.waits).
     Without
     @inline, native functions inlined into others are not listed (perf
     runs addr2line per address for them: 13.5 s instead of
     1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
     recording, not injected), perf.data is read and the trampolines'
-    frames are named by jitring._jitsyms.FPNames; with @elf (a dwarf
+    frames are named by jitring.perf.jitsyms.FPNames; with @elf (a dwarf
     recording whose trampolines were an ELF file perf unwinds through,
-    not injected either), by jitring._jitsyms.ELFNames.
+    not injected either), by jitring.perf.jitsyms.ELFNames.
 
     The text is read by ScriptReader (its rules there).
 
     @data names the file read (in @out) where it is not perf.data (fp,
     elf) or perf.jit.data, @tag goes before the names of perf script's
     files and logs, and @most bounds its slices.  With @raw (the reading
-    of a segment while the program runs: jitring._live), the samples
+    of a segment while the program runs: jitring.perf.live), the samples
     come back as (head, frames read) to be pickled: no frame named, no
     name escaped.  @pre: files of such samples, named and escaped here
     with the rest, as if read from @data's text."""

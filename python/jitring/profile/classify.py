@@ -35,7 +35,7 @@ OWN_THREADS = ("jitring-own", "jitring-flush", "jitring-write",
 
 
 # The function of the request record --pid has a target run
-# (_attach.REQUEST): a thread asked after jitring started (one that woke
+# (probe.REQUEST): a thread asked after jitring started (one that woke
 # late) runs it inside the window.  sys.remote_exec runs the script's text
 # as "<string>" (3.14, 3.15); its file is in record's runtime folder.
 REQUEST_FUNC = "_jitring_request"
@@ -229,7 +229,7 @@ def program_argv(argv):
 
 def command_of(pid, comm, procs):
     """The command line shown for @pid, each control character escaped
-    (jitring._flame.escape())."""
+    (jitring.common.text.escape())."""
     from jitring.common.text import escape
     r = procs.get(pid)
     if not r:

@@ -10,7 +10,7 @@ from jitring.common.meta import Meta
 
 class Sample(NamedTuple):
     """One sample as script() read it (the CPU event's, or with record
-    --wait a switch event's: jitring._wait tells them apart by event)."""
+    --wait a switch event's: jitring.wait.waits tells them apart by event)."""
     pid: int
     comm: str           # the thread's command, escaped
     frames: tuple       # ((symbol, dso), ...) leaf first, escaped; one
@@ -69,7 +69,7 @@ class Profile:
         self.cut = summary.cut
         self.no_python = no_python(summary.folded)
         self.early = 0          # samples before record --pid's window
-        self.waits = None       # record --wait's jitring._wait.Waits
+        self.waits = None       # record --wait's jitring.wait.waits.Waits
         self.top = top
         self.browser = browser
         self.prog = prog

@@ -10,13 +10,13 @@ writes there is listed in its manifest (MANIFEST) first, the only files
 
 Steps, each a file in the recording's folder:
 
-  perf.data        fixed first (jitring._execfix), so that perf unwinds
+  perf.data        fixed first (jitring.perf.execfix), so that perf unwinds
                    the processes that exec'd
 
   perf.jit.data    ``perf inject --jit``: perf.data with the JIT code of
                    the dumps as ELF images (``perf report -i``); it
                    replaces perf.data.  perf inject is given only the
-                   functions the samples can reach (jitring._jitsyms), so
+                   functions the samples can reach (jitring.perf.jitsyms), so
                    its cost and its jitted-*.so follow the samples
   perf.script.txt  with --perf-script only: ``perf script`` text of the
                    samples with their stacks (Firefox Profiler and
@@ -25,7 +25,7 @@ Steps, each a file in the recording's folder:
   flame.html       an interactive flame graph, self-contained
   stacks-wait.folded, flame-wait.html
                    with record --wait: the same of where threads waited
-                   off CPU, in microseconds (jitring._wait)
+                   off CPU, in microseconds (jitring.wait.waits)
 
 The stacks the table and the flame graph show are the program's: the
 frames of jitring's runner and of runpy above the program's first Python
@@ -102,7 +102,7 @@ def live_tail(out, meta, live, usable):
         if got:
             pre, data = got
             # The tail's processes that exec'd unwind, as in the
-            # segments (jitring._live.main()).
+            # segments (jitring.perf.live.main()).
             from jitring.perf.execfix import fix
             fix(os.path.join(out, data))
     elif live is not None:
@@ -141,7 +141,7 @@ def prepare(steps, perf, out, meta, live, before, done):
         relative_markers(os.path.join(out, "perf.data"))
     if not done and not meta.exec_fixed:
         # Before perf reads it: processes that exec'd unwind
-        # (jitring._execfix).  Once: finish() may run again.
+        # (jitring.perf.execfix).  Once: finish() may run again.
         from jitring.perf.execfix import fix
         if fix(os.path.join(out, "perf.data")) >= 0:
             meta.exec_fixed = True
@@ -164,7 +164,7 @@ def read_samples(steps, out, meta, src):
 
 def build_profile(out, meta, samples, src, **view):
     """The Profile of @samples (read_samples()'s); with record --wait,
-    of the CPU's, with the waits of the context switches' (jitring._wait).
+    of the CPU's, with the waits of the context switches' (jitring.wait.waits).
     @view: how to show it (Profile's top, browser, prog)."""
     procs = processes(out)
     top_pid = meta.pid if meta.top_only else None
@@ -232,7 +232,7 @@ def finish(out, meta, top=12, browser=False, prog="record", live=None,
     """Inject, read the samples, build the profile and write its files
     under the folder's lock; print the tables and notes after it: the
     writers of @writers (WRITERS) in order, those with files under the
-    lock.  @live: record's jitring._live.Live, the samples it read while
+    lock.  @live: record's jitring.perf.live.Live, the samples it read while
     the program ran.  @meta: the recording's metadata (a dict or a Meta;
     what the finishing adds goes to a Meta of its own).  Returns 0, 1
     (the disk is full: said, the recording kept to finish later), 2 (an

@@ -59,7 +59,7 @@ class Perf:
             # at once, from the files in place.  With build-ids in its
             # header, perf script looked the vDSO up in the cache, found
             # nothing and could neither name nor unwind a sample in it
-            # (jitring._live's segments, which have none, could).
+            # (jitring.perf.live's segments, which have none, could).
             cmd.insert(cmd.index("-p"), "--no-buildid")
         with open(self.log, "wb") as log:
             self.p = subprocess.Popen(cmd, stdin=subprocess.DEVNULL,

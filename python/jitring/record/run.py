@@ -4,7 +4,7 @@
 Runs the program as a shell runs a job, with perf attached to it from
 its first instruction, and every Python process it starts profiled too;
 then turns the recording into a table, a flame graph and files
-(jitring._report).
+(jitring.record.finish).
 
 How the processes stand (a shell's job control, with perf beside it):
 
@@ -120,7 +120,7 @@ def record(opts, target, perf_bin):
 
 def live_reading(opts, meta):
     """Whether the samples are read while the program runs
-    (jitring._live): a recording perf script reads itself (dwarf mode
+    (jitring.perf.live): a recording perf script reads itself (dwarf mode
     through the trampolines' ELF files, or fp mode), not one perf inject
     rewrites first; --perf-script (the whole text kept) and --wait
     (which reads the switches in time order with the samples) finish

@@ -247,7 +247,7 @@ def _unnamed(sym):
 
 def reason(frames, preempt):
     """Why a thread left its CPU, from its stack (@frames leaf first, as
-    jitring._report.script() gives them): a short name (see the module's
+    jitring.perf.script.script() gives them): a short name (see the module's
     doc)."""
     inner = next((i for i, (s, d) in enumerate(frames)
                   if s.startswith("py::")), len(frames))

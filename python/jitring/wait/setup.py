@@ -126,7 +126,7 @@ def perf_args(call_graph, stack_size=STACK_SIZE, freq=FREQ, budget=BUDGET):
     dwarf mode: NAME at every switch (a period of 1), FREQ_NAME at about
     @freq a second a thread (perf's frequency mode; none at @freq 0),
     Budget enabling one at a time; -P records the period in every sample,
-    so that the events' samples have one layout (jitring._perfdata reads
+    so that the events' samples have one layout (jitring.perf.data reads
     one) and each switch sample says how many switches it stands for;
     --max-size keeps perf.data inside @budget."""
     stack = ",call-graph=dwarf,stack-size=%d" % stack_size \

@@ -148,7 +148,7 @@ class Threads:
         pidtidt = struct.Struct("<IIQ").unpack_from
         other = self._other(m, tail, kind, t_id, switch_ids, s_tid, s_id,
                             s_period)
-        # The walk of jitring._perfdata.PerfData.records(), inline: the
+        # The walk of jitring.perf.data.PerfData.records(), inline: the
         # switch records are most of a --wait recording (two a switch),
         # and each costs here what the generator alone would.
         off, stop = pd.data

@@ -48,11 +48,11 @@ list, the type lock, ...) as "interpreter (...)".
 Shares are of thread time: the sum of the lives of the program's
 threads in the recording (FORK to EXIT, or their first and last
 record), jitring's own threads left out; switches of jitring's own work
-are left out as its CPU samples are (jitring._report.own_work()).
+are left out as its CPU samples are (jitring.profile.classify.own_work()).
 
 The folder gets stacks-wait.folded and flame-wait.html (counts in
 microseconds of waiting; a frame "[wait: REASON]" under the innermost
-Python frame), drawn by the same page as flame.html (jitring._flame).
+Python frame), drawn by the same page as flame.html (jitring.output.flame).
 """
 
 from typing import NamedTuple
@@ -115,13 +115,13 @@ class Waits:
     """The waits of a recording (the model): each thread's time by
     reason, the functions' waits by reason (total and self), the folded
     wait stacks, and the facts the notes give.  WaitFolded, WaitFlame
-    and WaitTables (in jitring._report.WRITERS) write and print it."""
+    and WaitTables (in jitring.output.WRITERS) write and print it."""
 
     @classmethod
     def read(cls, out, meta, samples, procs, top_pid, data, outer=None):
         """The waits of the switch @samples (script()'s of the switch
         events: split()) and of the switch records of perf.data at @data,
-        its processes @procs (jitring._report.processes()); @top_pid: the
+        its processes @procs (jitring.common.folder.processes()); @top_pid: the
         program's process alone (record --top-only), or None."""
         try:
             th = Threads.read(data, window_on(meta))
@@ -178,7 +178,7 @@ class Waits:
         seen = {}
         marks = {}          # (tid, kind) -> its last sampled OUT's index
         # record --pid: the frames each thread of the service ran
-        # throughout the window (jitring._report.with_running()).
+        # throughout the window (jitring.profile.window.with_running()).
         o_pid, o_tids = outer or (None, {})
         for pid, comm, frames, tid, t, _ in sorted(samples,
                                                    key=_by_time):
@@ -313,8 +313,8 @@ class Waits:
         return Stack(tuple(st), why, py, first, cut)
 
     def stacks(self):
-        """The folded wait stacks as jitring._flame writes them: [([frame,
-        ...], microseconds)], in the stacks' order."""
+        """The folded wait stacks as jitring.output.flame writes them:
+        [([frame, ...], microseconds)], in the stacks' order."""
         return sorted(((list(k), n) for k, n in self.folded.items()),
                       key=lambda r: r[0])
 
