@@ -28,10 +28,6 @@ mocks.py as CPython 3.13's stacks look under jitring.
                   command line of processes.jsonl's records
   window          in_window(), window_on()
   folded_stack, no_python, fmt_name, program_dirs
-
-Two checks hold known bugs as expected failures (known_bug()): runpy's
-frames that the program itself calls are left out of its stack, and a
-file name with ':' in it is split wrongly in the tables.
 """
 
 import json
@@ -79,14 +75,6 @@ SLEEP_LABELS = ["cfunction_vectorcall_O [python3.13t]",
                 "hrtimer_nanosleep [kernel]", "do_nanosleep [kernel]",
                 "schedule [kernel]"]
 EXT_LABEL = "fast_sum [_fast.cpython-313t-x86_64-linux-gnu.so]"
-
-
-def known_bug(t, ok, what, detail=""):
-    """A check that fails for a bug of the library, kept to show it: it
-    passes while the bug is there and fails once it is fixed (then make
-    it a plain check)."""
-    t.check(not ok, "expected to fail (known bug): " + what,
-            "it passes now: make it a plain check; %s" % (detail,))
 
 
 def test_own_threads(t):
@@ -292,18 +280,15 @@ def test_program_stack(t):
     t.check(program_stack(stack(frozen + [Call(MOD, EXEC), WORK])) ==
             [N[MOD], N[WORK]],
             "program_stack: runpy from its file (not frozen) dropped too")
-    # The program's own use of runpy, below its first frame: the module's
-    # doc leaves out only the frames "above the program's first Python
-    # frame", but program_stack() drops runpy's frames anywhere (and the
-    # time in them goes to the program's caller).
+    # The program's own use of runpy, below its first frame, is the
+    # program's: only the frames above its first Python frame are left
+    # out.
     other = py("<module>", APP + "/other.py")
     rp = [runpy(q, frozen=False) for q in ("run_path", "_run_module_code",
                                            "_run_code")]
     got = program_stack(stack([MOD, MAIN_F] + rp + [Call(other, EXEC)]))
-    known_bug(t, got == [N[MOD], N[MAIN_F]] + [f[0] for f in rp] +
-              [other[0]],
-              "program_stack: runpy's frames the program calls are kept",
-              got)
+    t.check(got == [N[MOD], N[MAIN_F]] + [f[0] for f in rp] + [other[0]],
+            "program_stack: runpy's frames the program calls are kept", got)
 
 
 def test_program_stack_start(t):
@@ -784,8 +769,8 @@ def test_fmt_name(t):
     # A qualname holds no ':', a file name may: jitring names a function
     # "py::QUALNAME:FILE" (jitring.output.flame.label() splits at the first).
     got = fmt_name("py::f:/app/v1:2/a.py", "/app")
-    known_bug(t, got == "f:v1:2/a.py", "fmt_name: a file whose path holds "
-              "':' is split after the qualname", got)
+    t.check(got == "f:v1:2/a.py", "fmt_name: a file whose path holds ':' "
+            "is split after the qualname", got)
 
 
 def test_program_dirs(t):

@@ -21,7 +21,7 @@ def fmt_name(name, cwd=None):
     folder, or program_dirs()'s, the first that holds the file)."""
     if not name.startswith("py::"):
         return name
-    qual, _, fn = name[4:].rpartition(":")
+    qual, _, fn = name[4:].partition(":")
     short = LIBDIR.sub("", fn)
     if short == fn and cwd:
         for d in (cwd,) if isinstance(cwd, str) else cwd:

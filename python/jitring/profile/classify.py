@@ -49,7 +49,7 @@ REQUEST_FILE = re.compile(r"^(<string>|/tmp/jitring-\d+/attach-\d+\.py)$")
 def _package_frame(name):
     """For a Python frame of jitring's package, or of the attach request
     script, (qualname, module file); else None."""
-    qual, _, fn = name[4:].rpartition(":")
+    qual, _, fn = name[4:].partition(":")
     m = OWN.search(fn)
     if m:
         return qual, m.group(1)
@@ -67,7 +67,7 @@ def _runner_frame(where):
 def _own_frame(name):
     """A Python frame of jitring's package (its runner, its at-exit stop)
     or of runpy."""
-    fn = name.rsplit(":", 1)[-1] if ":" in name else ""
+    fn = name[4:].partition(":")[2]
     return (_package_frame(name) is not None or
             fn.endswith("/runpy.py") or fn == "<frozen runpy>")
 
@@ -205,7 +205,9 @@ def program_stack(frames, ks=None):
     for i in range(first, len(root_first)):
         k = ks[i]
         if k & _PY:
-            if not k & _OWN:
+            # Below the program's first frame, runpy's frames are the
+            # program's own use of it; jitring's are left out anywhere.
+            if not k & (_PKG | _RUNNER):
                 keep.append(root_first[i][0])
         elif i < last and k & _GLUE:
             continue            # the call machinery between Python frames

@@ -394,7 +394,7 @@ def _idle(py):
     s = next((s for s, d in py if s.startswith("py::")), None)
     if s is None:
         return None
-    qual, _, fn = s[4:].rpartition(":")
+    qual, _, fn = s[4:].partition(":")
     fn = fn.replace(os.sep, "/")
     return next((name for f, q, name in IDLE
                  if qual == q and ("/" + fn).endswith("/" + f)), None)
@@ -407,7 +407,7 @@ def _refined(py):
     for s, d in py:
         if not s.startswith("py::"):
             continue
-        qual, _, fn = s[4:].rpartition(":")
+        qual, _, fn = s[4:].partition(":")
         base = os.path.basename(fn)
         if base not in ("threading.py", "queue.py"):
             break
