@@ -8,7 +8,7 @@ import functools
 
 from jitring.profile.classify import (_kinds, command_of, own_work,
                                       program_stack)
-from jitring.profile.cuts import CUT, is_cut
+from jitring.profile.cuts import CUT, MAX_STACK_DEFAULT, is_cut
 from jitring.profile.model import CutStats, FunctionRow, ProcessRow, Summary
 from jitring.profile.window import with_running
 
@@ -30,13 +30,13 @@ def _classify(comm, frames, limit, outer=None):
     return tuple(st), cut, cut and len(frames) >= limit - 2
 
 
-def summarize(samples, procs, top_pid, limit=127, outer=None):
+def summarize(samples, procs, top_pid, limit=MAX_STACK_DEFAULT, outer=None):
     """The Summary of @samples: its folded maps a root-first tuple (the
     process first) to its count; its cut counts the program's samples,
     those cut, those cut at perf's depth limit of @limit frames less the
     context markers it may count, and jitring's own samples left out,
-    for cut_note().  @outer: (pid, running(out, pid)) of record --pid's
-    service, or None."""
+    for cut_note().  @outer: record --pid's service (a Running), or
+    None."""
     o_pid, o_tids = outer or (None, {})
     stacks, per_pid, comms = {}, {}, {}
     self_n, total_n = {}, {}

@@ -20,6 +20,14 @@ class Sample(NamedTuple):
     event: str
 
 
+class Running(NamedTuple):
+    """record --pid's service: its pid, and the Python frames that ran
+    throughout the window in each of its threads ({native thread id:
+    [frame names, root first]}, jitring.common.folder.running())."""
+    pid: int
+    threads: dict
+
+
 class ProcessRow(NamedTuple):
     """A process of the profile: the tables' line of it."""
     samples: int

@@ -55,7 +55,7 @@ from jitring.perf.lost import perf_lost
 from jitring.perf.script import script
 from jitring.profile.aggregate import summarize
 from jitring.profile.cuts import MAX_STACK_DEFAULT
-from jitring.profile.model import Profile
+from jitring.profile.model import Profile, Running
 from jitring.profile.window import in_window
 
 
@@ -174,7 +174,7 @@ def build_profile(out, meta, samples, src, **view):
         samples, switches = split(samples)
     outer = None
     if meta.attached and type(meta.pid) is int:
-        outer = (meta.pid, running(out, meta.pid))
+        outer = Running(meta.pid, running(out, meta.pid))
     profile = Profile(out, meta, summarize(samples, procs, top_pid,
                                            meta.max_stack or MAX_STACK_DEFAULT,
                                            outer),
