@@ -205,9 +205,10 @@ def program_stack(frames, ks=None):
     for i in range(first, len(root_first)):
         k = ks[i]
         if k & _PY:
-            # Below the program's first frame, runpy's frames are the
-            # program's own use of it; jitring's are left out anywhere.
-            if not k & (_PKG | _RUNNER):
+            # runpy's frames are left out anywhere, as jitring's: they
+            # are how a program's main module is run (python -m,
+            # multiprocessing's spawn re-running it), not its work.
+            if not k & _OWN:
                 keep.append(root_first[i][0])
         elif i < last and k & _GLUE:
             continue            # the call machinery between Python frames

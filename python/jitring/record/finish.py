@@ -28,8 +28,9 @@ Steps, each a file in the recording's folder:
                    off CPU, in microseconds (jitring.wait.waits)
 
 The stacks the table and the flame graph show are the program's: the
-frames of jitring's runner and of runpy above the program's first Python
-frame are left out, and so are the interpreter's own frames between two
+frames of jitring's runner above the program's first Python frame and
+runpy's wherever they are (how a main module is run: python -m,
+multiprocessing's spawn) are left out, and so are the interpreter's own frames between two
 Python frames (the call machinery of every Python call).  Native frames
 below the innermost Python frame (C extensions, builtins, libc, the
 kernel) stay.  In a recording of record --pid, the Python frames that ran
