@@ -17,6 +17,8 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 _ESCAPES = {c: "\\x%02x" % c for c in
             list(range(0x20)) + list(range(0x7f, 0xa0))}
+_ESCAPES.update({0x09: "\\t", 0x0a: "\\n", 0x0d: "\\r",
+                 0x2028: "\\u2028", 0x2029: "\\u2029"})
 
 
 def escape(name):

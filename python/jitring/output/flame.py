@@ -27,7 +27,7 @@ import json
 import os
 import time
 
-from jitring.common.text import _ESCAPES, escape
+from jitring.common.text import escape
 from jitring.output.writer import Writer
 
 
@@ -66,10 +66,6 @@ MIN_SHARE = 1e-3
 
 # Frame kinds, as the page's colour mapper reads them ("l").
 PROCESS, PYTHON, NATIVE, KERNEL = "r", "p", "n", "k"
-
-
-_ESCAPES.update({0x09: "\\t", 0x0a: "\\n", 0x0d: "\\r",
-                 0x2028: "\\u2028", 0x2029: "\\u2029"})
 
 
 def label(frame):
