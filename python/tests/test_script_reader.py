@@ -225,15 +225,18 @@ def hostile_text():
         text.append(sample(head(*h, comm="c\x1bomm" if i % 7 == 0
                                 else "python3.13t"), *fr))
         if i % 5 == 0:
-            text.append(sample(head(*h), B, EVAL, A))   # not in keys
+            # Its key taken already: lines of the name before it.
+            text.append(sample(head(*h), B, EVAL, A))
     return "".join(text), keys
 
 
 def test_chunks(t):
     text, keys = hostile_text()
     whole = read(text, keys)
-    t.check(len(whole) == 40 and len({len(s.frames) for s in whole}) > 1,
-            "the hostile text: 40 samples", len(whole))
+    names = {f[0] for s in whole for f in s.frames}
+    t.check(len(whole) == 40 and "py::two\\nlines:f.py" in names and
+            "py::gap\\n\\nx:f.py" in names and "py::tail" in names,
+            "the hostile text: 40 samples, the names whole", names)
     for chunk in (1, 7, 4096, "file"):
         got = read(text, keys, chunk)
         t.check(got == whole, "fed in chunks of %s: the same samples"

@@ -397,17 +397,15 @@ def script(steps, perf, out, keep=False, inline=False, fp=False, elf=False,
            data=None, raw=False, pre=(), tag="", most=SCRIPT_SLICES):
     """perf script into perf.script.txt (kept if @keep); returns
     [Sample], frames (symbol, dso) from the leaf to the root (record
-    --wait tells its two events apart by the event: jitring.wait.waits).
-    Without
+    --wait tells its two events apart by the event: jitring.wait), as
+    ScriptReader reads perf script's text (its rules there).  Without
     @inline, native functions inlined into others are not listed (perf
-    runs addr2line per address for them: 13.5 s instead of
-    1.3 s for 10,000 functions' recording).  With @fp (a frame-pointer
-    recording, not injected), perf.data is read and the trampolines'
-    frames are named by jitring.perf.jitsyms.FPNames; with @elf (a dwarf
-    recording whose trampolines were an ELF file perf unwinds through,
-    not injected either), by jitring.perf.jitsyms.ELFNames.
-
-    The text is read by ScriptReader (its rules there).
+    runs addr2line per address for them: 13.5 s instead of 1.3 s for
+    10,000 functions' recording).  With @fp (a frame-pointer recording,
+    not injected), perf.data is read and the trampolines' frames are
+    named by jitring.perf.jitsyms.FPNames; with @elf (a dwarf recording
+    whose trampolines were an ELF file perf unwinds through, not
+    injected either), by jitring.perf.jitsyms.ELFNames.
 
     @data names the file read (in @out) where it is not perf.data (fp,
     elf) or perf.jit.data, @tag goes before the names of perf script's
@@ -515,8 +513,8 @@ def _child_read(reader, procs, parts, i):
     _read_slice(reader, procs, parts, i)
     if reader.raw:
         return reader.samples
-    # As plain tuples: a Sample pickles through Python code, 6 times a
-    # tuple's time (1.2 s for 300,000), and the parent loads them all.
+    # As plain tuples: a Sample pickles through Python code, 3 to 6 times
+    # a tuple's time (0.6-1.2 s for 300,000), and unpickles slower too.
     return list(map(tuple, reader.samples))
 
 
