@@ -33,7 +33,8 @@ def modules(pkg):
     """{dotted name under the package: path}."""
     out = {}
     for root, dirs, files in os.walk(pkg):
-        dirs[:] = sorted(d for d in dirs if not d.startswith((".", "__pycache__")))
+        dirs[:] = sorted(d for d in dirs
+                         if not d.startswith((".", "__pycache__")))
         for f in sorted(files):
             if f.endswith(".py"):
                 rel = os.path.relpath(os.path.join(root, f), pkg)[:-3]
@@ -57,7 +58,8 @@ def imports(tree, name, mods):
                 base = pkgpath[:len(pkgpath) - n.level]
                 if os.path.basename(mods.get(name, "")) == "__init__.py":
                     base = pkgpath[:len(pkgpath) - n.level + 1]
-                mod = ".".join(["jitring"] + base + ([n.module] if n.module else []))
+                mod = ".".join(["jitring"] + base +
+                               ([n.module] if n.module else []))
             else:
                 mod = n.module or ""
             targets = [mod] + [mod + "." + a.name for a in n.names]
@@ -107,7 +109,8 @@ def check(pkg):
         rel = os.path.relpath(path, os.path.dirname(pkg))
         lines = text.count("\n")
         if lines > MODULE_MAX:
-            errors.append("%s: %d lines (at most %d)" % (rel, lines, MODULE_MAX))
+            errors.append("%s: %d lines (at most %d)"
+                          % (rel, lines, MODULE_MAX))
         for n in ast.walk(tree):
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 first = min([n.lineno] + [d.lineno for d in n.decorator_list])
@@ -144,7 +147,8 @@ def main():
     for e in errors:
         print(e)
     if errors:
-        print("check-pymodules: %d problem%s" % (len(errors), "" if len(errors) == 1 else "s"))
+        print("check-pymodules: %d problem%s"
+              % (len(errors), "" if len(errors) == 1 else "s"))
         return 1
     print("check-pymodules: %d modules, no circle, layers kept, none over "
           "%d lines, no function over %d" % (n, MODULE_MAX, FUNCTION_MAX))

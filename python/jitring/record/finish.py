@@ -30,8 +30,9 @@ Steps, each a file in the recording's folder:
 The stacks the table and the flame graph show are the program's: the
 frames of jitring's runner above the program's first Python frame and
 runpy's wherever they are (how a main module is run: python -m,
-multiprocessing's spawn) are left out, and so are the interpreter's own frames between two
-Python frames (the call machinery of every Python call).  Native frames
+multiprocessing's spawn) are left out, and so are the interpreter's own
+frames between two Python frames (the call machinery of every Python
+call).  Native frames
 below the innermost Python frame (C extensions, builtins, libc, the
 kernel) stay.  In a recording of record --pid, the Python frames that ran
 throughout the window in a thread (RUNNING, from the service) are put at
