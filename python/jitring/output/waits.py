@@ -14,26 +14,27 @@ from jitring.wait.setup import PREEMPTED, RATE, STACK_SIZE, UNSAMPLED
 
 
 # ---- the files and the tables --------------------------------------------
-class WaitFolded(Writer):
-    """stacks-wait.folded: the folded wait stacks."""
-    name = "stacks-wait"
-    files = ("stacks-wait.folded",)
+class WaitWriter(Writer):
+    """An output of record --wait's: only where the recording has waits."""
 
     def wanted(self, profile):
         return profile.waits is not None
+
+
+class WaitFolded(WaitWriter):
+    """stacks-wait.folded: the folded wait stacks."""
+    name = "stacks-wait"
+    files = ("stacks-wait.folded",)
 
     def write(self, profile):
         write_folded(os.path.join(profile.out, self.files[0]),
                             profile.waits.stacks())
 
 
-class WaitFlame(Writer):
+class WaitFlame(WaitWriter):
     """flame-wait.html: the folded wait stacks drawn as flame.html is."""
     name = "flame-wait"
     files = ("flame-wait.html",)
-
-    def wanted(self, profile):
-        return profile.waits is not None
 
     def write(self, profile):
         w = profile.waits
@@ -56,15 +57,12 @@ class TableRow(NamedTuple):
     function: str
 
 
-class WaitTables(Writer):
+class WaitTables(WaitWriter):
     """The wait tables on stdout (profile.top rows each): the header
     line, blocked time by reason, by function (total and self), the
     preempted, --wall's lines and the notes."""
     name = "wait-tables"
     files = ()
-
-    def wanted(self, profile):
-        return profile.waits is not None
 
     def write(self, profile):
         w = profile.waits

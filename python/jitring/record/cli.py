@@ -191,14 +191,14 @@ def add_wait_args(p):
                    "switch with its stack, weighed by the time until the "
                    "thread runs again, by Python function and reason "
                    "(flame-wait.html)")
-    from jitring.wait.setup import STACK_SIZE as WAIT_STACK
+    from jitring.wait.setup import (BUDGET as WAIT_BUDGET, FREQ as WAIT_FREQ,
+                                    STACK_SIZE as WAIT_STACK)
     p.add_argument("--wait-stack-size", type=stack_size, default=WAIT_STACK,
                    metavar="BYTES",
                    help="with --wait in dwarf mode: the bytes of stack "
                    "perf copies at each context switch (default %d: "
                    "a program switching often loses fewer samples; up "
                    "to %d)" % (WAIT_STACK, STACK_MAX))
-    from jitring.wait.setup import FREQ as WAIT_FREQ
     p.add_argument("--wait-freq", type=wait_freq, default=WAIT_FREQ,
                    metavar="HZ",
                    help="with --wait: while the program switches more "
@@ -207,7 +207,6 @@ def add_wait_args(p):
                    "weighing the switches it stands for (every switch is "
                    "still timed); 0: every switch's stack always "
                    "(default %d)" % WAIT_FREQ)
-    from jitring.wait.setup import BUDGET as WAIT_BUDGET
     p.add_argument("--wait-budget", type=size_bytes, default=WAIT_BUDGET,
                    metavar="SIZE",
                    help="with --wait: the most perf.data may take (e.g. "
